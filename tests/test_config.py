@@ -56,3 +56,6 @@ def test_every_knob_documented_in_readme() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     for k in config.KNOBS:
         assert f"`{k.env}`" in readme, f"{k.env} missing from README's table"
+    assert config.markdown_table() in readme, (
+        "README's knob table is stale: paste the output of `python -m hvdcore.config` between "
+        "the knobs:begin/end markers")
