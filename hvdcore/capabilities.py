@@ -163,7 +163,9 @@ def _framework_keras() -> Capability:
 def _mpi(category: str) -> Capability:
     f = probes.mpi_facts()
     built = "library_version" in f
-    version = f"{f['vendor']} {f['vendor_version']}" if built and f.get("vendor") else None
+    version = None
+    if built and f.get("vendor"):
+        version = f"{f['vendor']} {f['vendor_version']}; mpi4py {f.get('mpi4py_version')}"
     reason = f.get("error")
     available = built
     if built and not f.get("initialized") and not f["launchers"] and not _inside_launched_job():
@@ -186,7 +188,8 @@ def _gloo(category: str) -> Capability:
     reason = None if ok else (
         f"torch {f['version']}: torch.distributed.is_gloo_available() is False"
         + (f" ({f['distributed_error']})" if "distributed_error" in f else ""))
-    return Capability(category, "gloo", "Gloo", ok, ok, f.get("version") if ok else None, reason,
+    version = f"torch.distributed, torch {f.get('version')}" if ok else None
+    return Capability(category, "gloo", "Gloo", ok, ok, version, reason,
                       {"torch_version": f.get("version")})
 
 
@@ -306,8 +309,8 @@ def _context() -> dict[str, Any]:
         from importlib.metadata import version
 
         hv = version("hvdcore")
-    except Exception:  # running from a source checkout
-        hv = "source checkout (not installed)"
+    except Exception:  # running from a source checkout: the package may say
+        hv = str(getattr(sys.modules.get("hvdcore"), "__version__", "")) or "(source checkout)"
     return {"hvdcore": hv, "python": platform.python_version(), "executable": sys.executable,
             "host": platform.node(), "platform": platform.platform()}
 

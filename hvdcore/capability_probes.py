@@ -181,6 +181,7 @@ def keras_facts() -> dict[str, Any]:
     """Import Keras 3 (``keras``) and tf-keras where installed; record versions and backend."""
     facts: dict[str, Any] = {}
     errors = []
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Keras 3 may import TensorFlow
     for module, key in (("keras", "keras"), ("tf_keras", "tf_keras")):
         if not _installed(module):
             errors.append(f"{module} is not installed")
@@ -259,6 +260,8 @@ def mpi_facts() -> dict[str, Any]:
             else:
                 facts.update(json.loads(lines[-1]))
                 facts["initialized"] = False
+                if "error" in facts:
+                    facts["error"] = f"loading mpi4py.MPI failed: {facts['error']}"
     except Exception as exc:
         facts["error"] = f"probing mpi4py.MPI failed: {describe_error(exc)}"
     if "error" in facts and "library_version" not in facts:

@@ -14,7 +14,6 @@ import pytest
 from hvdcore.runner.cli import main
 from hvdcore.runner.mpi_command import detect_flavor
 
-
 ROOT = Path(__file__).resolve().parent.parent
 
 MPICH_VERSION = """HYDRA build details:

@@ -14,9 +14,10 @@ check on a compute node needs). With either, only the named items are probed, so
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 
-from hvdcore.capabilities import ITEM_NAMES, CapabilityReport, capabilities
+from hvdcore.capabilities import ITEM_NAMES, Capability, CapabilityReport, capabilities
 
 __all__ = ["format_report", "parse_names", "run_check_build"]
 
@@ -45,10 +46,24 @@ def parse_names(text: str, flag: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _version_text(it: Capability) -> str:
+    if not it.version:
+        return ""
+    if it.category != "framework":
+        return f" ({it.version})"
+    extra = []
+    if it.name == "keras":
+        if it.details.get("backend"):
+            extra.append(f"backend {it.details['backend']}")
+        if it.details.get("tf_keras_version"):
+            extra.append(f"tf-keras {it.details['tf_keras_version']}")
+    return f" {it.version}" + (f" ({'; '.join(extra)})" if extra else "")
+
+
 def format_report(report: CapabilityReport) -> str:
     """Horovod-style text of ``report`` (reasons indented under each ``[ ]``)."""
     ctx = report.context
-    lines = [f"hvdcore {ctx.get('hvdcore')} (Python {ctx.get('python')}, host {ctx.get('host')}):"]
+    lines = [f"hvdcore {ctx.get('hvdcore')}, Python {ctx.get('python')}, host {ctx.get('host')}:"]
     for category, title in _SECTIONS:
         items = [it for it in report.items if it.category == category]
         if not items:
@@ -56,13 +71,12 @@ def format_report(report: CapabilityReport) -> str:
         lines += ["", f"{title}:"]
         for it in items:
             mark = "X" if it.built and it.available else " "
-            version = f" {it.version}" if it.version else ""
-            if category == "framework" and it.name == "keras" and it.details.get("backend"):
-                version += f" (backend {it.details['backend']})"
-            lines.append(f"    [{mark}] {it.label}{version}")
+            lines.append(f"    [{mark}] {it.label}{_version_text(it)}")
             if mark == " ":
-                state = "built, not usable here" if it.built else "not built"
-                lines.append(f"        {state}: {it.reason or 'no reason recorded'}")
+                reason = it.reason or "no reason recorded"
+                if not reason.startswith(("not built", "built")):
+                    reason = ("built, not usable here: " if it.built else "not built: ") + reason
+                lines.append(f"        {reason}")
     gpu = report.gpu_tensors
     if gpu.get("path") != "not probed":
         lines += ["", f"GPU tensors: {gpu.get('path')} ({gpu.get('reason')})"]
@@ -87,8 +101,6 @@ def run_check_build(
     else:
         print(format_report(report))
     if missing:
-        import sys
-
         print("hvdcorerun: missing required capabilities:\n  " + "\n  ".join(missing),
               file=sys.stderr)
         return 1
