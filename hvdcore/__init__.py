@@ -27,8 +27,8 @@ from hvdcore.basics import (
     start_timeline,
     stop_timeline,
 )
+from hvdcore import capabilities
 from hvdcore.capabilities import (
-    capabilities,
     ccl_built,
     cuda_built,
     ddl_built,
