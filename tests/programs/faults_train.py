@@ -125,7 +125,7 @@ def main() -> None:
     import hvdcore as hvd
 
     hvd.init()
-    rank, size = hvd.rank(), hvd.size()
+    rank = hvd.rank()
     _say(f"READY {rank} {os.getpid()}")
     faulty = a.fault != "none" and rank == a.fault_rank
     state = initial_state()
@@ -146,7 +146,7 @@ def main() -> None:
                 _say(f"FAULT {rank} exception {step} {time.time():.6f}")
                 raise ValueError(f"injected failure in user code at step {step}")
             if a.fault == "kill-backward":
-                midway = lambda: _die(rank, a.fault, step)  # noqa: E731
+                midway = lambda s=step: _die(rank, a.fault, s)  # noqa: E731
         grads = gradients(state, step, rank, midway)
         handle = hvd.grouped_allreduce_async(grads, op=hvd.Average, name="grads")
         if faulty and step == a.fault_step and a.fault == "kill-collective":
