@@ -22,6 +22,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     >>> cfg = hvd.broadcast_object({"lr": 0.1} if hvd.rank() == 0 else None, root_rank=0)
     """
     st = basics.state()
+    ops._pset(process_set, st, "broadcast_object")
     nm = name or ops._name(st, "broadcast_object", process_set.process_set_id or 0, None)
     data = _to_bytes(obj) if st.rank == root_rank else np.empty(0, np.uint8)
     size = ops.broadcast(np.array([data.size], np.int64), root_rank, f"{nm}.size", process_set)
@@ -37,6 +38,7 @@ def allgather_object(obj: Any, name: str | None = None,
     >>> hvd.allgather_object({"rank": hvd.rank()})   # [{'rank': 0}, {'rank': 1}, ...]
     """
     st = basics.state()
+    ops._pset(process_set, st, "allgather_object")
     nm = name or ops._name(st, "allgather_object", process_set.process_set_id or 0, None)
     data = _to_bytes(obj)
     sizes = ops.allgather(np.array([data.size], np.int64), f"{nm}.size", process_set)

@@ -56,12 +56,13 @@ def _array(tensor: Any, what: str, rank: int) -> np.ndarray:
         raise errors.UnsupportedError(
             f"rank {rank}: {what} expects a NumPy array, got {type(tensor).__name__}; use the "
             "framework binding (hvdcore.torch / hvdcore.tensorflow) for framework tensors")
-    if tensor.dtype not in SUPPORTED_DTYPES:
+    native = tensor.dtype if tensor.dtype.isnative else tensor.dtype.newbyteorder("=")
+    if native not in SUPPORTED_DTYPES:  # a byte-swapped float32 is still a float32
         raise errors.UnsupportedError(
             f"rank {rank}: {what} does not support dtype {tensor.dtype}; supported: "
             f"{_SUPPORTED_NAMES}")
     if not tensor.dtype.isnative:
-        tensor = tensor.astype(tensor.dtype.newbyteorder("="))
+        tensor = tensor.astype(native)
     return tensor if tensor.flags.c_contiguous else tensor.copy(order="C")
 
 
@@ -73,6 +74,8 @@ def _resolve_op(average: bool | None, op: Any, rank: int, what: str,
     if op is None:
         op = default if average is None else (ReduceOp.AVERAGE if average else ReduceOp.SUM)
     try:
+        if isinstance(op, bool) or not isinstance(op, (int, np.integer)):
+            raise TypeError("not an integer")  # int(1.5) would silently pick Sum
         op = ReduceOp(int(op))
     except (TypeError, ValueError) as exc:
         raise errors.UnsupportedError(
@@ -83,6 +86,13 @@ def _resolve_op(average: bool | None, op: Any, rank: int, what: str,
             f"rank {rank}: {what}: Adasum is not supported by hvdcore yet; use op=Average "
             "(or Sum)")
     return op
+
+
+def _factor(value: Any, which: str, rank: int, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise errors.UnsupportedError(
+            f"rank {rank}: {what}: {which} must be a number, got {value!r}")
+    return float(value)
 
 
 def _pset(process_set: Any, st: Any, what: str) -> ProcessSet:
@@ -174,6 +184,8 @@ def grouped_allreduce_async(
         raise errors.UnsupportedError(
             f"rank {st.rank}: grouped_allreduce expects a list of arrays, got "
             f"{type(tensors).__name__}")
+    pre = _factor(prescale_factor, "prescale_factor", st.rank, what)
+    post = _factor(postscale_factor, "postscale_factor", st.rank, what)
     base = _name(st, ALLREDUCE, ps.process_set_id, name)
     items = []
     for i, t in enumerate(tensors):
@@ -190,7 +202,7 @@ def grouped_allreduce_async(
                 arr = arr.copy()
         nm = base if len(tensors) == 1 else f"{base}.{i}"
         items.append((Meta(ps.process_set_id, nm, ALLREDUCE, arr.dtype.name, arr.shape,
-                           int(rop), -1, float(prescale_factor), float(postscale_factor)),
+                           int(rop), -1, pre, post),
                       arr, o))
     return _submit(st, items, list, f"grouped_allreduce '{base}'")
 
@@ -352,6 +364,8 @@ def alltoall(tensor: np.ndarray, splits: Any = None, name: str | None = None,
 
 def _rs_items(st: Any, tensors: Sequence[np.ndarray], base: str, ps: ProcessSet, rop: ReduceOp,
               pre: float, post: float) -> list:
+    pre = _factor(pre, "prescale_factor", st.rank, "reducescatter")
+    post = _factor(post, "postscale_factor", st.rank, "reducescatter")
     items = []
     for i, t in enumerate(tensors):
         arr = _array(t, "reducescatter", st.rank)
@@ -363,7 +377,7 @@ def _rs_items(st: Any, tensors: Sequence[np.ndarray], base: str, ps: ProcessSet,
                 f"rank {st.rank}: Average of a bool tensor is undefined; use op=Sum/Min/Max")
         nm = base if len(tensors) == 1 else f"{base}.{i}"
         items.append((Meta(ps.process_set_id, nm, REDUCESCATTER, arr.dtype.name, arr.shape,
-                           int(rop), -1, float(pre), float(post)), arr, None))
+                           int(rop), -1, pre, post), arr, None))
     return items
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from hvdcore.errors import UnsupportedError
 
 
@@ -30,11 +32,17 @@ class ProcessSet:
                                               MPI.COMM_WORLD.Get_group())
         else:
             try:
-                ranks = [int(r) for r in ranks_or_comm]
-            except (TypeError, ValueError) as exc:
+                items = list(ranks_or_comm)
+            except TypeError as exc:
                 raise UnsupportedError(
                     f"ProcessSet expects a sequence of integer ranks or an mpi4py communicator, "
                     f"got {ranks_or_comm!r}") from exc
+            if not all(isinstance(r, (int, np.integer)) and not isinstance(r, bool)
+                       for r in items):
+                # int(0.5) or int(True) would silently pick a rank nobody asked for
+                raise UnsupportedError(
+                    f"ProcessSet ranks must be integers, got {ranks_or_comm!r}")
+            ranks = [int(r) for r in items]
         if len(set(ranks)) != len(ranks):
             raise UnsupportedError(f"ProcessSet ranks contain duplicates: {list(ranks)}")
         self.ranks: list[int] = sorted(ranks)

@@ -186,7 +186,9 @@ class Executor:
         row = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
         rows = resp.per_rank[0]
         out = np.empty((sum(rows), *tail), dtype=dtype)
-        src = req.tensor.reshape((-1, *tail)) if req.tensor.ndim else req.tensor.reshape(1)
+        # explicit row count: reshape(-1, ...) is ambiguous (an error) when a trailing dim is 0
+        src = (req.tensor.reshape((req.tensor.shape[0], *tail)) if req.tensor.ndim
+               else req.tensor.reshape(1))
         t0 = self.timeline.now_us() if self.timeline else 0.0
         self.backend.allgatherv(pset.comm, src, out, [r * row for r in rows])
         self._span([req], resp.names, "MPI_ALLGATHER", t0, bytes=out.nbytes)
