@@ -1,0 +1,204 @@
+"""Fault-injection report: run every failure scenario repeatedly and print how jobs ended.
+
+Usage::
+
+    python benchmarks/faults_report.py                    # 20 trials per scenario and launcher
+    python benchmarks/faults_report.py --trials 3 --launchers mpirun
+    python benchmarks/faults_report.py --scenarios 1-kill,4-stall --json
+
+Columns: scenario, launcher, trials, clean endings (every promise of the scenario held; see
+faults_scenarios.py), worst time to exit (from the fault to the launcher's exit, or to the
+error reaching every rank for errors a job survives; for fuzzing: the slowest example) and
+leftovers (processes of a job still alive 5 s after its launcher ended; zombies ignored).
+The fuzzing rows count hypothesis examples instead of trials. Exit status 1 if any trial was
+not clean; each failure is printed with its command and output.
+
+Launchers: ``mpirun`` (plain Open MPI mpirun), ``hvdcorerun`` (``python -m hvdcore.runner``),
+``srun`` (needs a running Slurm cluster: see --slurm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from faults_harness import ROOT, Job, job_env, launch_command, program  # noqa: E402
+from faults_scenarios import SCENARIOS  # noqa: E402
+
+__all__ = ["Row", "run_scenario", "run_fuzz_collectives", "run_fuzz_launcher", "format_table",
+           "main"]
+
+FUZZ_KEYS = ("7-fuzz-collectives", "7-fuzz-launcher")
+
+
+@dataclass
+class Row:
+    """One line of the report."""
+
+    scenario: str
+    title: str
+    launcher: str
+    trials: int = 0
+    clean: int = 0
+    worst_exit_s: float | None = None
+    leftovers: int = 0
+    wall_s: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+
+def run_scenario(key: str, launcher: str, trials: int, seed: int = 0,
+                 log: bool = False) -> Row:
+    """Run ``trials`` trials of scenario ``key`` with ``launcher``."""
+    sc = next(s for s in SCENARIOS if s.key == key)
+    row = Row(key, sc.title, launcher)
+    t0 = time.monotonic()
+    for i in range(trials):
+        rng = random.Random(f"{seed}-{key}-{launcher}-{i}")
+        with tempfile.TemporaryDirectory(prefix="hvdcore-faults-") as tmp:
+            trial = sc.run(launcher, rng, Path(tmp))
+        row.trials += 1
+        row.clean += trial.clean
+        row.leftovers += trial.leftovers
+        if trial.exit_s is not None:
+            row.worst_exit_s = max(row.worst_exit_s or 0.0, trial.exit_s)
+        if not trial.clean:
+            row.failures.append(f"trial {i}: {trial.describe()}")
+        if log:
+            print(f"  {key} {launcher} trial {i}: {'clean' if trial.clean else 'NOT CLEAN'} "
+                  f"{trial.note}", file=sys.stderr, flush=True)
+    row.wall_s = time.monotonic() - t0
+    return row
+
+
+def run_fuzz_collectives(examples: int, launcher: str = "mpirun") -> Row:
+    """Scenario 7a: hypothesis fuzzing of every core collective in one 2-rank job."""
+    row = Row(FUZZ_KEYS[0], "fuzz every core collective (2 ranks, lockstep)", launcher)
+    env = job_env({"HVDCORE_STALL_CHECK_TIME_SECONDS": "5",
+                   "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "20"}, launcher)
+    t0 = time.monotonic()
+    job = Job(launch_command(launcher, 2, [program("faults_fuzz.py"), "--examples",
+                                           str(examples), "--hang-s", "30"]), env)
+    rc = job.wait(max(300.0, examples * 10.0))
+    left = job.leftovers()
+    if left:
+        job.kill_all()
+    row.leftovers = len(left)
+    row.wall_s = time.monotonic() - t0
+    for _, m in job.matches(r"^FUZZ (\S+) examples=(\d+) ok=\d+ errors=\d+ failures=(\d+) "
+                            r"worst_ms=([\d.]+)"):
+        row.trials += int(m.group(2))
+        row.clean += int(m.group(2)) - int(m.group(3))
+        row.worst_exit_s = max(row.worst_exit_s or 0.0, float(m.group(4)) / 1000)
+    row.failures += [m.group(0) for _, m in job.matches(r"^FUZZ(FAIL|HANG) .*")]
+    total = job.matches(r"^FUZZTOTAL examples=(\d+) failures=(\d+) healthy=(\w+)")
+    if job.hung or rc != 0 or not total or total[0][1].group(3) != "True":
+        row.failures.append(f"fuzz job ended badly (rc={rc}, hung={job.hung}); command "
+                            f"{' '.join(job.cmd)}\n{job.tail(60)}")
+    if left:
+        row.failures.append(f"leftover processes: {left}")
+    return row
+
+
+def run_fuzz_launcher(examples: int) -> Row:
+    """Scenario 7b: hypothesis fuzzing of hvdcorerun flags, hostfiles, HVDCORE_* values."""
+    from faults_fuzz_launcher import run_all
+
+    row = Row(FUZZ_KEYS[1], "fuzz hvdcorerun flags, hostfiles, HVDCORE_* env", "hvdcorerun")
+    t0 = time.monotonic()
+    for stats in run_all(examples):
+        row.trials += stats.examples
+        row.clean += stats.examples - len(stats.failures)
+        row.worst_exit_s = max(row.worst_exit_s or 0.0, stats.worst_s)
+        row.failures += [f"{stats.target}: {f}" for f in stats.failures]
+    row.wall_s = time.monotonic() - t0
+    return row
+
+
+def format_table(rows: list[Row]) -> str:
+    """The report as a Markdown table."""
+    lines = ["| scenario | launcher | trials | clean endings | worst time to exit | leftovers |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        worst = "-" if r.worst_exit_s is None else f"{r.worst_exit_s:.2f} s"
+        unit = " examples" if r.scenario in FUZZ_KEYS else ""
+        lines.append(f"| {r.scenario} {r.title} | {r.launcher} | {r.trials}{unit} | "
+                     f"{r.clean}/{r.trials} | {worst} | {r.leftovers} |")
+    return "\n".join(lines)
+
+
+def _slurm_ready() -> str | None:
+    """None if srun can run jobs now, else why not."""
+    try:
+        res = subprocess.run(["sinfo", "-h", "-o", "%D %t"], capture_output=True, text=True,
+                             timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sinfo failed: {exc}"
+    if res.returncode != 0 or not re.search(r"\bidle\b|\bmix\b", res.stdout):
+        return f"no idle Slurm nodes (sinfo: {res.stdout.strip() or res.stderr.strip()})"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; see the module docstring."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trials", type=int, default=20, help="trials per scenario and launcher")
+    p.add_argument("--launchers", default="mpirun,hvdcorerun",
+                   help="comma list of mpirun, hvdcorerun, srun (default mpirun,hvdcorerun)")
+    p.add_argument("--scenarios", default="all",
+                   help="comma list of keys: " + ", ".join([s.key for s in SCENARIOS]
+                                                           + list(FUZZ_KEYS)))
+    p.add_argument("--fuzz-examples", type=int, default=200,
+                   help="hypothesis examples per fuzz target (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the trials' random choices")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--quiet", action="store_true", help="no per-trial progress on stderr")
+    a = p.parse_args(argv)
+    launchers = [x.strip() for x in a.launchers.split(",") if x.strip()]
+    keys = ([s.key for s in SCENARIOS] + list(FUZZ_KEYS) if a.scenarios == "all"
+            else [k.strip() for k in a.scenarios.split(",")])
+    unknown = set(keys) - {s.key for s in SCENARIOS} - set(FUZZ_KEYS)
+    if unknown:
+        p.error(f"unknown scenarios {sorted(unknown)}")
+    if "srun" in launchers:
+        why = _slurm_ready()
+        if why:
+            p.error(f"--launchers srun: {why}; start the localhost cluster first "
+                    "(checks/slurm_localhost.py)")
+    os.chdir(ROOT)
+    rows: list[Row] = []
+    for key in keys:
+        if key == FUZZ_KEYS[0]:
+            rows.append(run_fuzz_collectives(a.fuzz_examples))
+        elif key == FUZZ_KEYS[1]:
+            rows.append(run_fuzz_launcher(a.fuzz_examples))
+        else:
+            sc = next(s for s in SCENARIOS if s.key == key)
+            for launcher in launchers:
+                if launcher in sc.launchers:
+                    rows.append(run_scenario(key, launcher, a.trials, a.seed, not a.quiet))
+        if not a.quiet:
+            r = rows[-1]
+            print(f"{r.scenario} {r.launcher}: {r.clean}/{r.trials} clean in {r.wall_s:.0f} s",
+                  file=sys.stderr, flush=True)
+    if a.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        print(format_table(rows))
+        for r in rows:
+            for f in r.failures:
+                print(f"\nFAILURE {r.scenario} / {r.launcher}: {f}")
+    return 0 if all(r.clean == r.trials and not r.failures for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
