@@ -52,8 +52,12 @@ def job_env(extra: dict[str, str] | None = None, launcher: str = "mpirun") -> di
     return env
 
 
-def launch_command(launcher: str, np: int, args: list[str], nodes: int = 1) -> list[str]:
-    """The command line that starts ``python <args>`` on ``np`` ranks with ``launcher``."""
+def launch_command(launcher: str, np: int, args: list[str], nodes: int | None = None
+                   ) -> list[str]:
+    """The command line that starts ``python <args>`` on ``np`` ranks with ``launcher``.
+
+    ``nodes`` (srun only): default: spread over both nodes of the localhost cluster.
+    """
     if launcher == "mpirun":
         mpirun = shutil.which("mpirun")
         if mpirun is None:
@@ -66,8 +70,9 @@ def launch_command(launcher: str, np: int, args: list[str], nodes: int = 1) -> l
         srun = shutil.which("srun")
         if srun is None:
             raise RuntimeError("srun not found: install slurm-wlm")
+        nodes = nodes if nodes is not None else min(np, 2)
         return [srun, f"--nodes={nodes}", f"--ntasks={np}", "--mpi=pmix", "--kill-on-bad-exit=1",
-                sys.executable, *args]
+                "--overcommit", sys.executable, *args]
     raise ValueError(f"unknown launcher {launcher!r}; choose from {', '.join(LAUNCHERS)}")
 
 

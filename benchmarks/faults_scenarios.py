@@ -396,3 +396,99 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("6-ckpt-kill", "checkpoint killed mid-write + resume",
              ("mpirun", "hvdcorerun", "srun"), checkpoint_killed),
 )
+
+
+# -- 8: Slurm (needs the localhost cluster with 2 nodes; launcher srun) -----------------------
+
+def _squeue_has(job_id: str) -> bool:
+    import subprocess
+
+    res = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i %T"], capture_output=True,
+                         text=True, timeout=30)
+    return res.returncode == 0 and bool(res.stdout.strip())
+
+
+def _slurm_job_gone(job_id: str, problems: list[str], bound: float = EXIT_BOUND_S) -> None:
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if not _squeue_has(job_id):
+            return
+        time.sleep(0.5)
+    problems.append(f"Slurm job {job_id} still in squeue {bound:.0f} s after the job failed")
+
+
+def _slurm_start(rng: random.Random, workdir: Path) -> tuple[Job, int, dict[int, str], str]:
+    np_ = rng.choice((2, 4))
+    args = [program("faults_train.py"), "--ckpt-dir", str(workdir), "--steps", "100000",
+            "--ckpt-every", "5", "--step-sleep", "0.03"]
+    job = Job(launch_command("srun", np_, args, nodes=2), job_env(launcher="srun"))
+    job.wait_for(r"^NODE ", count=np_, timeout=90)
+    nodes = {int(m.group(1)): m.group(2) for _, m in job.matches(r"^NODE (\d+) (\S+) (\S+)$")}
+    ids = {m.group(3) for _, m in job.matches(r"^NODE (\d+) (\S+) (\S+)$")}
+    return job, np_, nodes, (ids.pop() if len(ids) == 1 else "")
+
+
+def slurm_node_killed(launcher: str, rng: random.Random, workdir: Path) -> Trial:
+    """All ranks of one node of the 2-node localhost cluster are SIGKILLed mid-job: srun fails
+    (non-zero) naming the tasks, the ranks on the surviving node exit, the Slurm job leaves the
+    queue and no process is left."""
+    job, np_, nodes, job_id = _slurm_start(rng, workdir)
+    problems: list[str] = []
+    if len(set(nodes.values())) != 2 or not job_id:
+        problems.append(f"ranks did not span 2 nodes of one job: {nodes} job {job_id!r}")
+        job.kill_all()
+        return _trial(problems, None, 0, job, "setup")
+    victim_node = rng.choice(sorted(set(nodes.values())))
+    victims = [r for r, n in nodes.items() if n == victim_node]
+    job.wait_for(r"^CKPT ", timeout=60)
+    time.sleep(rng.uniform(0, 0.5))
+    pids = job.rank_pids()
+    fault_t = time.time()
+    for r in victims:
+        try:
+            os.kill(pids[r], signal.SIGKILL)
+        except (KeyError, ProcessLookupError):
+            problems.append(f"rank {r} had no live pid to kill")
+    rc, _, left = _finish(job, problems, None)
+    exit_s = None if job.end is None else job.end - fault_t
+    if rc == 0:
+        problems.append("srun exited 0 after a node's ranks were killed")
+    if exit_s is not None and exit_s > EXIT_BOUND_S:
+        problems.append(f"job took {exit_s:.1f} s to end")
+    if not any(_names_rank("srun", job.output, r) for r in victims):
+        problems.append(f"srun's output names none of the killed tasks {victims}")
+    _slurm_job_gone(job_id, problems)
+    return _trial(problems, exit_s, left, job, f"np={np_} killed node {victim_node} "
+                                                f"ranks {victims}")
+
+
+def slurm_scancel(launcher: str, rng: random.Random, workdir: Path) -> Trial:
+    """``scancel`` of a running 2-node job: srun ends non-zero, every rank exits, the job
+    leaves the queue, nothing is left running."""
+    import subprocess
+
+    job, np_, nodes, job_id = _slurm_start(rng, workdir)
+    problems: list[str] = []
+    if not job_id:
+        problems.append(f"no job id from the ranks: {nodes}")
+        job.kill_all()
+        return _trial(problems, None, 0, job, "setup")
+    job.wait_for(r"^CKPT ", timeout=60)
+    fault_t = time.time()
+    res = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=30)
+    if res.returncode != 0:
+        problems.append(f"scancel {job_id} failed: {res.stderr.strip()}")
+    rc, _, left = _finish(job, problems, None)
+    exit_s = None if job.end is None else job.end - fault_t
+    if rc == 0:
+        problems.append("srun exited 0 after scancel")
+    if exit_s is not None and exit_s > EXIT_BOUND_S:
+        problems.append(f"job took {exit_s:.1f} s to end after scancel")
+    _slurm_job_gone(job_id, problems)
+    return _trial(problems, exit_s, left, job, f"np={np_} job {job_id}")
+
+
+SCENARIOS = (*SCENARIOS,
+             Scenario("8-slurm-node-kill", "Slurm: one node's ranks SIGKILLed", ("srun",),
+                      slurm_node_killed),
+             Scenario("8-scancel", "Slurm: scancel of a running job", ("srun",), slurm_scancel))

@@ -13,7 +13,7 @@ Faults (``--fault KIND --fault-rank R --fault-step S``):
   exception        raise ValueError in user code at step S
 
 Lines printed (flushed, one write each) that the fault harness parses:
-  READY <rank> <pid> | CKPT <step> <digest> | FAULT <rank> <kind> <step> <epoch seconds>
+  READY <rank> <pid> | NODE <rank> <slurm node> <job id> (under srun) | CKPT <step> <digest> | FAULT <rank> <kind> <step> <epoch seconds>
   RESUMED <rank> <step> <digest> | DONE <rank> <digest>
 
 ``reference_state(steps, size)`` computes the same training in one process (no MPI), the
@@ -127,6 +127,8 @@ def main() -> None:
     hvd.init()
     rank = hvd.rank()
     _say(f"READY {rank} {os.getpid()}")
+    if "SLURMD_NODENAME" in os.environ:  # under srun: which (fake) node, which job
+        _say(f"NODE {rank} {os.environ['SLURMD_NODENAME']} {os.environ.get('SLURM_JOB_ID', '?')}")
     faulty = a.fault != "none" and rank == a.fault_rank
     state = initial_state()
     start = 1
