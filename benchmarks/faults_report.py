@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faults_harness import ROOT, Job, job_env, launch_command, program  # noqa: E402
-from faults_scenarios import SCENARIOS  # noqa: E402
+from faults_scenarios import SCENARIOS, torch_ready  # noqa: E402
 
 __all__ = ["Row", "run_scenario", "run_fuzz_collectives", "run_fuzz_launcher", "format_table",
            "main"]
@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(checks/slurm_localhost.py)")
     os.chdir(ROOT)
     rows: list[Row] = []
+    skipped: list[str] = []
     for key in keys:
         if key == FUZZ_KEYS[0]:
             rows.append(run_fuzz_collectives(a.fuzz_examples))
@@ -183,17 +184,23 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_fuzz_launcher(a.fuzz_examples))
         else:
             sc = next(s for s in SCENARIOS if s.key == key)
+            why = torch_ready() if sc.needs_torch else None
+            if why:
+                skipped.append(f"{key}: skipped ({why})")
+                continue
             for launcher in launchers:
                 if launcher in sc.launchers:
                     rows.append(run_scenario(key, launcher, a.trials, a.seed, not a.quiet))
-        if not a.quiet:
+        if not a.quiet and rows:
             r = rows[-1]
             print(f"{r.scenario} {r.launcher}: {r.clean}/{r.trials} clean in {r.wall_s:.0f} s",
                   file=sys.stderr, flush=True)
     if a.json:
-        print(json.dumps([asdict(r) for r in rows], indent=2))
+        print(json.dumps({"rows": [asdict(r) for r in rows], "skipped": skipped}, indent=2))
     else:
         print(format_table(rows))
+        for line in skipped:
+            print(f"\n{line}")
         for r in rows:
             for f in r.failures:
                 print(f"\nFAILURE {r.scenario} / {r.launcher}: {f}")

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from faults_harness import Job, Trial, job_env, launch_command, program
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(program("faults_checkpoint.py")).parent))
 import faults_checkpoint as ckpt  # noqa: E402
 import faults_train  # noqa: E402
 
-__all__ = ["Scenario", "SCENARIOS", "EXIT_BOUND_S"]
+__all__ = ["Scenario", "SCENARIOS", "EXIT_BOUND_S", "torch_ready"]
 
 EXIT_BOUND_S = 30.0  # every other rank must be gone this long after a rank died
 JOB_TIMEOUT_S = 120.0  # a job still running after this is a hang
@@ -39,6 +40,7 @@ class Scenario:
     title: str
     launchers: tuple[str, ...]
     run: Callable[[str, random.Random, Path], Trial]
+    needs_torch: bool = False
 
 
 def _finish(job: Job, trial_problems: list[str], fault_t: float | None,
@@ -54,6 +56,22 @@ def _finish(job: Job, trial_problems: list[str], fault_t: float | None,
         job.kill_all()
     exit_s = None if fault_t is None or job.end is None else job.end - fault_t
     return rc, exit_s, len(left)
+
+
+def _train(framework: str) -> str:
+    """The training program: NumPy core API, or PyTorch + hvdcore.torch.DistributedOptimizer."""
+    return program("faults_train_torch.py" if framework == "torch" else "faults_train.py")
+
+
+def torch_ready() -> str | None:
+    """None when the torch variants can run, else why not."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return "PyTorch is not installed"
+    if importlib.util.find_spec("hvdcore.torch") is None:
+        return "hvdcore.torch is not in this checkout"
+    return None
 
 
 def _names_rank(launcher: str, output: str, rank: int) -> bool:
@@ -75,7 +93,8 @@ def _trial(problems: list[str], exit_s: float | None, leftovers: int, job: Job,
 
 # -- 1: SIGKILL of one rank ------------------------------------------------------------------
 
-def kill_one_rank(launcher: str, rng: random.Random, workdir: Path) -> Trial:
+def kill_one_rank(launcher: str, rng: random.Random, workdir: Path,
+                  framework: str = "numpy") -> Trial:
     """One rank is SIGKILLed during backward, inside the gradient allreduce, during the
     checkpoint write, or from outside at a random moment. Every other rank must be gone
     within 30 s with a non-zero job exit, the launcher must name the dead rank, no rank may
@@ -86,7 +105,7 @@ def kill_one_rank(launcher: str, rng: random.Random, workdir: Path) -> Trial:
     victim = 0 if kind == "kill-checkpoint" else rng.randrange(np_)
     step = rng.choice(range(every, steps - every, every)) if kind == "kill-checkpoint" \
         else rng.randrange(2, steps - 2)
-    args = [program("faults_train.py"), "--ckpt-dir", str(workdir), "--steps", str(steps),
+    args = [_train(framework), "--ckpt-dir", str(workdir), "--steps", str(steps),
             "--ckpt-every", str(every), "--step-sleep", "0.03"]
     if kind != "kill-external":
         args += ["--fault", kind, "--fault-rank", str(victim), "--fault-step", str(step),
@@ -95,8 +114,8 @@ def kill_one_rank(launcher: str, rng: random.Random, workdir: Path) -> Trial:
     problems: list[str] = []
     fault_t = None
     if kind == "kill-external":
-        job.wait_for(r"^READY ", count=np_, timeout=60)
-        time.sleep(rng.uniform(0.1, 1.0))
+        job.wait_for(r"^READY ", count=np_, timeout=90)
+        time.sleep(rng.uniform(0.1, 1.0) + (2.0 if framework == "torch" else 0.0))
         pid = job.rank_pids().get(victim)
         if pid is None:
             problems.append(f"rank {victim} never printed READY")
@@ -124,17 +143,19 @@ def kill_one_rank(launcher: str, rng: random.Random, workdir: Path) -> Trial:
     if done:
         problems.append(f"ranks {[int(m.group(1)) for _, m in done]} finished training")
     return _trial(problems, exit_s, left, job,
-                  f"np={np_} {kind} rank={victim} step={step if kind != 'kill-external' else '-'}")
+                  f"{framework} np={np_} {kind} rank={victim} "
+                  f"step={step if kind != 'kill-external' else '-'}")
 
 
 # -- 2: exception in user code ---------------------------------------------------------------
 
-def user_exception(launcher: str, rng: random.Random, workdir: Path) -> Trial:
+def user_exception(launcher: str, rng: random.Random, workdir: Path,
+                   framework: str = "numpy") -> Trial:
     """One rank raises ValueError in user code: the job ends at once (non-zero), that rank's
     traceback appears exactly once, every line of it labelled with the rank."""
     np_ = rng.choice((2, 3))
     victim, step = rng.randrange(np_), rng.randrange(1, 12)
-    args = [program("faults_train.py"), "--ckpt-dir", str(workdir), "--steps", "15",
+    args = [_train(framework), "--ckpt-dir", str(workdir), "--steps", "15",
             "--fault", "exception", "--fault-rank", str(victim), "--fault-step", str(step)]
     job = Job(launch_command(launcher, np_, args), job_env(launcher=launcher))
     problems: list[str] = []
@@ -161,7 +182,7 @@ def user_exception(launcher: str, rng: random.Random, workdir: Path) -> Trial:
             problems.append(f"traceback line {needle!r} not labelled {label.strip()!r}: {lines}")
     if job.matches(r"^DONE "):
         problems.append("some rank finished training")
-    return _trial(problems, exit_s, left, job, f"np={np_} rank={victim} step={step}")
+    return _trial(problems, exit_s, left, job, f"{framework} np={np_} rank={victim} step={step}")
 
 
 # -- 3: mismatches ---------------------------------------------------------------------------
@@ -326,7 +347,8 @@ def _signal_launcher(signum: int) -> Callable[[str, random.Random, Path], Trial]
 
 # -- 6: checkpoint killed mid-write ----------------------------------------------------------
 
-def checkpoint_killed(launcher: str, rng: random.Random, workdir: Path) -> Trial:
+def checkpoint_killed(launcher: str, rng: random.Random, workdir: Path,
+                      framework: str = "numpy") -> Trial:
     """Rank 0 is SIGKILLed half way through writing a checkpoint: the previous checkpoint is
     intact (verifies and equals what was saved), and ``--resume`` restores that exact state
     on every rank and finishes with the same parameters as an uninterrupted run (computed in
@@ -334,7 +356,7 @@ def checkpoint_killed(launcher: str, rng: random.Random, workdir: Path) -> Trial
     np_ = 2
     steps, every = 20, 4
     fault_step = rng.choice((8, 12, 16))
-    base = [program("faults_train.py"), "--ckpt-dir", str(workdir), "--steps", str(steps),
+    base = [_train(framework), "--ckpt-dir", str(workdir), "--steps", str(steps),
             "--ckpt-every", str(every)]
     job = Job(launch_command(launcher, np_, [*base, "--fault", "kill-checkpoint",
                                              "--fault-rank", "0", "--fault-step",
@@ -373,11 +395,29 @@ def checkpoint_killed(launcher: str, rng: random.Random, workdir: Path) -> Trial
         if step != prev or digest != logged.get(prev):
             problems.append(f"rank {r} resumed step {step} digest {digest[:12]}, want {prev} "
                             f"{(logged.get(prev) or '?')[:12]}")
-    want = ckpt.state_digest(faults_train.reference_state(steps, np_))
+    want = _reference_digest(framework, steps, np_)
     done = {int(m.group(1)): m.group(2) for _, m in resume.matches(r"^DONE (\d+) (\w+)$")}
     if set(done) != set(range(np_)) or set(done.values()) != {want}:
         problems.append(f"final state after resume {done} != one-process reference {want[:12]}")
-    return _trial(problems, exit_s, left + left2, job, f"killed writing step {fault_step}")
+    return _trial(problems, exit_s, left + left2, job,
+                  f"{framework} killed writing step {fault_step}")
+
+
+_REFERENCES: dict[tuple[str, int, int], str] = {}
+
+
+def _reference_digest(framework: str, steps: int, size: int) -> str:
+    """Digest of the one-process reference training (cached: torch's takes seconds)."""
+    key = (framework, steps, size)
+    if key not in _REFERENCES:
+        if framework == "torch":
+            import faults_train_torch
+
+            state = faults_train_torch.reference_state(steps, size)
+        else:
+            state = faults_train.reference_state(steps, size)
+        _REFERENCES[key] = ckpt.state_digest(state)
+    return _REFERENCES[key]
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -395,6 +435,15 @@ SCENARIOS: tuple[Scenario, ...] = (
              _signal_launcher(signal.SIGTERM)),
     Scenario("6-ckpt-kill", "checkpoint killed mid-write + resume",
              ("mpirun", "hvdcorerun", "srun"), checkpoint_killed),
+    Scenario("1-kill-torch", "SIGKILL one rank, torch DistributedOptimizer",
+             ("mpirun", "hvdcorerun", "srun"), partial(kill_one_rank, framework="torch"),
+             needs_torch=True),
+    Scenario("2-exception-torch", "exception in user code, torch",
+             ("mpirun", "hvdcorerun", "srun"), partial(user_exception, framework="torch"),
+             needs_torch=True),
+    Scenario("6-ckpt-kill-torch", "checkpoint killed mid-write + resume, torch",
+             ("mpirun", "hvdcorerun", "srun"), partial(checkpoint_killed, framework="torch"),
+             needs_torch=True),
 )
 
 

@@ -16,6 +16,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from faults_report import run_fuzz_collectives, run_scenario  # noqa: E402
+from faults_scenarios import torch_ready  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 
@@ -44,6 +45,16 @@ def _check(row) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("key, launcher", CASES, ids=[f"{k}-{la}" for k, la in CASES])
 def test_fault_scenario_quick(key: str, launcher: str) -> None:
     _check(run_scenario(key, launcher, QUICK_TRIALS, seed=1))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("key", ["1-kill-torch", "6-ckpt-kill-torch"])
+def test_fault_scenario_torch(key: str) -> None:
+    """The training program on PyTorch + DistributedOptimizer (1 trial: torch start is slow)."""
+    why = torch_ready()
+    if why:
+        pytest.skip(why)
+    _check(run_scenario(key, "mpirun", 1, seed=1))
 
 
 def test_fuzz_collectives_quick() -> None:
