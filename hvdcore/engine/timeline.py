@@ -2,9 +2,12 @@
 
 One row per tensor name. Phases: NEGOTIATE (announced until the coordinator's answer is
 executed), FUSE / UNFUSE (copies into and out of the fusion buffer) and the backend operation
-(e.g. MPI_ALLREDUCE), each with byte counts. The file is a JSON array written as events happen;
-:meth:`Timeline.close` writes the closing bracket, and is called on normal exit, on SIGTERM and
-from the uncaught-exception hook, so the file stays valid JSON.
+(e.g. MPI_ALLREDUCE), each with byte counts. The file is a JSON array written as events happen,
+and it is valid JSON after every event: each event is written with one ``pwrite`` together with
+the closing bracket, over the previous closing bracket. A rank killed at any moment (SIGKILL
+included: Open MPI's mpirun sometimes kills a rank before its SIGTERM handler can run) leaves a
+file that parses. :meth:`Timeline.close` adds a final ``timeline_end`` marker; it is called on
+normal exit, on SIGTERM and from the uncaught-exception hook.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import json
 import os
 import threading
 import time
-from typing import IO
 
 
 class Timeline:
@@ -28,8 +30,10 @@ class Timeline:
         self._t0 = time.perf_counter()
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        self._fh: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115
-        self._fh.write("[\n")
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(self._fd, b"[\n]\n")
+        self._tail = 2  # where the next event goes (over the closing bracket)
+        self._events = 0
         self._emit({"name": "process_name", "ph": "M", "pid": rank,
                     "args": {"name": f"hvdcore rank {rank}"}})
 
@@ -47,8 +51,13 @@ class Timeline:
         return (time.perf_counter() - self._t0) * 1e6
 
     def _emit(self, event: dict) -> None:
-        if self._fh is not None:
-            self._fh.write(json.dumps(event, separators=(",", ":")) + ",\n")
+        if self._fd is None:
+            return
+        data = (b",\n" if self._events else b"") + json.dumps(
+            event, separators=(",", ":")).encode()
+        os.pwrite(self._fd, data + b"\n]\n", self._tail)  # valid JSON after every event
+        self._tail += len(data)
+        self._events += 1
 
     def _row(self, name: str) -> int:
         row = self._rows.get(name)
@@ -61,7 +70,7 @@ class Timeline:
     def span(self, name: str, phase: str, start_us: float, end_us: float, **args: object) -> None:
         """Record one complete event ``phase`` for tensor ``name``."""
         with self._lock:
-            if self._fh is None:
+            if self._fd is None:
                 return
             self._emit({"name": phase, "ph": "X", "pid": self.rank, "tid": self._row(name),
                         "ts": round(start_us, 3), "dur": round(max(end_us - start_us, 0.0), 3),
@@ -70,7 +79,7 @@ class Timeline:
     def mark(self, label: str, **args: object) -> None:
         """Record an instant event (engine cycle markers)."""
         with self._lock:
-            if self._fh is None:
+            if self._fd is None:
                 return
             self._emit({"name": label, "ph": "i", "s": "p", "pid": self.rank, "tid": 0,
                         "ts": round(self.now_us(), 3), "args": args})
@@ -78,14 +87,13 @@ class Timeline:
     def close(self) -> None:
         """Terminate the JSON array and close the file (safe to call more than once)."""
         with self._lock:
-            if self._fh is None:
+            if self._fd is None:
                 return
-            self._fh.write(json.dumps({"name": "timeline_end", "ph": "M", "pid": self.rank,
-                                       "args": {}}) + "\n]\n")
-            self._fh.close()
-            self._fh = None
+            self._emit({"name": "timeline_end", "ph": "M", "pid": self.rank, "args": {}})
+            os.close(self._fd)
+            self._fd = None
 
     @property
     def closed(self) -> bool:
         """True once :meth:`close` ran."""
-        return self._fh is None
+        return self._fd is None
