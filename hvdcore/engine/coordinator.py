@@ -299,6 +299,7 @@ class Coordinator:
     def _stall_check(self, now: float) -> list[Response]:
         warn: list[str] = []
         fatal: list[str] = []
+        stalled: list[str] = []
         missing_by_rank: dict[int, list[str]] = {}
         for (set_id, name), entry in self.table.items():
             age = now - entry.first
@@ -316,6 +317,7 @@ class Coordinator:
             where = "" if set_id == 0 else f" (process set {set_id})"
             line = (f"{ref.kind} '{name}'{where}: submitted by {_fmt_ranks(have)} "
                     f"{age:.0f} s ago, still missing on {_fmt_ranks(missing)}")
+            stalled.append(line)
             # Shutdown only warns: ranks may legitimately finish long after others (rank-0
             # evaluation or checkpointing at the end of a job).
             if self.stall_shutdown_s > 0 and age >= self.stall_shutdown_s and ref.kind != SHUTDOWN:
@@ -338,6 +340,8 @@ class Coordinator:
                 message=f"stall shutdown after {self.stall_shutdown_s:g} s "
                         f"(HVDCORE_STALL_SHUTDOWN_TIME_SECONDS): ending the job.\n  "
                         + "\n  ".join(fatal)
+                        # the other side of a name mismatch may be a little younger: show it
+                        + "".join(f"\n  {ln}" for ln in stalled if ln not in fatal)
                         + "\nCheck that every rank reaches the same collectives; raise the "
                           "bound or set it to 0 to disable the shutdown."))
         return out
