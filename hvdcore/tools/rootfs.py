@@ -57,6 +57,8 @@ __all__ = [
     "build",
     "run_test",
     "run_in",
+    "mounts_under",
+    "remove_rootfs",
     "main",
 ]
 
@@ -185,6 +187,29 @@ def host_pip_config() -> tuple[dict[str, str], list[str]]:
     return env, sorted(set(paths))
 
 
+def mounts_under(path: str | Path) -> list[str]:
+    """Mount points at or below ``path`` (from /proc/self/mounts)."""
+    root = os.path.realpath(path)
+    found = []
+    with open("/proc/self/mounts") as fh:
+        for line in fh:
+            point = line.split()[1].replace("\\040", " ")
+            if point == root or point.startswith(root.rstrip("/") + "/"):
+                found.append(point)
+    return found
+
+
+def remove_rootfs(path: str | Path) -> None:
+    """Delete a rootfs directory, refusing while anything is mounted below it.
+
+    (Deleting through a bind mount of /dev or /sys would delete the host's files.)
+    """
+    busy = mounts_under(path)
+    if busy:
+        raise DefinitionError(f"refusing to delete {path}: still mounted: {', '.join(busy)}")
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def _mounted(rootfs: Path, binds: Sequence[tuple[str, str]] = ()) -> Iterator[None]:
     """Mount /proc, /sys, /dev (and read-only binds) into ``rootfs``; unmount on exit."""
@@ -233,7 +258,7 @@ def _base(suite: str, mirror: str, cache: Path | None) -> Path:
         _log(f"base: cached {done}")
         return done
     tmp = root / f"debian-{suite}-{key}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_rootfs(tmp)
     if shutil.which("debootstrap") is None:
         raise DefinitionError("debootstrap not found: install the Debian package 'debootstrap'")
     _log(f"base: debootstrap --variant=minbase {suite} from {mirror}")
@@ -243,12 +268,12 @@ def _base(suite: str, mirror: str, cache: Path | None) -> Path:
         text=True,
     )
     if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_rootfs(tmp)
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
         raise DefinitionError(
             f"debootstrap {suite} {mirror} failed (exit {proc.returncode}):\n{tail}"
         )
-    shutil.rmtree(done, ignore_errors=True)
+    remove_rootfs(done)
     tmp.rename(done)
     return done
 
@@ -402,12 +427,12 @@ def build(
     mirror = mirror or apt_mirror(suite)
     root = Path(rootfs).resolve()
     base = _base(suite, mirror, Path(cache).resolve() if cache else None)
-    shutil.rmtree(root, ignore_errors=True)
+    remove_rootfs(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     _log(f"copying base into {root}")
     subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(root)], check=True)
     if cache is None:
-        shutil.rmtree(base, ignore_errors=True)
+        remove_rootfs(base)
     _host_files(root)
     stage = defn.final
     env = {
