@@ -274,3 +274,28 @@ def test_cpu_recipe_builds_and_passes_its_test(workdir: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert re.search(r"mpirun .*-np 2 .*true$", run.stdout.strip()), run.stdout
     assert not rootfs.mounts_under(workdir)
+
+
+def test_cli_build_reports_file_line(tmp_path: Path) -> None:
+    recipe = tmp_path / "bad.def"
+    recipe.write_text("Bootstrap: docker\nFrom: debian:latest\n%post\n    true\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hvdcore.tools.rootfs",
+            "build",
+            str(recipe),
+            "--rootfs",
+            str(tmp_path / "rootfs"),
+            "--context",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 1
+    assert f"{recipe}:2: DEF004 unpinned base image" in proc.stderr
