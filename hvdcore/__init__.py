@@ -27,6 +27,18 @@ from hvdcore.basics import (
     start_timeline,
     stop_timeline,
 )
+from hvdcore import capabilities
+from hvdcore.capabilities import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+)
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import ReduceOp
 from hvdcore.errors import (
@@ -88,5 +100,6 @@ __all__ = [
     "poll", "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set", "HvdcoreError", "ConfigError", "LaunchError", "NotInitializedError",
     "MismatchError", "StallError", "RankFailedError", "CapabilityError", "UnsupportedError",
-    "ShutdownError", "__version__",
+    "ShutdownError", "__version__", "capabilities", "mpi_built", "mpi_enabled", "gloo_built",
+    "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "ddl_built", "ccl_built",
 ]

@@ -67,10 +67,10 @@ def _fmt_ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
 
 
-def _describe(value: object) -> str:
+def _describe(value: object, fld: str) -> str:
     if isinstance(value, tuple):
         return str(list(value))
-    if isinstance(value, int) and not isinstance(value, bool) and value in ReduceOp._value2member_map_:
+    if fld == "op" and isinstance(value, int) and value in ReduceOp._value2member_map_:
         return ReduceOp(value).name
     return repr(value) if isinstance(value, str) else str(value)
 
@@ -107,7 +107,7 @@ def check_agreement(metas: dict[int, Meta], set_id: int) -> str | None:
             groups.setdefault(_field_value(metas[r], fld), []).append(r)
         if len(groups) > 1:
             parts = "; ".join(
-                f"{_fmt_ranks(rs)} submitted {_describe(v)}" for v, rs in groups.items()
+                f"{_fmt_ranks(rs)} submitted {_describe(v, fld)}" for v, rs in groups.items()
             )
             where = "" if set_id == 0 else f" in process set {set_id}"
             return f"mismatched {fld} for {ref.kind} '{ref.name}'{where}: {parts}. {_ADVICE}"
@@ -298,7 +298,7 @@ class Coordinator:
     def _stall_check(self, now: float) -> list[Response]:
         warn: list[str] = []
         fatal: list[str] = []
-        missing_all: set[int] = set()
+        missing_by_rank: dict[int, list[str]] = {}
         for (set_id, name), entry in self.table.items():
             age = now - entry.first
             if age < self.stall_check_s:
@@ -309,7 +309,8 @@ class Coordinator:
             missing = [r for r in need if r not in entry.metas]
             if not missing:
                 continue
-            missing_all.update(missing)
+            for r in missing:
+                missing_by_rank.setdefault(r, []).append(name)
             have = sorted(entry.metas)
             where = "" if set_id == 0 else f" (process set {set_id})"
             line = (f"{ref.kind} '{name}'{where}: submitted by {_fmt_ranks(have)} "
@@ -322,7 +323,8 @@ class Coordinator:
         out: list[Response] = []
         if warn:
             out.append(Response(
-                kind=STALL_WARNING, set_id=0, names=[], ranks=tuple(sorted(missing_all)),
+                kind=STALL_WARNING, set_id=0, names=[],
+                per_rank=sorted(missing_by_rank.items()),
                 message="stalled collectives (one or more ranks did not submit these tensors; "
                         "a rank may be stuck, slow, or calling collectives in a different "
                         "order):\n  " + "\n  ".join(warn)))

@@ -233,9 +233,9 @@ class Engine:
                 req.handle.fail(cls(f"rank {self.rank}: {resp.message}"))
             return
         if kind == STALL_WARNING:
-            extra = ""
-            if resp.ranks and self.rank in resp.ranks:
-                extra = f"\n  This rank ({self.rank}) is one of the missing ranks."
+            mine = dict(resp.per_rank).get(self.rank)
+            extra = (f"\n  This rank ({self.rank}) has not submitted: {', '.join(mine)}"
+                     if mine else "")
             log.warning("%s%s", resp.message, extra)
             return
         if kind == ABORT:
