@@ -299,3 +299,67 @@ def test_cli_build_reports_file_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert f"{recipe}:2: DEF004 unpinned base image" in proc.stderr
+
+
+MAPS_PROBE = (
+    "import re, hvdcore; hvdcore.init(); "
+    "libs = sorted(set(re.findall(r'/\\S*libmpi\\S*', open('/proc/self/maps').read()))); "
+    "print('rank', hvdcore.rank(), 'libmpi', *libs); hvdcore.shutdown()"
+)
+
+
+@needs_chroot
+@pytest.mark.slow
+@pytest.mark.mpi
+@pytest.mark.timeout(1500)
+def test_hostmpi_recipe_and_bind_model(workdir: Path) -> None:
+    """The bind-model recipe works on its own MPICH, and a libmpi.so.12 bound at
+    /opt/hostmpi/lib (as a site binds its Cray MPICH) is the library the ranks load."""
+    ctx = workdir / "ctx"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "containers" / "build-sdist.sh"), str(ctx / "dist")],
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    args = {"TORCH_PIP_OPTS": ""} if _local_torch_wheel() else {}
+    image = workdir / "rootfs"
+    started = time.monotonic()
+    rootfs.build(
+        ROOT / "containers" / "hvdcore-hostmpi.def",
+        image,
+        context=ctx,
+        cache=CACHE,
+        host_pip=True,
+        build_args=args,
+        log=workdir / "post.log",
+        timeout=1200,
+    )
+    built = time.monotonic()
+    test = rootfs.run_test(image, timeout=300)
+    print(f"\nhostmpi recipe: build {built - started:.0f}s, %test {time.monotonic() - built:.0f}s")
+    out = test.stdout + test.stderr
+    assert test.returncode == 0, out[-4000:]
+    assert "MPI MPICH" in out and "All required capabilities present: mpi, torch" in out, out
+    assert "allreduce_check: rank 1 of 2 OK" in out, out[-4000:]
+    # the bind model: an MPICH-ABI library from outside the image, bound where the recipe's
+    # %help says, is the one every rank loads (here a copy of an MPICH build standing in for
+    # the site's; on a cluster it is Cray MPICH or Intel MPI)
+    mpich = sorted(image.glob("usr/lib/*/libmpich.so.12"))
+    assert mpich, "image has no libmpich.so.12"
+    hostlib = workdir / "host-mpi-lib"
+    hostlib.mkdir()
+    shutil.copyfile(mpich[0].resolve(), hostlib / "libmpi.so.12")
+    probe = ["hvdcorerun", "--launcher", "mpirun", "-np", "2", "python", "-c", MAPS_PROBE]
+    unbound = rootfs.run_in(image, probe, timeout=300)
+    assert unbound.returncode == 0, unbound.stderr[-3000:]
+    lines = [ln for ln in unbound.stdout.splitlines() if ln.startswith("rank ")]
+    assert len(lines) == 2 and all("/libmpich.so.12" in ln for ln in lines), unbound.stdout
+    assert "/opt/hostmpi/lib/" not in unbound.stdout
+    bound = rootfs.run_in(image, probe, timeout=300, binds=[(str(hostlib), "/opt/hostmpi/lib")])
+    assert bound.returncode == 0, bound.stderr[-3000:]
+    lines = sorted(ln for ln in bound.stdout.splitlines() if ln.startswith("rank "))
+    assert lines == [f"rank {r} libmpi /opt/hostmpi/lib/libmpi.so.12" for r in (0, 1)], bound.stdout
+    assert not rootfs.mounts_under(workdir)

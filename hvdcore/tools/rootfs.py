@@ -504,14 +504,18 @@ def _container_cmd(rootfs: Path, script: str, extra_env: dict[str, str]) -> list
 
 
 def run_in(
-    rootfs: str | Path, argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 600
+    rootfs: str | Path,
+    argv: Sequence[str],
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    binds: Sequence[tuple[str, str]] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` in the rootfs with its %environment (like ``apptainer exec``)."""
+    """Run ``argv`` in the rootfs with its %environment (like ``apptainer exec --bind``)."""
     import shlex
 
     root = Path(rootfs)
     _host_files(root)
-    with _mounted(root):
+    with _mounted(root, binds):
         return subprocess.run(
             _container_cmd(root, "exec " + shlex.join(argv), env or {}),
             capture_output=True,
@@ -521,12 +525,15 @@ def run_in(
 
 
 def run_test(
-    rootfs: str | Path, env: dict[str, str] | None = None, timeout: float = 600
+    rootfs: str | Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    binds: Sequence[tuple[str, str]] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run the image's %test with its %environment (like ``apptainer test``)."""
+    """Run the image's %test with its %environment (like ``apptainer test --bind``)."""
     root = Path(rootfs)
     _host_files(root)
-    with _mounted(root):
+    with _mounted(root, binds):
         return subprocess.run(
             _container_cmd(root, f"exec /bin/sh -e /{_META}/test", env or {}),
             capture_output=True,
@@ -570,6 +577,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--rootfs", required=True)
     e = sub.add_parser("exec", help="run a command in the rootfs with its %%environment")
     e.add_argument("--rootfs", required=True)
+    for p in (t, e):
+        p.add_argument(
+            "--bind",
+            action="append",
+            default=[],
+            metavar="SRC[:DST]",
+            help="read-only bind into the rootfs (like apptainer --bind)",
+        )
     e.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     try:
@@ -586,10 +601,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log=args.log,
             )
             return 0
+        binds = [(s.split(":", 1)[0], s.split(":", 1)[-1]) for s in args.bind]
         proc = (
-            run_test(args.rootfs)
+            run_test(args.rootfs, binds=binds)
             if args.cmd == "test"
-            else run_in(args.rootfs, [a for a in args.command if a != "--"])
+            else run_in(args.rootfs, [a for a in args.command if a != "--"], binds=binds)
         )
     except DefinitionError as exc:
         print(f"error: {exc}", file=sys.stderr)
