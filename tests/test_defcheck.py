@@ -378,3 +378,9 @@ def test_unreadable_definition() -> None:
 
 def test_shellcheck_is_installed() -> None:
     assert shutil.which("shellcheck"), "shellcheck missing: ci/apt/containers.txt installs it"
+
+
+def test_unbalanced_quote_in_files_does_not_crash(ctx: Path) -> None:
+    text = GOOD.replace("payload.txt /opt/payload.txt", '"payload.txt /opt/payload.txt')
+    problems = problems_for(text, ctx)
+    assert codes(problems) == [(line_of(text, '"payload.txt'), "DEF005")]

@@ -85,8 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         failures.append(f"empty float16: got shape {got.shape}, expected (0,)")
     done.append("empty")
     if args.torch:
-        import hvdcore.torch as hvd_torch
         import torch
+
+        import hvdcore.torch as hvd_torch
 
         t = torch.from_numpy(_contribution(shape, "float32", rank))
         got_t = hvd_torch.allreduce(t, op=hvd_torch.Sum, name="allreduce_check.torch")

@@ -332,7 +332,13 @@ def _shellcheck(defn: Definition, stage: Stage, severity: str) -> list[Problem]:
         if sec.name in {"environment", "appenv"}:
             cmd += ["-e", ",".join(_ENV_EXCLUDES)]
         cmd.append("-")
-        proc = subprocess.run(cmd, input=text, capture_output=True, text=True, timeout=60)
+        try:
+            proc = subprocess.run(cmd, input=text, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            out.append(
+                Problem(defn.path, sec.line, "DEF006", f"shellcheck timed out on %{sec.name}")
+            )
+            continue
         if proc.returncode not in (0, 1):
             out.append(
                 Problem(

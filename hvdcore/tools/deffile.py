@@ -51,6 +51,14 @@ class DefinitionError(HvdcoreError):
     """A definition file cannot be parsed or built; the message starts with ``file:line:``."""
 
 
+def _split(text: str) -> list[str]:
+    """Shell-like word split; unbalanced quotes fall back to plain whitespace splitting."""
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
 @dataclass(frozen=True)
 class HeaderEntry:
     """One ``Key: value`` header line (``key`` is lower-case, ``name`` as written)."""
@@ -81,7 +89,7 @@ class Section:
 
     def shell(self) -> str | None:
         """The interpreter a shell section runs under (``-c /bin/bash`` -> ``bash``), or None."""
-        words = shlex.split(self.args) if self.args else []
+        words = _split(self.args)
         if "-c" in words and words.index("-c") + 1 < len(words):
             return Path(words[words.index("-c") + 1]).name
         return None
@@ -136,7 +144,7 @@ class Stage:
                 stripped = text.strip()
                 if not stripped or stripped.startswith("#"):
                     continue
-                words = shlex.split(stripped)
+                words = _split(stripped)
                 src = words[0]
                 dst = words[1] if len(words) > 1 else src
                 out.append(FileEntry(src, dst, lineno, from_stage))
