@@ -43,3 +43,16 @@ def test_allreduce_check_reports_a_failed_start() -> None:
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "hvdcore.init() failed" in proc.stderr and "HVDCORE_NO_SUCH_KNOB" in proc.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+def test_allreduce_check_torch_binding() -> None:
+    pytest.importorskip("torch")
+    try:
+        import hvdcore.torch  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"hvdcore.torch binding not importable in this checkout: {exc}")
+    proc = run_mpi(2, ["-m", "hvdcore.tools.allreduce_check", "--torch"], timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("OK (7 checks:") == 2 and "torch" in proc.stdout
