@@ -248,10 +248,11 @@ def _host_files(rootfs: Path) -> None:
             shutil.copyfile(src, dst)
 
 
-def _base(suite: str, mirror: str, cache: Path | None) -> Path:
-    """A pristine minbase rootfs for ``suite`` (cached under ``cache`` when given)."""
+def _base(suite: str, mirror: str, cache: Path | None, where: Path | None = None) -> Path:
+    """A pristine minbase rootfs for ``suite``: reused from ``cache`` when given, else new
+    (in ``where``)."""
     key = hashlib.sha256(f"{suite} {mirror} minbase".encode()).hexdigest()[:12]
-    root = cache if cache is not None else Path(os.environ.get("TMPDIR", "/var/tmp"))
+    root = cache if cache is not None else (where or Path("/var/tmp"))
     root.mkdir(parents=True, exist_ok=True)
     done = root / f"debian-{suite}-{key}"
     if cache is not None and (done / "etc" / "debian_version").is_file():
@@ -273,6 +274,8 @@ def _base(suite: str, mirror: str, cache: Path | None) -> Path:
         raise DefinitionError(
             f"debootstrap {suite} {mirror} failed (exit {proc.returncode}):\n{tail}"
         )
+    if cache is None:
+        return tmp
     remove_rootfs(done)
     tmp.rename(done)
     return done
@@ -426,13 +429,14 @@ def build(
     suite, mirror = base_suite(defn)
     mirror = mirror or apt_mirror(suite)
     root = Path(rootfs).resolve()
-    base = _base(suite, mirror, Path(cache).resolve() if cache else None)
     remove_rootfs(root)
     root.parent.mkdir(parents=True, exist_ok=True)
-    _log(f"copying base into {root}")
-    subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(root)], check=True)
-    if cache is None:
-        remove_rootfs(base)
+    if cache:
+        base = _base(suite, mirror, Path(cache).resolve())
+        _log(f"copying base into {root}")
+        subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(root)], check=True)
+    else:  # no cache: debootstrap next to the target and move it into place
+        _base(suite, mirror, None, where=root.parent).rename(root)
     _host_files(root)
     stage = defn.final
     env = {
