@@ -201,12 +201,12 @@ def _nccl() -> Capability:
     details = {k: f.get(k) for k in ("nccl_version", "nccl_version_code", "nccl_version_error",
                                      "cuda_version", "hip_version", "gpu_count")}
     if not f.get("nccl"):
-        reason = (f"torch {f['version']} was built without NCCL "
-                  "(torch.distributed.is_nccl_available() is False): install a CUDA or ROCm "
-                  "build of torch")
-        return Capability("tensor_operation", "nccl", "NCCL", False, False, None, reason, details)
+        why = (f"torch {f['version']} was built without NCCL "
+               "(torch.distributed.is_nccl_available() is False): install a CUDA or ROCm "
+               "build of torch")
+        return Capability("tensor_operation", "nccl", "NCCL", False, False, None, why, details)
     available = f.get("gpu_count", 0) > 0
-    reason = None if available else (
+    reason: str | None = None if available else (
         "built, but no GPU is visible (torch.cuda.device_count() == 0"
         + (f": {f['gpu_error']}" if "gpu_error" in f else "") + ")")
     return Capability("tensor_operation", "nccl", "NCCL", True, available, f.get("nccl_version"),
@@ -232,15 +232,16 @@ def _device(name: str, label: str) -> Capability:
                       if "error" not in f else f["error"])
         tf_part = ("" if not tf_build.get("installed") else
                    f"; TensorFlow {tf_build.get('version')} is not a {label} build")
-        reason = f"not built with {label}: {torch_part}{tf_part}"
-        return Capability("device", name, label, False, False, None, reason, details)
+        why = f"not built with {label}: {torch_part}{tf_part}"
+        return Capability("device", name, label, False, False, None, why, details)
     # torch answers for both CUDA and ROCm (HIP reuses torch.cuda); TF is checked only if loaded
     count = f.get("gpu_count", 0) if version is not None else 0
     if count == 0 and "tensorflow" in sys.modules:
         count = probes.tensorflow_facts().get("gpu_count", 0)
     details["gpu_count"] = count
     details["gpu_names"] = f.get("gpu_names", [])
-    reason = None if count else f"built with {label}, but no {label} GPU is visible on this node"
+    reason: str | None = (
+        None if count else f"built with {label}, but no {label} GPU is visible on this node")
     return Capability("device", name, label, True, count > 0, version, reason, details)
 
 

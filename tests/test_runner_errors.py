@@ -78,6 +78,10 @@ def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no command given" in usage_error(capsys, ["-np", "2", "--"])
 
 
+def test_gloo_controller_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--gloo is not supported" in usage_error(capsys, ["--gloo", "-np", "2", "python"])
+
+
 def test_np_required_outside_slurm(capsys: pytest.CaptureFixture[str]) -> None:
     assert "-np N is required" in usage_error(capsys, ["python", "x.py"])
 

@@ -88,7 +88,8 @@ def test_rank_killed_by_signal_is_named() -> None:
     assert last.startswith("hvdcorerun: job failed: rank 0 ") and "signal 9" in last, last
 
 
-def test_sigterm_is_forwarded_and_ranks_stop() -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_is_forwarded_and_ranks_stop(sig: signal.Signals) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "hvdcore.runner", "-np", "2", sys.executable,
                              str(PROGRAMS / "runner_sleep.py")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -101,18 +102,18 @@ def test_sigterm_is_forwarded_and_ranks_stop() -> None:
             if line.startswith("ready"):
                 pids.append(int(line.split()[2]))
         assert len(pids) == 2, "ranks did not start"
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode != 0
-    assert "hvdcorerun: forwarded SIGTERM to mpirun" in err
+    assert f"hvdcorerun: forwarded {sig.name} to mpirun" in err
     time.sleep(0.5)
     alive = [p for p in pids if Path(f"/proc/{p}").exists()
              and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]]
-    assert alive == [], f"ranks still running after SIGTERM: {alive}"
+    assert alive == [], f"ranks still running after {sig.name}: {alive}"
 
 
 def test_failure_summary_patterns_and_exit_code() -> None:

@@ -1,6 +1,6 @@
 """Run the launcher child: forward signals, pass its exit code on, name the rank that failed.
 
-The child (``mpirun``/``srun``) runs in its own process group so that a terminal's Ctrl-C
+The child (``mpirun``/``srun``) runs in its own session (process group) so that a terminal's Ctrl-C
 reaches it once, through ``hvdcorerun``: SIGINT, SIGTERM and SIGHUP received by ``hvdcorerun``
 are forwarded to it, and mpirun/srun stop the ranks. A third signal kills the child outright.
 Its stdout is passed through untouched; its stderr is copied through as it arrives and scanned
@@ -84,7 +84,7 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun") ->
     """Run ``cmd`` to completion and return the exit code to pass on (see module docstring)."""
     try:
         proc = subprocess.Popen(list(cmd), env=dict(env), stderr=subprocess.PIPE,
-                                process_group=0)
+                                start_new_session=True)
     except OSError as exc:
         print(f"hvdcorerun: cannot start {cmd[0]}: {exc}", file=sys.stderr)
         return 127
