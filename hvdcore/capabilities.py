@@ -354,8 +354,16 @@ def mpi_built() -> bool:
 
 
 def mpi_enabled() -> bool:
-    """True if MPI is in use at run time in this process: MPI is initialized (``hvdcore.init()``
-    does it) and not finalized. Horovod's meaning: the job runs with the MPI controller."""
+    """True if MPI is in use at run time: ``hvdcore.init()`` was called (and no ``shutdown()``)
+    in this process and MPI is initialized. hvdcore's controller is always MPI, so this is
+    Horovod's "the job runs with the MPI controller"; False before ``init()``."""
+    try:
+        from hvdcore import basics
+
+        if not basics.is_initialized():
+            return False
+    except ImportError:  # hvdcore's core is not importable: nothing can be enabled
+        return False
     mod = sys.modules.get("mpi4py.MPI")
     if mod is None:
         return False
