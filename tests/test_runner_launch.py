@@ -116,6 +116,16 @@ def test_signal_is_forwarded_and_ranks_stop(sig: signal.Signals) -> None:
     assert alive == [], f"ranks still running after {sig.name}: {alive}"
 
 
+def test_exception_on_one_hvdcore_rank_is_named() -> None:
+    """Through hvdcore's abort-on-exception hook: the job ends and the summary names the rank."""
+    start = time.monotonic()
+    proc = hvdcorerun(["-np", "2", sys.executable, str(PROGRAMS / "runner_raise.py")])
+    assert time.monotonic() - start < 90
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("hvdcorerun: job failed: rank 1 raised ValueError"), proc.stderr
+
+
 def test_failure_summary_patterns_and_exit_code() -> None:
     """Parsers of the reports mpirun (seen above), MPICH and srun print."""
     hydra = ("===================================================================================\n"

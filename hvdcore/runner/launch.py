@@ -33,6 +33,12 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
      "rank {rank} (node {node}) was killed by signal {sig} ({name})"),
     (re.compile(r"Process name: \[\[\d+,\d+\],(?P<rank>\d+)\]\s+Exit code:\s+(?P<code>\d+)"),
      "rank {rank} exited with exit code {code}"),
+    # hvdcore's own abort messages (ABORT_ON_EXCEPTION hook, engine failure): mpirun sometimes
+    # loses its MPI_ABORT report, these lines come from the rank itself
+    (re.compile(r"uncaught (?P<exc>\w+) on rank (?P<rank>\d+) of \d+; aborting"),
+     "rank {rank} raised {exc}"),
+    (re.compile(r"rank (?P<rank>\d+): aborting the MPI job after a fatal hvdcore error"),
+     "rank {rank} aborted after a fatal hvdcore error"),
     # MPICH / Intel MPI (Hydra)
     (re.compile(r"RANK (?P<rank>\d+) PID (?P<pid>\d+) RUNNING AT (?P<node>\S+)\s*\n"
                 r"=\s+(?P<what>KILLED BY SIGNAL: \d+(?: \([^)]*\))?|EXIT STATUS: \d+)"),
