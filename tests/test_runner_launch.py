@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -124,6 +125,22 @@ def test_exception_on_one_hvdcore_rank_is_named() -> None:
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("hvdcorerun: job failed: rank 1 raised ValueError"), proc.stderr
+
+
+def test_closed_stderr_and_chatty_ranks_do_not_block_the_job() -> None:
+    """hvdcorerun relays the ranks' stderr; with its own stderr closed it must still drain it."""
+    code = ("import sys; from mpi4py import MPI; r = MPI.COMM_WORLD.rank; "
+            "[sys.stderr.write('x' * 99 + chr(10)) for _ in range(20000)]; "
+            "print('done', r, flush=True); sys.exit(4 if r == 1 else 0)")
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "hvdcore.runner", "-np", "2",
+                                            sys.executable, "-c", code])
+    try:
+        proc = subprocess.run(["sh", "-c", f"exec 2>&- {cmd}"], capture_output=True, text=True,
+                              env=launcher_env(), cwd=ROOT, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("hvdcorerun with a closed stderr blocked (its stderr pipe was not drained)")
+    assert proc.returncode == 4
+    assert sorted(proc.stdout.split("\n")[:2]) == ["done 0", "done 1"]
 
 
 def test_failure_summary_patterns_and_exit_code() -> None:

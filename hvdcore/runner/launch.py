@@ -65,6 +65,8 @@ def exit_code(returncode: int) -> int:
 
 
 def _write_err(data: bytes) -> None:
+    if sys.stderr is None:  # started with stderr closed
+        return
     buffer = getattr(sys.stderr, "buffer", None)
     if buffer is not None:
         buffer.write(data)
@@ -74,13 +76,27 @@ def _write_err(data: bytes) -> None:
         sys.stderr.flush()
 
 
+def _say(line: str) -> None:
+    """One line on stderr (nothing when stderr is closed: never on stdout)."""
+    try:
+        _write_err((line + "\n").encode())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _pump(stream: object, tail: bytearray) -> None:
+    """Copy the child's stderr to ours; keep draining if ours is gone (else the child blocks)."""
     read = getattr(stream, "read1", None) or stream.read  # type: ignore[attr-defined]
+    writable = True
     while True:
         chunk = read(65536)
         if not chunk:
             return
-        _write_err(chunk)
+        if writable:
+            try:
+                _write_err(chunk)
+            except (OSError, ValueError, AttributeError):  # stderr gone: drain silently
+                writable = False
         tail.extend(chunk)
         if len(tail) > _TAIL_BYTES:
             del tail[: len(tail) - _TAIL_BYTES]
@@ -92,7 +108,7 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun") ->
         proc = subprocess.Popen(list(cmd), env=dict(env), stderr=subprocess.PIPE,
                                 start_new_session=True)
     except OSError as exc:
-        print(f"hvdcorerun: cannot start {cmd[0]}: {exc}", file=sys.stderr)
+        _say(f"hvdcorerun: cannot start {cmd[0]}: {exc}")
         return 127
     received: list[int] = []
 
@@ -120,10 +136,9 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun") ->
     code = exit_code(returncode)
     if received:
         names = ", ".join(signal.Signals(s).name for s in dict.fromkeys(received))
-        print(f"hvdcorerun: forwarded {names} to {name} (pid {proc.pid}); job exit code {code}",
-              file=sys.stderr)
+        _say(f"hvdcorerun: forwarded {names} to {name} (pid {proc.pid}); job exit code {code}")
     elif code != 0:
         culprits = failure_summary(tail.decode(errors="replace"))
         what = "; ".join(culprits) if culprits else f"{name} named no failing rank"
-        print(f"hvdcorerun: job failed: {what} ({name} exit code {code})", file=sys.stderr)
+        _say(f"hvdcorerun: job failed: {what} ({name} exit code {code})")
     return code
