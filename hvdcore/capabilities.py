@@ -234,9 +234,10 @@ def _device(name: str, label: str) -> Capability:
                    f"; TensorFlow {tf_build.get('version')} is not a {label} build")
         why = f"not built with {label}: {torch_part}{tf_part}"
         return Capability("device", name, label, False, False, None, why, details)
-    # torch answers for both CUDA and ROCm (HIP reuses torch.cuda); TF is checked only if loaded
+    # torch answers for both CUDA and ROCm (HIP reuses torch.cuda); TensorFlow is asked (and so
+    # imported) only when it is itself a CUDA/ROCm build and torch saw no GPU
     count = f.get("gpu_count", 0) if version is not None else 0
-    if count == 0 and "tensorflow" in sys.modules:
+    if count == 0 and tf_build.get(tf_key):
         count = probes.tensorflow_facts().get("gpu_count", 0)
     details["gpu_count"] = count
     details["gpu_names"] = f.get("gpu_names", [])
