@@ -168,10 +168,6 @@ def test_real_cli_usage_error_exit_code() -> None:
                                    "value: 'two'")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "import hvdcore initializes MPI: hvdcore/engine/__init__.py imports hvdcore.engine.loop, "
-    "which does `from mpi4py import MPI` at module level. Fix: do not re-export Engine from "
-    "hvdcore/engine/__init__.py (basics imports it lazily), then drop this xfail marker."))
 def test_launcher_does_not_initialize_mpi() -> None:
     """hvdcorerun must not be an MPI process itself: a singleton MPI launcher costs ~1 s, fails
     where MPI cannot start outside a job, and (seen here) makes mpirun lose its MPI_ABORT
