@@ -236,6 +236,7 @@ def sparse_allreduce_async_impl(tensor: torch.Tensor, name: str, op: Any,
         if op == _core.Average:
             val = val / n if val.is_floating_point() else torch.div(val, n,
                                                                      rounding_mode="floor")
-        out = torch.sparse_coo_tensor(idx.t(), val, size=sp.shape, device=tensor.device)
+        out = torch.sparse_coo_tensor(idx.t(), val, size=sp.shape, device=tensor.device,
+                                      check_invariants=True)
         return out.coalesce()
     return Handle([h_idx, h_val], finish, f"sparse_allreduce {name or ''}")
