@@ -161,7 +161,7 @@ class ReducescatterFn(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         if ctx.op not in (_core.Sum, _core.Average):
             raise UnsupportedError(
-                f"the gradient of reducescatter is defined for Sum and Average, not {ctx.op.name}")
+                f"the gradient of reducescatter is defined for Sum and Average, not {ctx.op.name.capitalize()}")
         gathered = C.allgather_async_impl(grad.contiguous(), _grad_name(ctx.name), ctx.ps).wait()
         scale = ctx.pre * ctx.post / (ctx.ps.size() if ctx.op == _core.Average else 1)
         return gathered * scale, None, None, None, None, None

@@ -223,7 +223,7 @@ def sparse_allreduce_async_impl(tensor: torch.Tensor, name: str, op: Any,
         raise UnsupportedError("sparse_allreduce_async expects a sparse COO tensor "
                                f"(layout torch.sparse_coo), got layout {tensor.layout}")
     if op not in (_core.Average, _core.Sum):
-        raise UnsupportedError(f"sparse_allreduce_async supports Sum and Average, not {op.name}")
+        raise UnsupportedError(f"sparse_allreduce_async supports Sum and Average, not {op.name.capitalize()}")
     sp = tensor.detach().coalesce()
     indices = sp.indices().t().contiguous()  # [nnz, sparse_dim]: gathered along nnz
     values = sp.values().contiguous()

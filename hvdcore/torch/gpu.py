@@ -226,18 +226,13 @@ def allgather_async(tensor: torch.Tensor, process_set: Any) -> Handle:
     return Handle(work, finish, "allgather (nccl)")
 
 
-def _global_rank(root_rank: int, process_set: Any) -> int:
-    ranks = list(process_set.ranks)
-    return ranks[root_rank] if process_set.process_set_id != 0 else root_rank
-
-
 def broadcast_async(tensor: torch.Tensor, root_rank: int, process_set: Any,
                     inplace: bool) -> Handle:
-    """NCCL broadcast from ``root_rank`` (rank within the process set)."""
+    """NCCL broadcast from ``root_rank`` (a global rank, as in the core)."""
     import torch.distributed as dist
 
     work_t = _work_tensor(tensor, inplace)
-    work = dist.broadcast(work_t, src=_global_rank(root_rank, process_set),
+    work = dist.broadcast(work_t, src=int(root_rank),
                           group=_group(process_set), async_op=True)
     return Handle(work, lambda _raw: _deliver(tensor, work_t, inplace), "broadcast (nccl)")
 

@@ -79,7 +79,7 @@ def reduce_buffer(tensor: torch.Tensor, op_name: str) -> HostBuffer:
     if t.dtype in CORE_DTYPES:
         return HostBuffer(tensor, t, shared, "same")
     if t.is_complex():
-        if op_name not in ("Sum", "Average"):
+        if op_name.lower() not in ("sum", "average"):
             raise UnsupportedError(
                 f"op {op_name} is not defined for complex tensors ({t.dtype}); use Sum or Average"
             )
