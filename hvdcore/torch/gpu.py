@@ -63,7 +63,12 @@ def setup() -> None:
     refusing = {r: w for r, (o, w) in enumerate(votes) if not o}
     if refusing:
         _ACTIVE = False
-        _REASON = "; ".join(f"rank {r}: {w}" for r, w in sorted(refusing.items()))
+        by_reason: dict[str, list[int]] = {}
+        for r, w in sorted(refusing.items()):
+            by_reason.setdefault(w, []).append(r)
+        _REASON = "; ".join(
+            f"{'all ranks' if len(rs) == len(votes) else 'ranks ' + str(rs)}: {w}"
+            for w, rs in by_reason.items())
         if wanted == "nccl":
             raise CapabilityError(
                 f"HVDCORE_GPU_OPERATIONS=nccl but NCCL cannot be used ({_REASON}); unset it "
