@@ -33,7 +33,7 @@ __all__ = ["setup", "shutdown", "add_group", "remove_group", "routes", "transpor
 
 _ACTIVE = False
 _OWN_PG = False
-_GROUPS: dict[int, Any] = {}
+_GROUPS: dict[Any, Any] = {}
 _REASON = "not initialised"
 
 

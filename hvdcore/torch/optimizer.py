@@ -234,9 +234,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if len(params) == 1 and params[0].grad is not None and params[0].grad.is_sparse \
                 and not self.sparse_as_dense:
             p = params[0]
-            h = C.sparse_allreduce_async_impl(p.grad, self._names[p], self.op,
-                                              self.process_set)
-            self._handles[key] = (h, [(p, p.grad, "sparse")])
+            grad = p.grad
+            assert grad is not None
+            h = C.sparse_allreduce_async_impl(grad, self._names[p], self.op, self.process_set)
+            self._handles[key] = (h, [(p, grad, "sparse")])
             return
         entries = []
         for p in params:
@@ -272,7 +273,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for p, sent, ctx in entries:
                 if ctx == "sparse":
                     p.grad = result
-                elif sent is not p.grad:
+                elif sent is not p.grad and p.grad is not None:
                     with torch.no_grad():
                         p.grad.copy_(self._compression.decompress(sent, ctx))
         self._handles.clear()

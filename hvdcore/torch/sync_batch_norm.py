@@ -91,6 +91,7 @@ class SyncBatchNorm(_BatchNorm):
         if self.affine:
             y = y * self.weight.view(shape) + self.bias.view(shape)
         if self.track_running_stats:
+            assert self.running_mean is not None and self.running_var is not None
             factor = self._average_factor()
             with torch.no_grad():
                 unbiased = g_var * (n / (n - 1)) if n > 1 else g_var
