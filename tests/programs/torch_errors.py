@@ -55,6 +55,13 @@ if N > 1:
         assert "'head.weight' exists on rank" in msg and f"rank {N - 1}" in msg, msg
         seen.append("model-mismatch")
 
+# join: the last rank keeps reducing while the others have joined (they contribute zeros)
+if ME == N - 1:
+    got = hvd.allreduce(torch.full((2,), 3.0), name="after_join", op=hvd.Sum)
+    assert got.tolist() == [3.0, 3.0], got
+assert hvd.join() == N - 1
+seen.append("join")
+
 # the job still works after the errors
 assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
 print(f"torch-errors rank={ME} size={N} caught={','.join(seen)} OK", flush=True)
