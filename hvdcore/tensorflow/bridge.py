@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-
 import tensorflow as tf
+
 from hvdcore.errors import UnsupportedError
 
 __all__ = ["SUPPORTED_DTYPES", "check_dtype", "run_numpy", "to_tensor"]

@@ -19,10 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 import hvdcore as _core
-import tensorflow as tf
-from hvdcore import ReduceOp, global_process_set
+from hvdcore import Average, ReduceOp, Sum, global_process_set
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 from hvdcore.tensorflow.compression import Compression, Compressor
 
@@ -40,7 +40,7 @@ def resolve_op(average: bool | None, op: Any) -> ReduceOp:
         if average is not None:
             raise ValueError("pass either op= or the deprecated average=, not both")
         return ReduceOp(op)
-    return ReduceOp.Average if average in (None, True) else ReduceOp.Sum
+    return Average if average in (None, True) else Sum
 
 
 def _shape(t: tf.Tensor) -> tf.TensorShape:
@@ -72,7 +72,7 @@ def _dense_allreduce(tensor: tf.Tensor, op: ReduceOp, prescale: float, postscale
 
 def _allreduce_with_grad(tensor: tf.Tensor, op: ReduceOp, prescale: float, postscale: float,
                          name: str | None, process_set: Any) -> tf.Tensor:
-    if not tensor.dtype.is_floating or op not in (ReduceOp.Sum, ReduceOp.Average):
+    if not tensor.dtype.is_floating or op not in (Sum, Average):
         return _dense_allreduce(tensor, op, prescale, postscale, name, process_set)
 
     @tf.custom_gradient
@@ -102,13 +102,13 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "",
     """
     reduce_op = resolve_op(average, op)
     if isinstance(tensor, tf.IndexedSlices):
-        if reduce_op not in (ReduceOp.Sum, ReduceOp.Average):
+        if reduce_op not in (Sum, Average):
             raise ValueError(
                 f"allreduce of tf.IndexedSlices supports op Sum or Average, not {reduce_op.name}; "
                 "densify it first (tf.convert_to_tensor) for other ops"
             )
         factor = prescale_factor * postscale_factor
-        if reduce_op == ReduceOp.Average:
+        if reduce_op == Average:
             factor /= process_set.size()
         values = allgather(tensor.values, name=f"{name}.values" if name else None,
                            process_set=process_set)
@@ -181,7 +181,7 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
             rows = tf.shape(x, out_type=tf.int64)[:1]
 
             def fn(g: np.ndarray, n: np.ndarray) -> list[np.ndarray]:
-                summed = _core.allreduce(g, name=grad_name, op=ReduceOp.Sum,
+                summed = _core.allreduce(g, name=grad_name, op=Sum,
                                          process_set=process_set)
                 counts = _core.allgather(np.asarray(n, dtype=np.int64), process_set=process_set)
                 start = int(counts[: process_set.rank()].sum())
@@ -236,7 +236,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
 
         def grad(dy: tf.Tensor) -> tf.Tensor:
             grad_name = f"{name}.grad" if name else None
-            summed = _dense_allreduce(dy, ReduceOp.Sum, 1.0, 1.0, grad_name, process_set)
+            summed = _dense_allreduce(dy, Sum, 1.0, 1.0, grad_name, process_set)
             if _core.rank() == root_rank:
                 return summed
             return tf.zeros_like(summed)
@@ -287,7 +287,7 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
 
 
 def reducescatter(tensor: Any, device_dense: str = "",
-                  compression: type[Compressor] = Compression.none, op: Any = ReduceOp.Average,
+                  compression: type[Compressor] = Compression.none, op: Any = Average,
                   name: str | None = None, process_set: Any = global_process_set,
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> tf.Tensor:
     """Reduce over ranks, then give rank i its slice of the first dimension.
@@ -312,7 +312,7 @@ def reducescatter(tensor: Any, device_dense: str = "",
 
 def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
                           compression: type[Compressor] = Compression.none,
-                          op: Any = ReduceOp.Average, process_set: Any = global_process_set,
+                          op: Any = Average, process_set: Any = global_process_set,
                           prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> list[tf.Tensor]:
     """Reducescatter several tensors in one request."""

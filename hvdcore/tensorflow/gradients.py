@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 import hvdcore as _core
-import tensorflow as tf
-from hvdcore import ReduceOp, global_process_set
+from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy
 from hvdcore.tensorflow.compression import Compression, Compressor
 
@@ -34,17 +34,17 @@ class GradientReducer:
     gradients are multiplied by 1/f before the sum and by f/size after it.
     """
 
-    def __init__(self, op: Any = ReduceOp.Average,
+    def __init__(self, op: Any = Average,
                  compression: type[Compressor] = Compression.none,
                  sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
                  process_set: Any = global_process_set) -> None:
         self.op = ReduceOp(op)
-        if gradient_predivide_factor != 1.0 and self.op != ReduceOp.Average:
+        if gradient_predivide_factor != 1.0 and self.op != Average:
             raise ValueError(
                 f"gradient_predivide_factor={gradient_predivide_factor} needs op=Average, "
                 f"got op={self.op.name}"
             )
-        if self.op not in (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Adasum):
+        if self.op not in (Average, Sum, Adasum):
             raise ValueError(f"gradients can be reduced with Average, Sum or Adasum, "
                              f"not {self.op.name}")
         self.compression = compression
@@ -54,8 +54,8 @@ class GradientReducer:
 
     def _scales(self) -> tuple[ReduceOp, float, float]:
         f = self.gradient_predivide_factor
-        if self.op == ReduceOp.Average and f != 1.0:
-            return ReduceOp.Sum, 1.0 / f, f / self.process_set.size()
+        if self.op == Average and f != 1.0:
+            return Sum, 1.0 / f, f / self.process_set.size()
         return self.op, 1.0, 1.0
 
     def reduce(self, grads: list[Any]) -> list[Any]:
@@ -70,7 +70,7 @@ class GradientReducer:
             if g is None:
                 continue
             if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
-                if op == ReduceOp.Adasum:
+                if op == Adasum:
                     raise ValueError("Adasum cannot reduce tf.IndexedSlices gradients; "
                                      "pass sparse_as_dense=True")
                 sparse_idx.append(i)
@@ -86,7 +86,7 @@ class GradientReducer:
             return list(grads)
         n_dense = len(dense)
         process_set = self.process_set
-        sparse_scale = pre * post / (process_set.size() if op == ReduceOp.Average else 1.0)
+        sparse_scale = pre * post / (process_set.size() if op == Average else 1.0)
 
         def fn(*arrays: np.ndarray) -> list[np.ndarray]:
             outs: list[np.ndarray] = []
@@ -133,7 +133,7 @@ class DistributedGradientTape:
 
     def __init__(self, gradtape: tf.GradientTape, device_dense: str = "",
                  device_sparse: str = "", compression: type[Compressor] = Compression.none,
-                 sparse_as_dense: bool = False, op: Any = ReduceOp.Average,
+                 sparse_as_dense: bool = False, op: Any = Average,
                  gradient_predivide_factor: float = 1.0, num_groups: int = 0,
                  groups: Any = None, process_set: Any = global_process_set) -> None:
         if not isinstance(gradtape, tf.GradientTape):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
+
 from hvdcore.tensorflow.gradients import GradientReducer
 
 __all__ = ["Accumulation", "distributed_apply"]

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 import hvdcore as _core
-import tensorflow as tf
 from hvdcore.errors import MismatchError
 from hvdcore.tensorflow.variables import broadcast_variables
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hvdcore import ReduceOp, global_process_set
+from hvdcore import Average, global_process_set
 from hvdcore.tensorflow.compression import Compression, Compressor
 
 __all__ = ["DistributedOptimizer", "is_distributed_optimizer"]
@@ -36,7 +36,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
                          device_sparse: str = "",
                          compression: type[Compressor] = Compression.none,
                          sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
-                         op: Any = ReduceOp.Average, backward_passes_per_step: int = 1,
+                         op: Any = Average, backward_passes_per_step: int = 1,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
                          groups: Any = None, process_set: Any = global_process_set) -> Any:
     """Wrap a Keras 3 or tf-keras optimizer so every update uses gradients reduced over ranks.

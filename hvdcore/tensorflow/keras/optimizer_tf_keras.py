@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import tensorflow as tf
 import tf_keras
 
-import tensorflow as tf
-from hvdcore import ReduceOp, global_process_set
+from hvdcore import Average, ReduceOp, global_process_set
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.gradients import GradientReducer
 from hvdcore.tensorflow.keras.aggregation import Accumulation, distributed_apply
@@ -40,7 +40,7 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
     def __init__(self, optimizer: Any, name: str | None = None,
                  compression: type[Compressor] = Compression.none,
                  sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
-                 op: Any = ReduceOp.Average, backward_passes_per_step: int = 1,
+                 op: Any = Average, backward_passes_per_step: int = 1,
                  average_aggregated_gradients: bool = False,
                  process_set: Any = global_process_set) -> None:
         if not isinstance(optimizer, TF_KERAS_OPTIMIZER_TYPES):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.keras.callbacks import model_and_optimizer_variables
 from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer, is_distributed_optimizer

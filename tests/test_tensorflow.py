@@ -1,0 +1,46 @@
+"""hvdcore.tensorflow and hvdcore.tensorflow.keras: real multi-rank runs at world sizes 1, 2, 3.
+
+Each test launches one program under ``mpirun -np N`` that runs many checks against references
+computed in one process (see the program docstrings), so TensorFlow is imported once per
+launch. Skip locally with ``-m "not tensorflow"``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import program, run_mpi
+
+pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
+
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("TensorFlow is not installed (pip install -e .[tensorflow])",
+                allow_module_level=True)
+
+
+def _assert_ok(proc, marker: str, np: int) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{out[-6000:]}"
+    assert proc.stdout.count(marker) == np, out[-6000:]
+
+
+def test_collectives_tape_and_broadcast(world_size: int) -> None:
+    """Every TF collective vs NumPy (eager + tf.function), tape gradients, process sets, errors."""
+    proc = run_mpi(world_size, [program("tensorflow_collectives.py")], timeout=300)
+    _assert_ok(proc, "TF-COLLECTIVES-OK", world_size)
+    assert "CHECK gradient_tape.allgather_sparse.graph ok" in proc.stdout
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_keras_fit_matches_single_process(world_size: int, flavour: str, tmp_path) -> None:
+    """Compiled model.fit with DistributedOptimizer + callbacks equals one-process training."""
+    env = {}
+    if flavour == "tf_keras":
+        if importlib.util.find_spec("tf_keras") is None:
+            pytest.skip("tf-keras is not installed (pip install --no-deps tf-keras)")
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    proc = run_mpi(world_size, [program("tensorflow_keras_fit.py"), str(tmp_path)], env=env,
+                   timeout=400)
+    _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", world_size)
+    assert f"CHECK {flavour}.sgd_warmup_sparse.epoch1.matches_reference ok" in proc.stdout
