@@ -31,11 +31,13 @@ from hvdcore.datasets import mnist  # noqa: E402
 K = tf.keras  # Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
 
 
-def load_data(path: str | None, train_samples: int | None):
-    """MNIST as float32 [N, 28, 28, 1] in [0, 1] and int labels."""
+def load_data(path: str | None, train_samples: int | None, test_samples: int | None = None):
+    """MNIST as float32 [N, 28, 28, 1] in [0, 1] and int labels (optionally the first N)."""
     x_train, y_train, x_test, y_test = mnist.load(path)
     if train_samples:
         x_train, y_train = x_train[:train_samples], y_train[:train_samples]
+    if test_samples:
+        x_test, y_test = x_test[:test_samples], y_test[:test_samples]
     x_train = (x_train.astype(np.float32) / 255.0)[..., None]
     x_test = (x_test.astype(np.float32) / 255.0)[..., None]
     return x_train, y_train.astype(np.int64), x_test, y_test.astype(np.int64)
@@ -58,9 +60,9 @@ def build_model():
 
 def train(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
           data: str | None = None, train_samples: int | None = None,
-          checkpoint_dir: str = "checkpoints") -> float:
+          checkpoint_dir: str = "checkpoints", test_samples: int | None = None) -> float:
     """Single-process training; returns the test accuracy."""
-    x_train, y_train, x_test, y_test = load_data(data, train_samples)
+    x_train, y_train, x_test, y_test = load_data(data, train_samples, test_samples)
     model = build_model()
     opt = K.optimizers.Adadelta(learning_rate)
     model.compile(loss="sparse_categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
@@ -74,7 +76,7 @@ def train(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
 
 def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
               data: str | None = None, train_samples: int | None = None,
-              checkpoint_dir: str = "checkpoints") -> float:
+              checkpoint_dir: str = "checkpoints", test_samples: int | None = None) -> float:
     """The same training on every rank of an hvdcore job; returns the test accuracy."""
     hvd.init()  # hvd: 1. initialize
 
@@ -85,7 +87,7 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     if gpus:
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
 
-    x_train, y_train, x_test, y_test = load_data(data, train_samples)
+    x_train, y_train, x_test, y_test = load_data(data, train_samples, test_samples)
     # hvd: 3. each rank trains on its own shard of the data
     x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
 
@@ -128,12 +130,14 @@ def main() -> None:
     parser.add_argument("--data", default=None, help="mnist.npz or IDX directory")
     parser.add_argument("--train-samples", type=int, default=None,
                         help="use only the first N training images (quick runs)")
+    parser.add_argument("--test-samples", type=int, default=None,
+                        help="evaluate on the first N test images only (quick runs)")
     parser.add_argument("--checkpoint-dir", default="checkpoints")
     args = parser.parse_args()
     fn = train if args.mode == "single" else train_hvd
     start = time.perf_counter()
     accuracy = fn(args.lr, args.batch_size, args.epochs, args.data, args.train_samples,
-                  args.checkpoint_dir)
+                  args.checkpoint_dir, args.test_samples)
     if args.mode == "single" or hvd.rank() == 0:
         print(f"test accuracy: {accuracy:.4f} ({time.perf_counter() - start:.1f} s)", flush=True)
 

@@ -44,3 +44,18 @@ def test_keras_fit_matches_single_process(world_size: int, flavour: str, tmp_pat
                    timeout=400)
     _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", world_size)
     assert f"CHECK {flavour}.sgd_warmup_sparse.epoch1.matches_reference ok" in proc.stdout
+
+
+def test_keras_mnist_example_two_ranks(tmp_path) -> None:
+    """The guide's example runs under 2 ranks (small subset) and learns; rank 0 checkpoints."""
+    ckpt = tmp_path / "ckpt"
+    proc = run_mpi(2, ["examples/keras_mnist.py", "--mode", "hvd", "--epochs", "1",
+                       "--train-samples", "2048", "--test-samples", "1000", "--batch-size", "64",
+                       "--checkpoint-dir", str(ckpt)], timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("test accuracy:")]
+    assert len(lines) == 1, out[-6000:]  # printed by rank 0 only
+    accuracy = float(lines[0].split()[2])
+    assert accuracy > 0.5, f"2 ranks x 1024 images should beat chance by far: {accuracy}"
+    assert (ckpt / "mnist-hvd-best.keras").is_file()

@@ -9,9 +9,7 @@ Example::
 
 from __future__ import annotations
 
-from hvdcore.tensorflow.keras import *  # noqa: F403
+from hvdcore.tensorflow.keras import *  # noqa: F403  (includes the callbacks module)
 from hvdcore.tensorflow.keras import __all__ as _keras_all
-from hvdcore.tensorflow.keras import callbacks
 
 __all__ = list(_keras_all)
-assert callbacks is not None

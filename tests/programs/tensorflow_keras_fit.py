@@ -215,6 +215,15 @@ hvd.broadcast_global_variables(root, model)
 check("broadcast_global_variables.root_last",
       all(np.array_equal(a, b) for a, b in zip(model.get_weights(), expected, strict=True)))
 
+# hvdcore.keras is an alias: the same objects
+import hvdcore.keras as hvd_alias  # noqa: E402
+import hvdcore.keras.callbacks as alias_callbacks  # noqa: E402
+
+check("alias.same_objects", hvd_alias.DistributedOptimizer is hvd.DistributedOptimizer
+      and hvd_alias.callbacks.MetricAverageCallback is hvd.callbacks.MetricAverageCallback
+      and alias_callbacks.BestModelCheckpoint is hvd.callbacks.BestModelCheckpoint
+      and hvd_alias.allreduce is hvd.allreduce)
+
 # a plain optimizer is rejected with a clear error, a wrapper cannot be wrapped twice
 try:
     hvd.DistributedOptimizer(model.optimizer)
