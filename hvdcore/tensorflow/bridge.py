@@ -84,14 +84,12 @@ def run_numpy(
             "cannot call into the MPI runtime. Pass jit_compile=False to model.compile(...) "
             "or tf.function(...)."
         )
-    outs = tf.numpy_function(call, list(inputs), list(out_dtypes), stateful=True, name=_op_name(name))
-    if not isinstance(outs, (list, tuple)):
-        outs = [outs]
-    outs = list(outs)
-    for out, shape in zip(outs, out_shapes, strict=False):
+    raw = tf.numpy_function(call, list(inputs), list(out_dtypes), stateful=True, name=_op_name(name))
+    tensors: list[tf.Tensor] = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    for out, shape in zip(tensors, out_shapes, strict=True):
         if shape is not None:
             out.set_shape(shape)
-    return outs
+    return tensors
 
 
 def _op_name(name: str) -> str:

@@ -34,8 +34,9 @@ __all__ = [
     "LearningRateWarmupCallback", "BestModelCheckpoint", "model_and_optimizer_variables",
 ]
 
-_Callback = tf.keras.callbacks.Callback
-_ModelCheckpoint = tf.keras.callbacks.ModelCheckpoint
+# the Keras TensorFlow picks: Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
+_Callback: Any = tf.keras.callbacks.Callback
+_ModelCheckpoint: Any = tf.keras.callbacks.ModelCheckpoint
 
 
 def _optimizer_variables(optimizer: Any, model: Any) -> list[Any]:
@@ -182,7 +183,7 @@ class LearningRateScheduleCallback(_Callback):
             if batch == 0:
                 self._adjust(self.current_epoch)
         else:
-            self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
+            self._adjust(self.current_epoch + float(batch) / float(self.steps_per_epoch or 1))
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if self._restore_momentum is not None:
@@ -218,7 +219,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         super().on_epoch_end(epoch, logs)
-        if epoch == self.end_epoch - 1 and self.verbose > 0:
+        if epoch == self.warmup_epochs - 1 and self.verbose > 0:
             lr = float(np.asarray(self._optimizer().learning_rate))
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {lr:g}.",
                   file=sys.stdout, flush=True)

@@ -103,11 +103,11 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
         """Reduce ``grads`` over ranks and apply them with the wrapped optimizer."""
         grads = list(grads)
         if trainable_variables is None:
-            if not self.built:
+            if not self.built:  # type: ignore[has-type]
                 raise ValueError("call optimizer.build(trainable_variables) before apply(grads)")
             trainable_variables = self._trainable_variables
         trainable_variables = list(trainable_variables)
-        if not self.built:
+        if not self.built:  # type: ignore[has-type]
             with keras.name_scope(self.name, caller=self):
                 self.build(trainable_variables)
             self.built = True
