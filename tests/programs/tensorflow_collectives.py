@@ -276,6 +276,20 @@ if N >= 2:
     except MismatchError as exc:
         check("error.broadcast_mismatch", "rank 1" in str(exc) and "[2, 3]" in str(exc),
               str(exc))
+    # ranks disagreeing on a shape: a MismatchError on every rank (eager), the same message
+    # inside tf.function (TensorFlow re-raises errors of numpy_function ops as UnknownError)
+    try:
+        hvd.allreduce(tf.ones([2, 2 + R]))
+        raise AssertionError("shape mismatch did not raise")
+    except MismatchError as exc:
+        check("error.shape_mismatch.eager", "[2, 2]" in str(exc) and "[2, 3]" in str(exc))
+    try:
+        tf.function(lambda x: hvd.allreduce(x))(tf.ones([2, 2 + R]))
+        raise AssertionError("shape mismatch in tf.function did not raise")
+    except tf.errors.OpError as exc:
+        check("error.shape_mismatch.graph", "MismatchError" in str(exc)
+              and "[2, 3]" in str(exc), str(exc))
+    check("error.recovers", close(hvd.allreduce(tf.constant([1.0]), op=hvd.Sum), [float(N)]))
 
 hvd.barrier()
 print(f"TF-COLLECTIVES-OK rank={R} size={N}", flush=True)
