@@ -8,6 +8,7 @@ launch. Skip locally with ``-m "not tensorflow"``.
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 from conftest import program, run_mpi
@@ -59,3 +60,16 @@ def test_keras_mnist_example_two_ranks(tmp_path) -> None:
     accuracy = float(lines[0].split()[2])
     assert accuracy > 0.5, f"2 ranks x 1024 images should beat chance by far: {accuracy}"
     assert (ckpt / "mnist-hvd-best.keras").is_file()
+
+
+def test_dead_rank_ends_the_job() -> None:
+    """A rank that dies inside compiled fit ends the whole job with its rank named, no hang."""
+    proc = run_mpi(2, [program("tensorflow_dead_rank.py")], timeout=180)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert "rank 1 exiting now" in out
+    assert "UNEXPECTED" not in out, out[-4000:]
+    # named by hvdcore ("rank 1") or by mpirun ("Process name: [[job,1],1] ... Exit code: 17")
+    named = "rank 1" in out.replace("rank 1 exiting now", "") or (
+        re.search(r"\[\[\d+,\d+\],1\]", out) and "17" in out)
+    assert named, out[-4000:]
