@@ -206,6 +206,19 @@ x, y = global_data(9, STEPS)
 loaded.fit(shard(x, R), shard(y, R), batch_size=B, epochs=1, shuffle=False, verbose=0)
 check("load_model.fit_in_sync", same_on_all_ranks(loaded.get_weights()))
 
+# load_model of a model saved with a PLAIN optimizer wraps that optimizer, keeping its state
+plain_path = os.path.join(OUTDIR, f"plain-{FLAVOUR}-rank{R}.keras")
+plain = make_model(0)
+plain.compile(optimizer=K.optimizers.SGD(0.1, momentum=0.5), loss=loss_fn())
+plain.fit(shard(x, R)[:B], shard(y, R)[:B], batch_size=B, epochs=1, verbose=0)
+plain.save(plain_path)
+reloaded = hvd.load_model(plain_path)
+check("load_model.wraps_plain", is_distributed_optimizer(reloaded.optimizer)
+      and int(np.asarray(reloaded.optimizer.iterations)) == 1)
+hvd.broadcast_global_variables(0)  # the models load_model returned
+reloaded.fit(shard(x, R), shard(y, R), batch_size=B, epochs=1, shuffle=False, verbose=0)
+check("load_model.plain_fit_in_sync", same_on_all_ranks(reloaded.get_weights()))
+
 # broadcast_global_variables from a non-zero root
 root = N - 1
 if R != root:
