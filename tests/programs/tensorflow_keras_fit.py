@@ -8,7 +8,8 @@ Run at any world size: ``mpirun -np N python tensorflow_keras_fit.py OUTDIR``; s
   trained on the concatenated per-rank batches with the same optimizer (reference computed in
   this process, with the same per-batch learning rate and gradient accumulation);
 - the embedding layer's IndexedSlices gradients (allgather path) and sparse_as_dense;
-- backward_passes_per_step with average_aggregated_gradients;
+- backward_passes_per_step with and without average_aggregated_gradients;
+- tf-keras legacy (OptimizerV2) optimizers;
 - MetricAverageCallback's logs are the mean of the ranks' own logs;
 - LearningRateWarmupCallback sets the documented rate at every batch;
 - BroadcastGlobalVariablesCallback(0) syncs models that start different on each rank;
@@ -194,6 +195,9 @@ ckpt = os.path.join(OUTDIR, f"best-{FLAVOUR}-rank{R}.keras")
 model = run_case("sgd_warmup_sparse", sgd, epochs=2, warmup=2, checkpoint=ckpt)
 run_case("adam_passes2_dense", adam, epochs=2, passes=2, average=True, sparse_as_dense=True)
 run_case("sgd_passes2_sum", sgd, epochs=1, passes=2, average=False)
+if FLAVOUR == "tf_keras":  # tf-keras' legacy OptimizerV2 classes are wrapped too
+    run_case("legacy_sgd", lambda: K.optimizers.legacy.SGD(learning_rate=0.5, momentum=0.9),
+             epochs=1)
 
 # BestModelCheckpoint: only rank 0 wrote; load it everywhere and keep training in sync
 hvd.barrier()
