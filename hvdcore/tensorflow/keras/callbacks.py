@@ -45,8 +45,9 @@ def _optimizer_variables(optimizer: Any, model: Any) -> list[Any]:
     built = getattr(optimizer, "built", None)
     if built is None:
         built = getattr(optimizer, "_built", False)
-    if not built and getattr(model, "built", False) and model.trainable_variables:
-        optimizer.build(model.trainable_variables)
+    if (not built and hasattr(optimizer, "build") and getattr(model, "built", False)
+            and model.trainable_variables):
+        optimizer.build(model.trainable_variables)  # legacy OptimizerV2 has no build()
     variables = optimizer.variables
     if callable(variables) and not isinstance(variables, list):
         variables = variables()
