@@ -1,0 +1,130 @@
+"""Helpers for the EasyBuild and Lmod tests: clean login-like shells with Lmod, and ``eb`` runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
+LMOD_CMD = "/usr/share/lmod/lmod/libexec/lmod"
+CHECK_SYNTAX = "/usr/share/lmod/lmod/libexec/check_module_tree_syntax"
+VENV_BIN = Path(sys.prefix) / "bin"
+EB = VENV_BIN / "eb"
+
+# A clean shell: no variables of this test process, nothing of the venv on PATH.
+CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ROOT_MPI_ENV = {
+    # mpirun as root (CI) and more ranks than cores; harmless for a normal user
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+}
+
+
+def require_lmod() -> None:
+    """Skip the test when Debian's Lmod is not installed."""
+    if not (os.path.exists(LMOD_INIT) and os.path.exists(LMOD_CMD)):
+        pytest.skip(f"Lmod not installed ({LMOD_INIT} missing): apt-get install lmod")
+
+
+def require_eb() -> None:
+    """Skip the test when EasyBuild is not installed in the test's venv."""
+    require_lmod()
+    if not EB.exists():
+        pytest.skip(f"EasyBuild not installed in {sys.prefix}: pip install '.[easybuild]'")
+
+
+def require_venv() -> None:
+    """Skip unless the tests run from a virtualenv (EasyBuild must build against a venv)."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip(
+            f"tests run with {sys.executable}, not a virtualenv: the install tests use the "
+            "test's venv as the external Python module (never the distribution's Python)"
+        )
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of a fresh login: HOME, a system PATH, locale, MPI-as-root switches."""
+    env = {
+        "HOME": os.environ.get("HOME", "/root"),
+        "PATH": CLEAN_PATH,
+        "LANG": "C.UTF-8",
+        "USER": os.environ.get("USER", "root"),
+        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+        "LMOD_IGNORE_CACHE": "1",
+        **ROOT_MPI_ENV,
+    }
+    if extra:
+        env.update(extra)
+    return env
+
+
+def lmod_shell(
+    script: str, extra_env: dict[str, str] | None = None, timeout: float = 180, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in ``bash`` with a clean environment after sourcing Lmod's init."""
+    full = f"source {LMOD_INIT}\n{script}\n"
+    try:
+        return subprocess.run(
+            ["bash", "--noprofile", "--norc", "-c", full],
+            env=clean_env(extra_env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd or "/",
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"shell script did not finish in {timeout}s:\n{script}\n{exc.stdout}\n{exc.stderr}")
+
+
+def eb_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for ``eb``: EB_PYTHON is this Python, the venv's bin/ is NOT on PATH."""
+    env = clean_env(
+        {
+            "EB_PYTHON": sys.executable,
+            "LMOD_CMD": LMOD_CMD,
+            "EASYBUILD_OUTPUT_STYLE": "basic",
+            "MODULEPATH": "",
+        }
+    )
+    if os.geteuid() == 0:
+        env["EASYBUILD_ALLOW_USE_AS_ROOT_AND_ACCEPT_CONSEQUENCES"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_eb(
+    args: list[str], prefix: Path, extra_env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run ``eb ARGS`` with its prefix (build dirs, logs, installs) under ``prefix``."""
+    env = eb_env({"EASYBUILD_PREFIX": str(prefix), **(extra_env or {})})
+    try:
+        return subprocess.run(
+            [str(EB), *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=prefix
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"eb {args} did not finish in {timeout}s\n{exc.stdout}\n{exc.stderr}")
+
+
+def build_sdist_module() -> ModuleType:
+    """Import easyconfigs/build_sdist.py (the sdist + checksum script) as a module."""
+    path = ROOT / "easyconfigs" / "build_sdist.py"
+    spec = importlib.util.spec_from_file_location("hvdcore_build_sdist", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def which_in(path: str, name: str) -> str | None:
+    """``shutil.which`` on a given PATH string."""
+    return shutil.which(name, path=path)
