@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import os
-import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,32 @@ def build_sdist_module() -> ModuleType:
     return module
 
 
-def which_in(path: str, name: str) -> str | None:
-    """``shutil.which`` on a given PATH string."""
-    return shutil.which(name, path=path)
+def env_file(path: Path) -> dict[str, str]:
+    """Parse the output of ``env`` (one NAME=value a line; continuation lines are skipped)."""
+    env = {}
+    for line in path.read_text().splitlines():
+        name, sep, value = line.partition("=")
+        if sep and re.fullmatch(r"\w+", name):
+            env[name] = value
+    return env
+
+
+def module_table(env: dict[str, str]) -> str:
+    """Lmod's module table, decoded from its base64 chunks (_ModuleTable001_ ...)."""
+    size = int(env.get("_ModuleTable_Sz_", "0"))
+    chunks = "".join(env[f"_ModuleTable{i:03d}_"] for i in range(1, size + 1))
+    return base64.b64decode(chunks).decode()
+
+
+def user_visible(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without Lmod's bookkeeping: module-table chunks (compare them decoded with
+    :func:`module_table`; Lmod 8.6 leaves stale chunks beyond _ModuleTable_Sz_) and the
+    __LMOD_REF_COUNT_* reference counts."""
+    return {k: v for k, v in env.items()
+            if not re.fullmatch(r"_ModuleTable\d+_|__LMOD_REF_COUNT_\w+", k)}
+
+
+def env_difference(before: dict[str, str], after: dict[str, str]) -> dict[str, tuple]:
+    """Variables that differ (user-visible ones only), as name -> (before, after)."""
+    b, a = user_visible(before), user_visible(after)
+    return {k: (b.get(k), a.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}

@@ -10,7 +10,6 @@ checks: an sdist without ``hvdcore/torch`` and a wrong checksum must both fail t
 
 from __future__ import annotations
 
-import base64
 import re
 import sys
 import time
@@ -22,7 +21,10 @@ from lmod_shell import (
     EB,
     ROOT,
     build_sdist_module,
+    env_difference,
+    env_file,
     lmod_shell,
+    module_table,
     require_eb,
     require_venv,
     run_eb,
@@ -180,22 +182,6 @@ def test_two_rank_allreduce_through_hvdcorerun(site: Site, tmp_path: Path) -> No
         assert path.startswith(str(site.base / "eb" / "software")), path
 
 
-def _env_file(path: Path) -> dict[str, str]:
-    env = {}
-    for line in path.read_text().splitlines():
-        name, sep, value = line.partition("=")
-        if sep and re.fullmatch(r"\w+", name):
-            env[name] = value
-    return env
-
-
-def _module_table(env: dict[str, str]) -> str:
-    """Lmod's module table, decoded from its base64 chunks (_ModuleTable001_ ...)."""
-    size = int(env.get("_ModuleTable_Sz_", "0"))
-    chunks = "".join(env[f"_ModuleTable{i:03d}_"] for i in range(1, size + 1))
-    return base64.b64decode(chunks).decode()
-
-
 def test_module_purge_leaves_nothing_behind(site: Site) -> None:
     _ok(site)
     proc = lmod_shell(
@@ -209,22 +195,12 @@ env > after.env
         cwd=site.base,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    before, loaded, after = (_env_file(site.base / f"{n}.env") for n in ("before", "loaded", "after"))
+    before, loaded, after = (env_file(site.base / f"{n}.env") for n in ("before", "loaded", "after"))
     assert "EBROOTHVDCORE" in loaded and "hvdcore" in loaded["PATH"]  # the load did something
-    assert 'mT = {}' not in _module_table(loaded)
-    # Lmod's own bookkeeping: the module table is compared decoded (Lmod 8.6 leaves stale chunks
-    # beyond _ModuleTable_Sz_ behind), reference counts are not environment the user sees
-    def visible(env: dict[str, str]) -> dict[str, str]:
-        return {k: v for k, v in env.items()
-                if not re.fullmatch(r"_ModuleTable\d+_|__LMOD_REF_COUNT_\w+", k)}
-
-    assert visible(after) == visible(before), {
-        k: (before.get(k), after.get(k))
-        for k in set(visible(before)) | set(visible(after))
-        if before.get(k) != after.get(k)
-    }
-    assert "mT = {}" in _module_table(after)
-    assert "hvdcore/0.1.0" not in _module_table(after)
+    assert 'mT = {}' not in module_table(loaded)
+    assert env_difference(before, after) == {}
+    assert "mT = {}" in module_table(after)
+    assert "hvdcore/0.1.0" not in module_table(after)
 
 
 def test_wrong_checksum_fails_the_install(site: Site, tmp_path: Path) -> None:

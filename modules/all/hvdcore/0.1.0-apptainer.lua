@@ -37,9 +37,9 @@ whatis("Homepage: https://github.com/hvdcore/hvdcore")
 local modfile = myFileName()
 local prefix = modfile:match("^(.*)/modules/all/" .. myModuleName() .. "/[^/]+%.lua$")
 if not prefix then
-    LmodError("hvdcore: module file ", modfile, " is not in a <prefix>/modules/all/",
-              myModuleName(), "/ tree, so its image cannot be found;",
-              " install it with modules/install.sh")
+    LmodError("hvdcore: module file " .. modfile .. " is not in a <prefix>/modules/all/"
+              .. myModuleName() .. "/ tree, so its image cannot be found;"
+              .. " install it with modules/install.sh")
 end
 local root = pathJoin(prefix, "software", myModuleName(), myModuleVersion())
 
