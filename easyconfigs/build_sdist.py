@@ -27,16 +27,22 @@ given, and runs with ``EB_PYTHON`` set to that Python; the venv's ``bin/`` is ne
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ROOT", "EASYCONFIG_DIR", "project_version", "build_sdist", "eb_env", "inject_checksums"]
+__all__ = [
+    "ROOT", "EASYCONFIG_DIR", "project_version", "build_sdist", "normalize_tarball", "eb_env",
+    "inject_checksums",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 EASYCONFIG_DIR = ROOT / "easyconfigs" / "h" / "hvdcore"
@@ -109,7 +115,36 @@ def build_sdist(
     expected = f"hvdcore-{project_version(root)}.tar.gz"
     if name != expected:
         raise SystemExit(f"build_sdist: built {name}, the easyconfigs expect {expected}")
+    normalize_tarball(path)
     return path
+
+
+def normalize_tarball(path: Path, mtime: int | None = None) -> None:
+    """Rewrite a .tar.gz so that its bytes depend only on the file contents.
+
+    Members are sorted, owners cleared, permissions normalised and every timestamp (and the gzip
+    header's) set to ``mtime`` (default: ``SOURCE_DATE_EPOCH``, else 1980-01-01, the earliest time a
+    wheel (zip) can hold), so the same tree always gives
+    the same sdist and the same sha256 in the easyconfigs.
+    """
+    if mtime is None:
+        mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "315532800"))
+    with tarfile.open(path, "r:gz") as src:
+        members = sorted(src.getmembers(), key=lambda m: m.name)
+        data = {m.name: src.extractfile(m).read() for m in members if m.isfile()}
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                               mtime=mtime) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as dst:
+            for member in members:
+                member.mtime = mtime
+                member.uid = member.gid = 0
+                member.uname = member.gname = ""
+                member.mode = 0o755 if member.isdir() or member.mode & 0o111 else 0o644
+                member.pax_headers = {}
+                payload = data.get(member.name)
+                dst.addfile(member, io.BytesIO(payload) if payload is not None else None)
+    tmp.replace(path)
 
 
 def eb_env(python: str = sys.executable, base: dict[str, str] | None = None) -> dict[str, str]:

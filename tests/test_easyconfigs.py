@@ -3,11 +3,14 @@ and the broken-easyconfig cases that must fail with EasyBuild's own message."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
-from lmod_shell import ROOT, require_eb, run_eb
+from lmod_shell import ROOT, build_sdist_module, require_eb, run_eb
 
 pytestmark = [pytest.mark.easybuild]
 
@@ -164,3 +167,20 @@ def test_bad_checksum_fails_check_contrib(tmp_path: Path, new: str, message: str
     proc = run_eb(["--check-contrib", str(ec)], tmp_path)
     assert proc.returncode != 0
     assert message in _out(proc)
+
+
+def test_sdist_is_reproducible_and_exclude_works(tmp_path: Path) -> None:
+    """Same tree, same sha256 (so a checksum in an easyconfig names one source tree)."""
+    bs = build_sdist_module()
+    first = bs.build_sdist(tmp_path / "a", python=sys.executable)
+    second = bs.build_sdist(tmp_path / "b", python=sys.executable)
+    assert first.name == "hvdcore-0.1.0.tar.gz"
+    digest = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (first, second)]
+    assert digest[0] == digest[1]
+    with tarfile.open(first) as tar:
+        names = tar.getnames()
+    assert "hvdcore-0.1.0/hvdcore/torch/__init__.py" in names
+    assert "hvdcore-0.1.0/hvdcore/runner/cli.py" in names
+    without = bs.build_sdist(tmp_path / "c", exclude=["hvdcore/torch"], python=sys.executable)
+    with tarfile.open(without) as tar:
+        assert not [n for n in tar.getnames() if "/hvdcore/torch" in n]
