@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import base64
+import functools
 import importlib.util
 import os
+import pwd
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -103,14 +107,68 @@ def eb_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@functools.cache
+def drop_root_command() -> tuple[str, ...]:
+    """Command prefix that runs as the unprivileged user ``nobody``, or () when not possible.
+
+    Used only when this process is root and ``nobody`` can run this venv's Python (importing
+    torch and mpi4py) and its ``eb`` (EasyBuild should not build as root). Otherwise -- e.g. a
+    venv whose base Python lives under a private /root -- ``eb`` runs as the current user (as
+    root with --allow-use-as-root-and-accept-consequences).
+    """
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        return ()
+    try:
+        user = pwd.getpwnam("nobody")
+    except KeyError:
+        return ()
+    cmd = (setpriv, f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups")
+    env = eb_env({"HOME": "/tmp"})
+    env.pop("EASYBUILD_ALLOW_USE_AS_ROOT_AND_ACCEPT_CONSEQUENCES", None)
+    probes = (
+        [*cmd, sys.executable, "-c", "import torch, mpi4py"],
+        [*cmd, str(EB), "--version"],  # the eb script itself must find EB_PYTHON as that user
+    )
+    for probe in probes:
+        proc = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=120, cwd="/")
+        if proc.returncode != 0:
+            return ()
+    return cmd
+
+
+def eb_workdir(prefix: str = "hvdcore-eb-") -> Path:
+    """A fresh directory ``eb`` can write to, also when it runs as ``nobody`` (see
+    :func:`drop_root_command`); pytest's own tmp dirs are private to root. Caller removes it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o755)
+    if drop_root_command():
+        user = pwd.getpwnam("nobody")
+        os.chown(path, user.pw_uid, user.pw_gid)
+    return path
+
+
 def run_eb(
-    args: list[str], prefix: Path, extra_env: dict[str, str] | None = None, timeout: float = 300
+    args: list[str],
+    prefix: Path,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 300,
+    unprivileged: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``eb ARGS`` with its prefix (build dirs, logs, installs) under ``prefix``."""
+    """Run ``eb ARGS`` with its prefix (build dirs, logs, installs) under ``prefix``.
+
+    ``unprivileged``: drop root to ``nobody`` where :func:`drop_root_command` allows it
+    (``prefix`` must then be writable by that user: make it with :func:`eb_workdir`).
+    """
     env = eb_env({"EASYBUILD_PREFIX": str(prefix), **(extra_env or {})})
+    cmd = [str(EB), *args]
+    if unprivileged and drop_root_command():
+        cmd = [*drop_root_command(), *cmd]
+        env.pop("EASYBUILD_ALLOW_USE_AS_ROOT_AND_ACCEPT_CONSEQUENCES", None)
+        env.update(HOME=str(prefix), USER="nobody")
     try:
         return subprocess.run(
-            [str(EB), *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=prefix
+            cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=prefix
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"eb {args} did not finish in {timeout}s\n{exc.stdout}\n{exc.stderr}")
