@@ -13,6 +13,7 @@ Example (run with ``hvdcorerun -np 2 python script.py``)::
     print(hvd.rank(), mean)
 """
 
+from hvdcore import capabilities
 from hvdcore.basics import (
     cross_rank,
     cross_size,
@@ -26,6 +27,17 @@ from hvdcore.basics import (
     size,
     start_timeline,
     stop_timeline,
+)
+from hvdcore.capabilities import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
 )
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import ReduceOp
@@ -88,5 +100,6 @@ __all__ = [
     "poll", "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set", "HvdcoreError", "ConfigError", "LaunchError", "NotInitializedError",
     "MismatchError", "StallError", "RankFailedError", "CapabilityError", "UnsupportedError",
-    "ShutdownError", "__version__",
+    "ShutdownError", "__version__", "capabilities", "mpi_built", "mpi_enabled", "gloo_built",
+    "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "ddl_built", "ccl_built",
 ]

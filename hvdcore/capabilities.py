@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import types
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -410,3 +411,15 @@ def ddl_built() -> bool:
 def ccl_built() -> bool:
     """Always False: hvdcore has no Intel oneCCL backend."""
     return False
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``hvdcore.capabilities()`` return the report while ``hvdcore.capabilities`` stays
+    this module (so ``import hvdcore.capabilities as caps`` keeps working)."""
+
+    def __call__(self, names: Iterable[str] | None = None,
+                 refresh: bool = False) -> CapabilityReport:
+        return capabilities(names, refresh)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,6 +1,5 @@
-"""Transports behind the engine: one module per transport, all behind :class:`Backend`."""
+"""Transports behind the engine: one module per transport, all behind ``base.Backend``.
 
-from hvdcore.backends.base import Backend
-from hvdcore.backends.mpi import MPIBackend
-
-__all__ = ["Backend", "MPIBackend"]
+``mpi`` (mpi4py) is imported by ``hvdcore.init()``, not here, so importing hvdcore never
+initializes MPI.
+"""

@@ -1,8 +1,6 @@
-"""Background engine: negotiation (coordinator), fusion and execution, timeline."""
+"""Background engine: negotiation (coordinator), fusion and execution, timeline.
 
-from hvdcore.engine.handle import Handle
-from hvdcore.engine.loop import Engine
-from hvdcore.engine.messages import Meta, ReduceOp, Response
-from hvdcore.engine.timeline import Timeline
-
-__all__ = ["Engine", "Handle", "Meta", "ReduceOp", "Response", "Timeline"]
+Modules: ``messages`` (what ranks and the coordinator exchange), ``coordinator`` (negotiation
+logic), ``executor`` (fusion and backend calls), ``loop`` (the engine thread), ``handle``,
+``timeline``. Importing this package does not import MPI; ``hvdcore.init()`` does.
+"""
