@@ -6,10 +6,10 @@ one line per rank naming the hvdcore that was imported, so the test can tell the
 
 import sys
 
-import hvdcore.torch as hvd
 import torch
 
 import hvdcore
+import hvdcore.torch as hvd
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
