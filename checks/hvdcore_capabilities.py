@@ -50,6 +50,7 @@ class HvdcoreCapabilitiesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     valid_systems = ["*"]
     framework = parameter(["torch", "tensorflow"])
     hvdcore_module = parameter(hvdcore_modules())
+    sourcesdir = None
     executable = "$HVDCORERUN"
     executable_opts = ["--check-build", "--json"]
     num_tasks = 1
@@ -59,10 +60,9 @@ class HvdcoreCapabilitiesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
 
     @run_after("init")
     def _needs_framework(self):
-        self.env_features = [self.framework]
+        self.use_environments(self.framework)
         if self.hvdcore_module != ENV_PROVIDED:
             self.valid_systems, envs = module_partitions(self.hvdcore_module)
-            self.env_features = []
             self.modules = [self.hvdcore_module]
             self.valid_prog_environs = [f"{e}" for e in envs]
 

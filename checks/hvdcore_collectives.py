@@ -58,6 +58,7 @@ class HvdcoreCollectivesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
 
     @run_after("init")
     def _use_module(self):
+        self.use_environments()
         if self.hvdcore_module != ENV_PROVIDED:
             self.valid_systems, envs = module_partitions(self.hvdcore_module)
             self.valid_prog_environs = [f"{e}" for e in envs]

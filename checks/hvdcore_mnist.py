@@ -65,7 +65,7 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
 
     @run_after("init")
     def _framework_env(self):
-        self.env_features = [self.framework]
+        self.use_environments(self.framework)
         self.tags |= {"hvdcore", "mnist", self.framework, self.scale}
         self.descr = f"hvdcore MNIST ({self.framework}) at scale {self.scale}"
 

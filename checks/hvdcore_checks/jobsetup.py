@@ -14,7 +14,7 @@ What the partition declares (see checks/config/common.py) decides the job:
 from __future__ import annotations
 
 import reframe as rfm
-from reframe.core.builtins import run_after, run_before, variable
+from reframe.core.builtins import run_after, run_before
 
 __all__ = ["HvdcoreJobMixin", "HVDCORERUN_SHIM"]
 
@@ -30,13 +30,13 @@ HVDCORERUN_SHIM = 'HVDCORERUN="$(command -v hvdcorerun || echo python3 -m hvdcor
 class HvdcoreJobMixin(_Plugin):
     """Mixin for run-only checks that launch hvdcore programs on a partition."""
 
-    #: Extra environment features a check needs (e.g. ``["torch"]``).
-    env_features = variable(list, value=[])
+    def use_environments(self, *features: str) -> None:
+        """Run in environments that provide hvdcore and every feature in ``features``.
 
-    @run_after("init")
-    def _select_environments(self) -> None:
-        wanted = " ".join(["+hvdcore", *(f"+{f}" for f in self.env_features)])
-        self.valid_prog_environs = [wanted]
+        Call it from the check's own ``run_after("init")`` hook (base-class hooks run first, so
+        a hook here would not see what the check decides in its own hooks).
+        """
+        self.valid_prog_environs = [" ".join(["+hvdcore", *(f"+{f}" for f in features)])]
 
     @property
     def part_extras(self) -> dict:
