@@ -116,6 +116,7 @@ class SlurmCluster:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="hvdcore-slurm-"))
         self.hostname = socket.gethostname().split(".")[0]
         self.node_names = [f"n{i + 1}" for i in range(nodes)]
+        self._munge_dir: Path | None = None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._pids: dict[str, int] = {}
 
@@ -126,9 +127,18 @@ class SlurmCluster:
         return self.workdir / "etc" / "slurm.conf"
 
     @property
+    def munge_dir(self) -> Path:
+        """munged's key, socket and logs: a directory of its own under the system temp dir,
+        because munged runs as user munge and must traverse every parent (a pytest tmp_path or
+        a mkdtemp directory is private to root)."""
+        if self._munge_dir is None:
+            self._munge_dir = Path(tempfile.mkdtemp(prefix="hvdcore-munge-"))
+        return self._munge_dir
+
+    @property
     def munge_socket(self) -> Path:
         """Path of this cluster's munged socket."""
-        return self.workdir / "munge" / "munge.socket"
+        return self.munge_dir / "munge.socket"
 
     def log(self, daemon: str) -> Path:
         """Log file of one daemon (``munged``, ``slurmctld``, ``slurmd-n1``, ...)."""
@@ -184,6 +194,9 @@ class SlurmCluster:
         state = self.workdir / STATE_FILE
         with contextlib.suppress(FileNotFoundError):
             state.unlink()
+        if self._munge_dir is not None and not self.keep:
+            shutil.rmtree(self._munge_dir, ignore_errors=True)
+            self._munge_dir = None
         if self._own_workdir and not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -202,8 +215,7 @@ class SlurmCluster:
     # -- internals ---------------------------------------------------------------------------
     def _write_config(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.workdir, 0o755)  # munged (user munge) must traverse it
-        for sub in ("etc", "munge", "log", "state", "spool", "tmp"):
+        for sub in ("etc", "log", "state", "spool", "tmp"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         for node in self.node_names:
             (self.workdir / "spool" / node).mkdir(exist_ok=True)
@@ -256,7 +268,7 @@ class SlurmCluster:
         self.conf.write_text("\n".join(lines) + "\n")
 
     def _start_munge(self) -> None:
-        mdir = self.workdir / "munge"
+        mdir = self.munge_dir
         key = mdir / "munge.key"
         munge = pwd.getpwnam("munge")
         if not key.exists():
@@ -309,7 +321,7 @@ class SlurmCluster:
             base = name if name != "munged" else "munged"
             paths = [self.log(base), self.log(base + ".stdio")]
             if name == "munged":
-                paths.append(self.workdir / "munge" / "munged.log")
+                paths.append(self.munge_dir / "munged.log")
             for path in paths:
                 if path.exists():
                     tail = path.read_text(errors="replace").splitlines()[-15:]
@@ -359,7 +371,8 @@ class SlurmCluster:
                 proc.wait(timeout=1)
 
     def _save_state(self) -> None:
-        state = {"pids": self._pids, "conf": str(self.conf), "nodes": self.node_names}
+        state = {"pids": self._pids, "conf": str(self.conf), "nodes": self.node_names,
+                 "munge_dir": str(self.munge_dir)}
         (self.workdir / STATE_FILE).write_text(json.dumps(state, indent=1))
 
     @classmethod
@@ -368,6 +381,7 @@ class SlurmCluster:
         state = json.loads((Path(workdir) / STATE_FILE).read_text())
         cluster = cls(nodes=len(state["nodes"]), workdir=workdir)
         cluster._pids = {k: int(v) for k, v in state["pids"].items()}
+        cluster._munge_dir = Path(state["munge_dir"])
         return cluster
 
 
