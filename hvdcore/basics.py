@@ -1,0 +1,311 @@
+"""Process-wide state: init/shutdown, rank queries, timeline control, the abort-on-exception hook."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hvdcore import config as _config
+from hvdcore import errors
+from hvdcore.engine.executor import SetState
+from hvdcore.engine.timeline import Timeline
+from hvdcore.process_sets import ProcessSet, global_process_set
+
+log = logging.getLogger("hvdcore")
+
+_LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO,
+           "warning": logging.WARNING, "error": logging.ERROR, "fatal": logging.CRITICAL}
+
+
+@dataclass
+class _State:
+    cfg: Any
+    world: Any
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    engine: Any
+    sets: dict[int, ProcessSet] = field(default_factory=dict)
+    counters: dict[tuple[str, int], int] = field(default_factory=dict)
+    comms: list[Any] = field(default_factory=list)
+
+
+_state: _State | None = None
+_lock = threading.Lock()
+_hooks_installed = False
+_aborting = False
+
+
+def _require() -> _State:
+    if _state is None:
+        raise errors.NotInitializedError(
+            "hvdcore is not initialized: call hvd.init() first (and not after hvd.shutdown())")
+    return _state
+
+
+def state() -> _State:
+    """The initialized process state (raises NotInitializedError before init)."""
+    return _require()
+
+
+def _setup_logging(level: str, rank: int) -> None:
+    logging.addLevelName(5, "TRACE")
+    log.setLevel(_LEVELS[level])
+    for h in list(log.handlers):
+        if getattr(h, "_hvdcore", False):
+            log.removeHandler(h)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"[hvdcore rank {rank}] %(levelname)s %(message)s"))
+    handler._hvdcore = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
+    log.propagate = False
+
+
+def _world_from(comm: Any) -> Any:
+    from mpi4py import MPI
+
+    if comm is None:
+        return MPI.COMM_WORLD
+    if isinstance(comm, (list, tuple)):
+        ranks = sorted(int(r) for r in comm)
+        if MPI.COMM_WORLD.Get_rank() not in ranks:
+            raise errors.UnsupportedError(
+                f"init(comm={ranks}) called on world rank {MPI.COMM_WORLD.Get_rank()}, which is "
+                "not in the list: only the listed ranks may call it")
+        group = MPI.COMM_WORLD.Get_group().Incl(ranks)
+        return MPI.COMM_WORLD.Create_group(group)
+    if hasattr(comm, "Get_rank") and hasattr(comm, "Dup"):
+        return comm
+    raise errors.UnsupportedError(
+        f"init(comm=...) expects None, a list of ranks or an mpi4py communicator, got "
+        f"{type(comm).__name__}")
+
+
+def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> None:
+    """Initialize hvdcore on every rank (a no-op when already initialized).
+
+    ``comm``: None (MPI_COMM_WORLD), a list of world ranks, or an mpi4py communicator.
+    ``process_sets``: ProcessSet objects to register now (same list on every rank).
+
+    Example::
+
+        >>> import hvdcore as hvd
+        >>> hvd.init()
+        >>> print(hvd.rank(), hvd.size())
+    """
+    global _state
+    with _lock:
+        if _state is not None:
+            return
+        cfg = _config.load()
+        from mpi4py import MPI
+
+        from hvdcore.backends.mpi import MPIBackend
+        from hvdcore.engine.loop import Engine
+
+        if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
+            raise errors.CapabilityError(
+                "MPI was initialized with thread level "
+                f"{MPI.Query_thread()} (< MPI_THREAD_SERIALIZED); hvdcore's engine thread needs "
+                "MPI_THREAD_MULTIPLE: do not set mpi4py.rc.thread_level below 'serialized'")
+        world = _world_from(comm)
+        rank, size = world.Get_rank(), world.Get_size()
+        _setup_logging(cfg.log_level, rank)
+        data = world.Dup()
+        local = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        local_rank, local_size = local.Get_rank(), local.Get_size()
+        cross = world.Split(local_rank, rank)
+        cross_rank, cross_size = cross.Get_rank(), cross.Get_size()
+        sets = {0: SetState(0, tuple(range(size)), data)}
+        global_process_set.ranks = list(range(size))
+        global_process_set._bind(0, rank)
+        registry: dict[int, ProcessSet] = {0: global_process_set}
+        for ps in process_sets or ():
+            if not isinstance(ps, ProcessSet):
+                ps = ProcessSet(ps)
+            bad = [r for r in ps.ranks if not 0 <= r < size]
+            if bad:
+                raise errors.UnsupportedError(
+                    f"process set {ps.ranks} names ranks {bad} outside 0..{size - 1}")
+            sid = len(sets)
+            member = rank in ps.ranks
+            sub = data.Split(0 if member else MPI.UNDEFINED, rank)
+            sets[sid] = SetState(sid, tuple(ps.ranks), sub if member else None)
+            ps._bind(sid, rank)
+            registry[sid] = ps
+        engine = Engine(world, cfg, MPIBackend(), sets)
+        _state = _State(cfg, world, rank, size, local_rank, local_size, cross_rank, cross_size,
+                        engine, registry, comms=[local, cross])
+        path = Timeline.resolve(cfg.timeline, rank)
+        if path:
+            engine.set_timeline(Timeline(path, rank, cfg.timeline_mark_cycles))
+        _install_hooks(cfg, size)
+        log.debug("initialized: rank %d of %d (local %d/%d, cross %d/%d), config %s",
+                  rank, size, local_rank, local_size, cross_rank, cross_size, cfg)
+
+
+def shutdown() -> None:
+    """Stop the engine on this rank after all ranks agree (a no-op when not initialized)."""
+    global _state
+    with _lock:
+        st = _state
+        if st is None:
+            return
+        engine = st.engine
+        if engine.fatal is None and engine.alive:
+            from hvdcore.ops import _submit_control
+
+            try:
+                _submit_control("shutdown", "__shutdown__").wait()
+            except errors.HvdcoreError as exc:
+                log.debug("shutdown negotiation ended with %s", exc)
+        engine.stop(timeout=10)
+        tl = engine.set_timeline(None)
+        if tl is not None:
+            tl.close()
+        for comm in [*st.comms, *(s.comm for s in engine.sets.values() if s.comm is not None),
+                     engine.ctrl]:
+            try:
+                comm.Free()
+            except Exception as exc:  # noqa: BLE001 - freeing during teardown is best effort
+                log.debug("freeing a communicator failed: %s", exc)
+        for ps in st.sets.values():
+            ps.process_set_id = None
+        global_process_set._bind(0, -1)
+        global_process_set.process_set_id = 0
+        _state = None
+
+
+def is_initialized() -> bool:
+    """True between ``init()`` and ``shutdown()``."""
+    return _state is not None
+
+
+def rank() -> int:
+    """This process's rank in the job (0..size-1)."""
+    return _require().rank
+
+
+def size() -> int:
+    """Number of ranks in the job."""
+    return _require().size
+
+
+def local_rank() -> int:
+    """Rank among the processes on this node (use it to pick a GPU)."""
+    return _require().local_rank
+
+
+def local_size() -> int:
+    """Number of ranks on this node."""
+    return _require().local_size
+
+
+def cross_rank() -> int:
+    """Index of this node among the nodes (rank in the group of equal local ranks)."""
+    return _require().cross_rank
+
+
+def cross_size() -> int:
+    """Number of nodes (ranks sharing this local rank)."""
+    return _require().cross_size
+
+
+def mpi_threads_supported() -> bool:
+    """True when MPI provides MPI_THREAD_MULTIPLE."""
+    from mpi4py import MPI
+
+    _require()
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Start writing a Chrome-trace timeline (see HVDCORE_TIMELINE for file vs directory)."""
+    st = _require()
+    path = Timeline.resolve(file_path, st.rank)
+    old = st.engine.set_timeline(Timeline(path, st.rank, mark_cycles) if path else None)
+    if old is not None:
+        old.close()
+    _install_sigterm()
+
+
+def stop_timeline() -> None:
+    """Stop the timeline and close its file (valid JSON)."""
+    st = _require()
+    old = st.engine.set_timeline(None)
+    if old is not None:
+        old.close()
+
+
+# -- failure hooks ----------------------------------------------------------------------------
+
+def _close_timeline() -> None:
+    st = _state
+    if st is not None and st.engine.timeline is not None:
+        st.engine.timeline.close()
+
+
+def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> None:
+    global _aborting
+    st = _state
+    if st is None or _aborting:
+        sys.__excepthook__(etype, value, tb)
+        return
+    _aborting = True
+    text = "".join(traceback.format_exception(etype, value, tb)).rstrip("\n")
+    label = f"[hvdcore rank {st.rank}] "
+    sys.stderr.write(
+        f"{label}uncaught {etype.__name__} on rank {st.rank} of {st.size}; aborting the job so "
+        "the other ranks do not wait forever:\n"
+        + "\n".join(label + line for line in text.splitlines()) + "\n")
+    sys.stderr.flush()
+    _close_timeline()
+    st.world.Abort(1)
+
+
+def _install_sigterm() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if getattr(previous, "_hvdcore", False):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        _close_timeline()
+        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.raise_signal(signum)
+
+    handler._hvdcore = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _install_hooks(cfg: Any, world_size: int) -> None:
+    global _hooks_installed
+    if cfg.abort_on_exception and world_size > 1:
+        sys.excepthook = _excepthook
+    if cfg.timeline:
+        _install_sigterm()
+    if not _hooks_installed:
+        atexit.register(_atexit)
+        _hooks_installed = True
+
+
+def _atexit() -> None:
+    if _state is not None:
+        try:
+            shutdown()
+        finally:
+            _close_timeline()

@@ -1,0 +1,6 @@
+"""Background engine: negotiation (coordinator), fusion and execution, timeline.
+
+Modules: ``messages`` (what ranks and the coordinator exchange), ``coordinator`` (negotiation
+logic), ``executor`` (fusion and backend calls), ``loop`` (the engine thread), ``handle``,
+``timeline``. Importing this package does not import MPI; ``hvdcore.init()`` does.
+"""

@@ -1,0 +1,80 @@
+"""What ranks tell the coordinator (:class:`Meta`) and what it answers (:class:`Response`)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ReduceOp(enum.IntEnum):
+    """Reduction operations, numbered as Horovod numbers them."""
+
+    AVERAGE = 0
+    SUM = 1
+    ADASUM = 2
+    MIN = 3
+    MAX = 4
+    PRODUCT = 5
+
+
+# Request kinds.
+ALLREDUCE = "allreduce"
+ALLGATHER = "allgather"
+BROADCAST = "broadcast"
+ALLTOALL = "alltoall"
+REDUCESCATTER = "reducescatter"
+BARRIER = "barrier"
+JOIN = "join"
+SHUTDOWN = "shutdown"
+ADD_SET = "add_process_set"
+REMOVE_SET = "remove_process_set"
+
+DATA_KINDS = (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER)
+
+# Response-only kinds.
+ERROR = "error"
+STALL_WARNING = "stall_warning"
+ABORT = "abort"
+
+
+@dataclass(slots=True)
+class Meta:
+    """One rank's description of one named request, sent to the coordinator."""
+
+    set_id: int
+    name: str
+    kind: str
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    op: int = -1
+    root: int = -1
+    prescale: float = 1.0
+    postscale: float = 1.0
+    splits: tuple[int, ...] | None = None
+    ranks: tuple[int, ...] | None = None  # add_process_set
+
+
+@dataclass(slots=True)
+class Response:
+    """The coordinator's decision for one or more requests; executed in order on every rank.
+
+    For fused allreduces ``names``/``shapes`` list every tensor in the fusion buffer.
+    ``per_rank`` carries what ranks need about each other: first dimensions for allgather,
+    the split matrix for alltoall.
+    """
+
+    kind: str
+    set_id: int
+    names: list[str]
+    dtype: str = ""
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    op: int = -1
+    root: int = -1
+    prescale: float = 1.0
+    postscale: float = 1.0
+    per_rank: list = field(default_factory=list)
+    joined: tuple[int, ...] = ()
+    message: str = ""
+    error_type: str = ""
+    value: int = -1  # join: last rank to join; add_process_set: the new set id
+    ranks: tuple[int, ...] | None = None

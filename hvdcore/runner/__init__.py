@@ -1,0 +1,71 @@
+"""hvdcorerun: start an hvdcore job on N ranks with the MPI (or Slurm) that is installed.
+
+Usage::
+
+    hvdcorerun -np 4 python train.py
+    hvdcorerun -np 8 -H node1:4,node2:4 -- python train.py --epochs 3
+    hvdcorerun -np 8 --hostfile hosts.txt --fusion-threshold-mb 32 python train.py
+    hvdcorerun --check-build [--json] [--require mpi,torch,nccl]
+    python -m hvdcore.runner ...            (same program)
+
+Which launcher
+    Outside Slurm, an ``mpirun`` command for the MPI found on PATH (``mpirun``, else
+    ``mpiexec``): Open MPI or MPICH/Intel MPI, recognised from ``mpirun --version``. Without
+    ``-H``/``--hostfile`` every rank runs on this host (``localhost:N`` slots, so more ranks than
+    cores is allowed); with hosts, ``-np`` must not exceed their slots. Open MPI gets
+    ``--bind-to none --map-by slot`` (deep-learning ranks are multi-threaded; change it with
+    ``--binding-args``) and, as root, ``--allow-run-as-root``.
+    Inside a Slurm allocation (``SLURM_JOB_ID`` set) and without hosts: ``srun --mpi=pmix
+    --kill-on-bad-exit=1 -n N`` (``--slurm-mpi`` or ``$SLURM_MPI_TYPE`` choose another PMI; N
+    defaults to the allocation's tasks). ``--launcher mpirun|srun`` forces one.
+    ``--verbose`` prints the exact command (shell-quoted) on stderr before running it;
+    ``--dry-run`` prints it on stdout and runs nothing.
+
+Hostfile
+    One host per line: ``node1 slots=4`` (Open MPI/Horovod), ``node1:4`` or ``node1`` (1 slot);
+    ``#`` comments. A bad line is reported as ``file:line``.
+
+Environment every rank receives
+    * The launcher's own environment (Open MPI forwards ``PATH``, ``PYTHONPATH``,
+      ``LD_LIBRARY_PATH``, ``VIRTUAL_ENV`` and ``HVDCORE_*``/``HOROVOD_*`` by name to remote
+      hosts; Hydra and srun forward everything).
+    * ``HVDCORE_<NAME>=<value>`` for every tuning flag given (table below). Flags win over
+      ``HVDCORE_*`` already set, which win over ``HOROVOD_*`` aliases, which win over defaults.
+      The launcher checks every value, and every ``HVDCORE_*``/``HOROVOD_*`` variable in its
+      environment, with the same rules as ``hvdcore.init()``: a bad one is a usage error here.
+    * From the MPI launcher: Open MPI ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
+      ``OMPI_COMM_WORLD_LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_SIZE``, ``PMIX_RANK``; MPICH/Intel
+      MPI ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``; srun ``SLURM_PROCID``,
+      ``SLURM_LOCALID``, ``SLURM_NTASKS``, ``PMIX_RANK``.
+
+    hvdcore itself reads only ``HVDCORE_*`` (and ``HOROVOD_*`` aliases), once, at
+    ``hvdcore.init()``; rank, size, local rank/size and cross rank/size come from MPI
+    (``MPI_COMM_WORLD`` and ``MPI_Comm_split_type(SHARED)``), not from the variables above, so
+    any launcher that starts an MPI job works (``mpirun python train.py`` too).
+
+Exit code and signals
+    The job's exit code is passed on (a rank killed by signal N gives 128+N). SIGINT, SIGTERM
+    and SIGHUP sent to hvdcorerun are forwarded to mpirun/srun, which stops the ranks; a third
+    signal kills the launcher child. When a rank fails, the last stderr line names it, e.g.
+    ``hvdcorerun: job failed: rank 1 exited with exit code 3 (mpirun exit code 3)``.
+    Usage errors (bad flag or value, -np above the slots, malformed hostfile line, no command,
+    no MPI launcher on PATH) print one line and exit 2; ``--require`` misses exit 1.
+
+Capability report (``--check-build``)
+    Horovod's layout (Available Frameworks / Controllers / Tensor Operations) plus devices and
+    the GPU tensor path; ``[X]`` = built and usable here, ``[ ]`` with the reason below it.
+    ``--json`` prints every field. ``--require a,b`` exits 1 naming each item that is not built;
+    ``--require-available a,b`` also needs it usable on this node (a visible GPU for nccl/cuda).
+    Names: torch, tensorflow, keras, mpi, gloo, nccl, ddl, ccl, cuda, rocm, cuda-aware-mpi.
+"""
+
+from __future__ import annotations
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``hvdcorerun`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    from hvdcore.runner.cli import main as cli_main
+
+    return cli_main(argv)

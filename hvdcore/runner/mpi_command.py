@@ -1,0 +1,118 @@
+"""Build the ``mpirun``/``mpiexec`` command for the MPI that is installed.
+
+The flavour comes from ``<launcher> --version``: Open MPI (also IBM Spectrum MPI) prints
+``mpirun (Open MPI) 4.1.4``; MPICH's Hydra prints ``HYDRA build details``; Intel MPI prints
+``Intel(R) MPI Library``. MPICH and Intel MPI share Hydra's options.
+
+Choices (and why):
+
+* No ``-H``/``--hostfile``: every rank runs on this host, with as many slots as ranks
+  (Horovod's ``localhost:N``), so ``-np`` above the core count works without
+  ``--oversubscribe``. With hosts given, ``-np`` above their total slots is an error.
+* ``--bind-to none --map-by slot`` (Open MPI): a deep-learning rank runs many threads (intra-op
+  pools, data loaders, hvdcore's engine thread); binding it to one core starves them. Replace
+  with ``--binding-args``. Hydra does not bind by default; nothing is added there.
+* Open MPI as root (uid 0) gets ``--allow-run-as-root`` (Open MPI refuses root otherwise).
+* Knob values go on the command line (``-x NAME=VALUE`` / ``-genv NAME VALUE``) so the printed
+  command is the whole truth. For remote hosts, ``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``,
+  ``VIRTUAL_ENV`` and every ``HVDCORE_*``/``HOROVOD_*`` variable are forwarded by name (Hydra
+  forwards the whole environment by default).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hvdcore.errors import LaunchError
+from hvdcore.runner.hosts import Host, is_local
+
+__all__ = ["MpiFlavor", "detect_flavor", "query_version", "build_mpirun_command",
+           "FORWARDED_VARS"]
+
+FORWARDED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+
+
+@dataclass(frozen=True)
+class MpiFlavor:
+    """The MPI family of a launcher: ``openmpi``, ``mpich`` or ``intelmpi``, and its version."""
+
+    family: str
+    version: str
+
+    @property
+    def hydra(self) -> bool:
+        """True for MPICH and Intel MPI (Hydra process manager options)."""
+        return self.family in ("mpich", "intelmpi")
+
+
+def detect_flavor(version_output: str, launcher: str = "mpirun") -> MpiFlavor:
+    """Recognise the MPI from ``<launcher> --version`` output; LaunchError if unknown."""
+    text = version_output
+    match = re.search(r"\((?:Open MPI|IBM Spectrum MPI)\)\s+(\S+)", text)
+    if match:
+        return MpiFlavor("openmpi", match.group(1))
+    match = re.search(r"Intel\(R\) MPI Library.*?Version\s+([\w.]+)", text, re.DOTALL)
+    if match:
+        return MpiFlavor("intelmpi", match.group(1))
+    if "HYDRA" in text or "MPICH" in text:
+        match = re.search(r"Version:\s+(\S+)", text)
+        return MpiFlavor("mpich", match.group(1) if match else "unknown")
+    first = text.strip().splitlines()[0] if text.strip() else "(no output)"
+    raise LaunchError(
+        f"{launcher} --version printed {first!r}: not Open MPI, MPICH or Intel MPI; "
+        "pass the launch command yourself (mpirun ... python -m hvdcore ...) or put a "
+        "supported mpirun first on PATH")
+
+
+def query_version(launcher: str) -> str:
+    """Run ``<launcher> --version`` and return its stdout+stderr; LaunchError if it fails."""
+    try:
+        proc = subprocess.run([launcher, "--version"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"{launcher} --version failed: {exc}") from exc
+    return proc.stdout + proc.stderr
+
+
+def build_mpirun_command(
+    launcher: str,
+    flavor: MpiFlavor,
+    np: int,
+    hosts: Sequence[Host] | None,
+    exports: Mapping[str, str],
+    environ: Mapping[str, str],
+    command: Sequence[str],
+    *,
+    uid: int = 1000,
+    binding_args: Sequence[str] | None = None,
+    mpi_args: Sequence[str] = (),
+) -> list[str]:
+    """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``)."""
+    remote = bool(hosts) and not all(is_local(h.name) for h in hosts or ())
+    forward = [v for v in FORWARDED_VARS if v in environ] + sorted(
+        v for v in environ if v.startswith(("HVDCORE_", "HOROVOD_")) and v not in exports)
+    host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts) if hosts else None
+    cmd = [launcher]
+    if flavor.hydra:
+        cmd += ["-n", str(np)]
+        if host_arg:
+            cmd += ["-hosts", host_arg]
+        cmd += list(binding_args or ())
+        for name, value in exports.items():
+            cmd += ["-genv", name, value]
+    else:
+        if uid == 0:
+            cmd.append("--allow-run-as-root")
+        cmd += ["-np", str(np), "-H", host_arg or f"localhost:{np}"]
+        cmd += list(binding_args) if binding_args is not None else [
+            "--bind-to", "none", "--map-by", "slot"]
+        for name, value in exports.items():
+            cmd += ["-x", f"{name}={value}"]
+        if remote:
+            for name in forward:
+                cmd += ["-x", name]
+    cmd += list(mpi_args)
+    return cmd + list(command)

@@ -1,0 +1,21 @@
+"""Run collectives with the timeline on; argv[1]='loop' keeps going until killed."""
+
+import sys
+import time
+
+import numpy as np
+
+import hvdcore as hvd
+
+hvd.init()
+for i in range(5):
+    hs = [hvd.allreduce_async(np.ones(100, np.float32), name=f"t{j}") for j in range(4)]
+    for h in hs:
+        hvd.synchronize(h)
+    hvd.allgather(np.ones(3), name="gather")
+    hvd.broadcast(np.ones(3), 0, name="bcast")
+print(f"rank {hvd.rank()} READY", flush=True)
+if len(sys.argv) > 1 and sys.argv[1] == "loop":
+    while True:
+        hvd.allreduce(np.ones(10), name="spin")
+        time.sleep(0.01)

@@ -1,0 +1,103 @@
+"""Failure behaviour with real ranks: mismatches, stalls, exceptions, dead ranks, misuse."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, mpi_env, program, run_mpi
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("shape", "mismatched shape for allreduce 'grad/fc1'"),
+        ("dtype", "mismatched dtype for allreduce 'grad/fc2'"),
+        ("op", "mismatched op for allreduce 'grad/op'"),
+        ("root", "mismatched root for broadcast 'bcast/root'"),
+        ("kind", "mismatched kind"),
+        ("allgather_trailing", "mismatched trailing shape for allgather"),
+        ("process_set", "mismatched ranks for add_process_set"),
+    ],
+)
+def test_mismatch_is_an_error_on_every_rank(case: str, needle: str) -> None:
+    res = run_mpi(3, [program("core_mismatch.py"), case], timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(3):
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith(f"rank {r} caught")]
+        assert lines and needle in lines[0], res.stdout
+        # both sides are named
+        assert "rank 1 submitted" in lines[0] and "ranks [0, 2] submitted" in lines[0], lines[0]
+        assert f"rank {r} healthy after mismatch" in res.stdout
+
+
+def test_stall_warns_then_shuts_down_every_rank() -> None:
+    start = time.monotonic()
+    res = run_mpi(3, [program("core_stall.py"), "60"],
+                  env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
+                       "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "4"}, timeout=60)
+    elapsed = time.monotonic() - start
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert elapsed < 40, f"stall shutdown took {elapsed:.0f} s"
+    assert "WARNING stalled collectives" in out
+    assert "allreduce 'skipped': submitted by ranks [0, 2]" in out and "missing on rank 1" in out
+    assert "This rank (1) has not submitted: skipped" in out
+    assert "StallError" in out and "rank 1 woke up" not in out
+
+
+def test_stall_warning_only_when_shutdown_disabled() -> None:
+    """A slow rank triggers the warning; when it finally submits, the job completes normally."""
+    res = run_mpi(2, [program("core_stall.py"), "3", "late"],
+                  env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
+                       "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "0"}, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "WARNING stalled collectives" in out
+    assert "This rank (1) has not submitted: skipped" in out
+    assert "rank 1 submitted late" in out and "StallError" not in out
+
+
+def test_exception_on_one_rank_aborts_job_with_labelled_traceback() -> None:
+    start = time.monotonic()
+    res = run_mpi(3, [program("core_crash.py"), "exception"], timeout=60)
+    elapsed = time.monotonic() - start
+    assert res.returncode != 0
+    assert elapsed < 30
+    err = res.stderr
+    assert err.count("uncaught ValueError on rank 1 of 3") == 1, err
+    assert "[hvdcore rank 1] ValueError: boom in user code on purpose" in err
+
+
+def test_sigkilled_rank_ends_job_and_is_named() -> None:
+    start = time.monotonic()
+    res = run_mpi(3, [program("core_crash.py"), "kill"], timeout=60)
+    elapsed = time.monotonic() - start
+    assert res.returncode != 0
+    assert elapsed < 30, f"job took {elapsed:.0f} s to end after a rank died"
+    assert "rank 1" in res.stdout + res.stderr and "signal 9" in res.stdout + res.stderr
+
+
+def test_misuse_raises_clear_errors_without_mpirun() -> None:
+    res = subprocess.run([sys.executable, program("core_misuse.py")], env=mpi_env(),
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "MISUSE OK 18" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"HVDCORE_FUSION_THRESHOLD_MB": "4"}, "unknown configuration variable "
+                                              "HVDCORE_FUSION_THRESHOLD_MB"),
+        ({"HVDCORE_CYCLE_TIME": "fast"}, "HVDCORE_CYCLE_TIME='fast' is not a valid"),
+        ({"HOROVOD_LOG_LEVEL": "loud"}, "accepted values are trace, debug, info"),
+    ],
+)
+def test_config_errors_at_init(env: dict, needle: str) -> None:
+    res = run_mpi(2, ["-c", "import hvdcore as h; h.init()"], env=env, timeout=60)
+    assert res.returncode != 0
+    assert needle in res.stderr and "ConfigError" in res.stderr

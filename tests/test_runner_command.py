@@ -1,0 +1,166 @@
+"""hvdcorerun command construction (--dry-run): Open MPI, MPICH, Intel MPI, srun in Slurm."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hvdcore.runner.cli import main
+from hvdcore.runner.mpi_command import detect_flavor
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MPICH_VERSION = """HYDRA build details:
+    Version:                                 4.0.2
+    Release Date:                            Thu Apr  7 12:34:45 CDT 2022
+    Process Manager:                         pmi
+    Launchers available:                     ssh rsh fork slurm ll lsf sge manual persist
+"""
+INTEL_VERSION = ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619 "
+                 "(id: c2e19c2f3e)\nCopyright 2003-2023, Intel Corporation.\n")
+OPENMPI_VERSION = "mpirun (Open MPI) 5.0.3\n\nReport bugs to https://www.open-mpi.org/community/help/\n"
+
+
+def _which(name: str) -> str:
+    return f"/opt/mpi/bin/{name}"
+
+
+def dry_run(capsys: pytest.CaptureFixture[str], argv: list[str], **kw: object) -> list[str]:
+    """Run main(--dry-run ...) and return the printed command as a list."""
+    kw.setdefault("environ", {"PATH": "/usr/bin"})
+    rc = main(["--dry-run", *argv], **kw)  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return shlex.split(out)
+
+
+def test_detect_flavor_from_version_texts() -> None:
+    assert detect_flavor(OPENMPI_VERSION).family == "openmpi"
+    assert detect_flavor(OPENMPI_VERSION).version == "5.0.3"
+    assert (detect_flavor(MPICH_VERSION).family, detect_flavor(MPICH_VERSION).version) == (
+        "mpich", "4.0.2")
+    assert (detect_flavor(INTEL_VERSION).family, detect_flavor(INTEL_VERSION).version) == (
+        "intelmpi", "2021.10")
+
+
+def test_this_machines_mpirun_is_recognised() -> None:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun not on PATH (apt install openmpi-bin)")
+    out = subprocess.run([mpirun, "--version"], capture_output=True, text=True).stdout
+    assert detect_flavor(out).family in ("openmpi", "mpich", "intelmpi")
+
+
+def test_openmpi_as_root_localhost(capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = dry_run(capsys, ["-np", "3", "--cycle-time-ms", "2.5", "--fusion-threshold-mb", "0.5",
+                           "--", "python", "train.py", "--lr", "0.1"],
+                  which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
+    assert cmd == ["/opt/mpi/bin/mpirun", "--allow-run-as-root", "-np", "3",
+                   "-H", "localhost:3", "--bind-to", "none", "--map-by", "slot",
+                   "-x", "HVDCORE_FUSION_THRESHOLD=524288", "-x", "HVDCORE_CYCLE_TIME=2.5",
+                   "python", "train.py", "--lr", "0.1"]
+
+
+def test_openmpi_non_root_hosts_and_passthrough(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {"PATH": "/usr/bin", "PYTHONPATH": "/src", "HOROVOD_CYCLE_TIME": "3",
+           "SECRET_THING": "x"}
+    cmd = dry_run(capsys, ["-np", "4", "-H", "node1:2,node2:2", "--mpi-args", "--mca btl tcp,self",
+                           "--binding-args", "--bind-to core", "python", "x.py"],
+                  environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=1000)
+    assert "--allow-run-as-root" not in cmd
+    text = shlex.join(cmd)
+    assert "-np 4 -H node1:2,node2:2 --bind-to core -x PATH -x PYTHONPATH -x HOROVOD_CYCLE_TIME " \
+           "--mca btl tcp,self python x.py" in text
+    assert "SECRET_THING" not in text and "--map-by" not in text
+
+
+def test_hostfile_openmpi_and_colon_forms(tmp_path: os.PathLike[str],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    hostfile = os.path.join(tmp_path, "hosts")
+    with open(hostfile, "w") as f:
+        f.write("# cluster\nnode1 slots=2 max_slots=4\n\nnode2:3  # comment\nnode3\nnode1 slots=1\n")
+    cmd = dry_run(capsys, ["--hostfile", hostfile, "python", "x.py"], which=_which,
+                  mpi_version_output=OPENMPI_VERSION, uid=0)
+    # -np defaults to the total slots; node1 appears twice: slots add up
+    assert cmd[cmd.index("-np") + 1] == "7"
+    assert cmd[cmd.index("-H") + 1] == "node1:3,node2:3,node3:1"
+
+
+@pytest.mark.parametrize("version,family", [(MPICH_VERSION, "mpich"), (INTEL_VERSION, "intel")])
+def test_hydra_command(capsys: pytest.CaptureFixture[str], version: str, family: str) -> None:
+    cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "--no-stall-check",
+                           "--timeline-filename", "/tmp/tl dir/t.json", "python", "x.py"],
+                  which=_which, mpi_version_output=version, uid=0)
+    assert cmd == ["/opt/mpi/bin/mpirun", "-n", "2", "-hosts", "a:1,b:1",
+                   "-genv", "HVDCORE_STALL_CHECK_DISABLE", "1",
+                   "-genv", "HVDCORE_TIMELINE", "/tmp/tl dir/t.json", "python", "x.py"]
+
+
+def test_mpiexec_used_when_no_mpirun(capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = dry_run(capsys, ["-np", "2", "python", "x.py"],
+                  which=lambda n: "/opt/bin/mpiexec" if n == "mpiexec" else None,
+                  mpi_version_output=MPICH_VERSION)
+    assert cmd[:3] == ["/opt/bin/mpiexec", "-n", "2"]
+
+
+SLURM_ENV = {"PATH": "/usr/bin", "SLURM_JOB_ID": "42", "SLURM_NTASKS": "4",
+             "SLURM_JOB_CPUS_PER_NODE": "2(x2)"}
+
+
+def test_srun_inside_allocation(capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = dry_run(capsys, ["-np", "3", "--log-level", "INFO", "python", "x.py"],
+                  environ=SLURM_ENV, which=_which)
+    assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-n", "3",
+                   "--export=ALL,HVDCORE_LOG_LEVEL=info", "python", "x.py"]
+
+
+def test_srun_tasks_from_allocation_and_mpi_type(capsys: pytest.CaptureFixture[str]) -> None:
+    env = {k: v for k, v in SLURM_ENV.items() if k != "SLURM_NTASKS"}
+    env["SLURM_MPI_TYPE"] = "pmi2"
+    cmd = dry_run(capsys, ["--timeline-filename", "a,b.json", "python", "x.py"],
+                  environ=env, which=_which)
+    assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "-n", "4",
+                   "--export=ALL,HVDCORE_TIMELINE", "python", "x.py"]
+    cmd = dry_run(capsys, ["--slurm-mpi", "pmix_v4", "python", "x.py"], environ=SLURM_ENV,
+                  which=_which)
+    assert "--mpi=pmix_v4" in cmd and cmd[cmd.index("-n") + 1] == "4"
+
+
+def test_hosts_inside_allocation_use_mpirun(capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = dry_run(capsys, ["-np", "2", "-H", "localhost:2", "python", "x.py"],
+                  environ=SLURM_ENV, which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
+    assert cmd[0].endswith("mpirun")
+    cmd = dry_run(capsys, ["--launcher", "mpirun", "-np", "2", "python", "x.py"],
+                  environ=SLURM_ENV, which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
+    assert cmd[0].endswith("mpirun")
+
+
+def test_srun_np_above_allocation(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["-np", "5", "python", "x.py"], environ=SLURM_ENV, which=_which)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "-np 5 is more than the 4 task(s) of Slurm job 42 (SLURM_NTASKS)" in err
+
+
+def test_cli_dry_run_subprocess_prints_real_command() -> None:
+    """The real entry point on this machine: exact command on stdout, nothing launched."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not on PATH (apt install openmpi-bin)")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HVDCORE_", "HOROVOD_", "SLURM_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "hvdcore.runner", "-np", "2", "--dry-run",
+                           "--stall-check-warning-time-seconds", "5", "python", "-c", "print(1)"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    cmd = shlex.split(proc.stdout)
+    assert os.path.basename(cmd[0]) == "mpirun"
+    assert "HVDCORE_STALL_CHECK_TIME_SECONDS=5" in cmd
+    assert cmd[-3:] == ["python", "-c", "print(1)"]
+    assert ("--allow-run-as-root" in cmd) == (os.getuid() == 0)
