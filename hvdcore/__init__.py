@@ -13,6 +13,7 @@ Example (run with ``hvdcorerun -np 2 python script.py``)::
     print(hvd.rank(), mean)
 """
 
+from hvdcore import capabilities
 from hvdcore.basics import (
     cross_rank,
     cross_size,
@@ -27,7 +28,6 @@ from hvdcore.basics import (
     start_timeline,
     stop_timeline,
 )
-from hvdcore import capabilities
 from hvdcore.capabilities import (
     ccl_built,
     cuda_built,

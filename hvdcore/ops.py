@@ -259,11 +259,9 @@ def grouped_allgather_async(tensors: Sequence[np.ndarray], name: str | None = No
 def allgather_async(tensor: np.ndarray, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> Handle:
     """Start an allgather; ``synchronize`` returns the concatenation along dimension 0."""
-    st = basics.state()
-    ps = _pset(process_set, st, "allgather")
-    base = _name(st, ALLGATHER, ps.process_set_id, name)
-    return _submit(st, _gather_items(st, [tensor], base, ps.process_set_id, "allgather"),
-                   _first, f"allgather '{base}'")
+    h = grouped_allgather_async([tensor], name, process_set)
+    h._finalize = _first
+    return h
 
 
 def allgather(tensor: np.ndarray, name: str | None = None,
@@ -387,12 +385,10 @@ def reducescatter_async(
     postscale_factor: float = 1.0,
 ) -> Handle:
     """Start a reducescatter; ``synchronize`` returns this rank's block."""
-    st = basics.state()
-    ps = _pset(process_set, st, "reducescatter")
-    rop = _resolve_op(None, op, st.rank, "reducescatter")
-    base = _name(st, REDUCESCATTER, ps.process_set_id, name)
-    return _submit(st, _rs_items(st, [tensor], base, ps, rop, prescale_factor,
-                                 postscale_factor), _first, f"reducescatter '{base}'")
+    h = grouped_reducescatter_async([tensor], name, op, process_set, prescale_factor,
+                                    postscale_factor)
+    h._finalize = _first
+    return h
 
 
 def reducescatter(

@@ -3,7 +3,6 @@
 import re
 
 import pytest
-
 from conftest import program, run_mpi
 
 pytestmark = pytest.mark.mpi

@@ -5,7 +5,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, mpi_env, program, run_mpi
 
 pytestmark = pytest.mark.mpi

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, mpi_env, program, run_mpi
 
 pytestmark = pytest.mark.mpi

@@ -277,7 +277,8 @@ class Coordinator:
         for (set_id, name), entry in items:
             ref = entry.metas[min(entry.metas)]
             members = self.sets.get(set_id, ())
-            joined = tuple(r for r in members if r in self.joined)
+            # ranks that joined without submitting this tensor contribute neutral values
+            joined = tuple(r for r in members if r in self.joined and r not in entry.metas)
             nbytes = math.prod(ref.shape) * _itemsize(ref.dtype)
             key = (set_id, ref.dtype, ref.op, ref.prescale, ref.postscale, joined)
             cur = open_resp.get(key)
@@ -315,7 +316,9 @@ class Coordinator:
             where = "" if set_id == 0 else f" (process set {set_id})"
             line = (f"{ref.kind} '{name}'{where}: submitted by {_fmt_ranks(have)} "
                     f"{age:.0f} s ago, still missing on {_fmt_ranks(missing)}")
-            if self.stall_shutdown_s > 0 and age >= self.stall_shutdown_s:
+            # Shutdown only warns: ranks may legitimately finish long after others (rank-0
+            # evaluation or checkpointing at the end of a job).
+            if self.stall_shutdown_s > 0 and age >= self.stall_shutdown_s and ref.kind != SHUTDOWN:
                 fatal.append(line)
             elif not entry.warned:
                 entry.warned = True

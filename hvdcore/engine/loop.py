@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import sys
 import threading
 import time
@@ -148,7 +149,7 @@ class Engine:
             else:
                 progressed |= self._receive()
             if self._sends:
-                self._sends = [s for s in self._sends if not s.Test()]
+                self._sends = [s for s in self._sends if not s[0].Test()]
             if self.fatal is not None:
                 self._abort_after_grace()
                 return
@@ -182,7 +183,16 @@ class Engine:
         if self.coordinator is not None:
             self.coordinator.add(0, metas)
         else:
-            self._sends.append(self.ctrl.isend(metas, dest=0, tag=TAG_ANNOUNCE))
+            self._send(pickle.dumps([m.wire() for m in metas], 5), 0, TAG_ANNOUNCE)
+
+    def _send(self, payload: bytes, dest: int, tag: int) -> None:
+        # Keep the payload alive until the non-blocking send completes.
+        self._sends.append((self.ctrl.Isend([payload, MPI.BYTE], dest, tag), payload))
+
+    def _recv(self, msg: Any, status: Any) -> list:
+        buf = bytearray(status.Get_count(MPI.BYTE))
+        msg.Recv([buf, MPI.BYTE])
+        return pickle.loads(buf)
 
     def _coordinate(self) -> bool:
         coord = self.coordinator
@@ -193,25 +203,28 @@ class Engine:
             msg = self.ctrl.improbe(source=MPI.ANY_SOURCE, tag=TAG_ANNOUNCE, status=status)
             if msg is None:
                 break
-            coord.add(status.Get_source(), msg.recv())
+            coord.add(status.Get_source(), [Meta(*t) for t in self._recv(msg, status)])
             got = True
         responses = coord.poll()
         if not responses:
             return got
         if self.timeline is not None and self.timeline.mark_cycles:
             self.timeline.mark("CYCLE", responses=len(responses))
-        for dest in range(1, self.size):
-            self._sends.append(self.ctrl.isend(responses, dest=dest, tag=TAG_RESPONSE))
+        if self.size > 1:
+            payload = pickle.dumps([r.wire() for r in responses], 5)
+            for dest in range(1, self.size):
+                self._send(payload, dest, TAG_RESPONSE)
         self._execute_all(responses)
         return True
 
     def _receive(self) -> bool:
         got = False
+        status = MPI.Status()
         while not self._stop:
-            msg = self.ctrl.improbe(source=0, tag=TAG_RESPONSE)
+            msg = self.ctrl.improbe(source=0, tag=TAG_RESPONSE, status=status)
             if msg is None:
                 break
-            self._execute_all(msg.recv())
+            self._execute_all([Response(*t) for t in self._recv(msg, status)])
             got = True
         return got
 
@@ -313,7 +326,7 @@ class Engine:
         deadline = time.monotonic() + _FATAL_GRACE_S
         while time.monotonic() < deadline:
             if self._sends:
-                self._sends = [s for s in self._sends if not s.Test()]
+                self._sends = [s for s in self._sends if not s[0].Test()]
             time.sleep(0.05)
         log.error("rank %d: aborting the MPI job after a fatal hvdcore error: %s",
                   self.rank, self.fatal)

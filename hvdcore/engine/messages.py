@@ -53,6 +53,11 @@ class Meta:
     splits: tuple[int, ...] | None = None
     ranks: tuple[int, ...] | None = None  # add_process_set
 
+    def wire(self) -> tuple:
+        """Plain tuple for the control channel (pickles ~3x faster than the dataclass)."""
+        return (self.set_id, self.name, self.kind, self.dtype, self.shape, self.op, self.root,
+                self.prescale, self.postscale, self.splits, self.ranks)
+
 
 @dataclass(slots=True)
 class Response:
@@ -78,3 +83,9 @@ class Response:
     error_type: str = ""
     value: int = -1  # join: last rank to join; add_process_set: the new set id
     ranks: tuple[int, ...] | None = None
+
+    def wire(self) -> tuple:
+        """Plain tuple for the control channel; ``Response(*t)`` rebuilds it."""
+        return (self.kind, self.set_id, self.names, self.dtype, self.shapes, self.op, self.root,
+                self.prescale, self.postscale, self.per_rank, self.joined, self.message,
+                self.error_type, self.value, self.ranks)

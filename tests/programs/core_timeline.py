@@ -8,7 +8,7 @@ import numpy as np
 import hvdcore as hvd
 
 hvd.init()
-for i in range(5):
+for _ in range(5):
     hs = [hvd.allreduce_async(np.ones(100, np.float32), name=f"t{j}") for j in range(4)]
     for h in hs:
         hvd.synchronize(h)
