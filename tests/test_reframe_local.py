@@ -74,8 +74,10 @@ def test_report_tool_summary_and_plot(local_run: dict, tmp_path: Path) -> None:
 def test_broken_environment_fails_capability_check_with_reason(tmp_path: Path) -> None:
     """A partition that claims NVIDIA GPUs hvdcore cannot use: the check fails and says why."""
     config = ROOT / "tests" / "reframe_configs" / "claims_gpu.py"
+    report = tmp_path / "report.json"
     res = run_reframe(["-C", str(config), "-c", str(CHECKS / "hvdcore_capabilities.py"),
-                       "-n", "framework=torch", "-r"], tmp_path, reframe_env(), timeout=300)
+                       "-n", "framework=torch", "-r", "--report-file", str(report)], tmp_path,
+                      reframe_env(), timeout=300)
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-3000:]
     assert "FAILED" in out
@@ -84,4 +86,12 @@ def test_broken_environment_fails_capability_check_with_reason(tmp_path: Path) -
     # The reasons are hvdcore's own (from hvdcorerun --check-build --json), not a generic text.
     assert "cuda: not built:" in reason and "torch.version.cuda" in reason
     assert "nccl: not built:" in reason
-    assert "mpi" not in reason.split("missing:")[1].split(";")[0].split(":")[0]
+    assert "mpi:" not in reason.split("missing:")[1]  # MPI is there: only what is missing
+
+    # The summary a nightly job publishes says FAILED, where, and why; --fail-on-failure gates.
+    tool = subprocess.run([sys.executable, str(REPORT_TOOL), "--report", str(report),
+                           "--fail-on-failure"], capture_output=True, text=True, timeout=120)
+    assert tool.returncode == 1, tool.stderr
+    assert "**FAILED**: 0 passed, 1 failed" in tool.stdout
+    row = next(line for line in tool.stdout.splitlines() if "claimsgpu:fakegpu" in line)
+    assert "| fail |" in row and "sanity: sanity error" in row and "cuda: not built" in row
