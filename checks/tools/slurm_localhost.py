@@ -9,9 +9,11 @@ The daemons run in the foreground as children of this process (``munged -F``, ``
 ``slurmd -D -N nX``) and are stopped by PID (SIGTERM, then SIGKILL) and reaped, also when the
 code using the cluster fails. Nothing is ever killed by name.
 
-Needs root and Debian's ``slurm-wlm`` and ``munge`` packages (Slurm 22.05 here). Facts and traps:
-../../../shared/reference/slurm-localhost.md (pmix works, pmi2 does not; per-node ``TmpFS``;
-``OMPI_MCA_btl=self,tcp`` across the fake nodes because both share one hostname).
+Needs root and Debian's ``slurm-wlm`` and ``munge`` packages (Slurm 22.05 here). Traps it handles
+or documents: ``srun --mpi=pmix`` works with Debian's Open MPI (pmi2 fails at MPI init); the two
+slurmd need a per-node ``TmpFS`` (else they share PMIx directories); both fake nodes have one
+hostname, so jobs across them need ``OMPI_MCA_btl=self,tcp``; without accounting ReFrame must use
+its ``squeue`` scheduler, which cannot see exit codes.
 
 As a library / pytest fixture::
 
