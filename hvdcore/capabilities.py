@@ -202,12 +202,12 @@ def _nccl() -> Capability:
     details = {k: f.get(k) for k in ("nccl_version", "nccl_version_code", "nccl_version_error",
                                      "cuda_version", "hip_version", "gpu_count")}
     if not f.get("nccl"):
-        reason = (f"torch {f['version']} was built without NCCL "
-                  "(torch.distributed.is_nccl_available() is False): install a CUDA or ROCm "
-                  "build of torch")
-        return Capability("tensor_operation", "nccl", "NCCL", False, False, None, reason, details)
+        why = (f"torch {f['version']} was built without NCCL "
+               "(torch.distributed.is_nccl_available() is False): install a CUDA or ROCm "
+               "build of torch")
+        return Capability("tensor_operation", "nccl", "NCCL", False, False, None, why, details)
     available = f.get("gpu_count", 0) > 0
-    reason = None if available else (
+    reason: str | None = None if available else (
         "built, but no GPU is visible (torch.cuda.device_count() == 0"
         + (f": {f['gpu_error']}" if "gpu_error" in f else "") + ")")
     return Capability("tensor_operation", "nccl", "NCCL", True, available, f.get("nccl_version"),
@@ -233,15 +233,17 @@ def _device(name: str, label: str) -> Capability:
                       if "error" not in f else f["error"])
         tf_part = ("" if not tf_build.get("installed") else
                    f"; TensorFlow {tf_build.get('version')} is not a {label} build")
-        reason = f"not built with {label}: {torch_part}{tf_part}"
-        return Capability("device", name, label, False, False, None, reason, details)
-    # torch answers for both CUDA and ROCm (HIP reuses torch.cuda); TF is checked only if loaded
+        why = f"not built with {label}: {torch_part}{tf_part}"
+        return Capability("device", name, label, False, False, None, why, details)
+    # torch answers for both CUDA and ROCm (HIP reuses torch.cuda); TensorFlow is asked (and so
+    # imported) only when it is itself a CUDA/ROCm build and torch saw no GPU
     count = f.get("gpu_count", 0) if version is not None else 0
-    if count == 0 and "tensorflow" in sys.modules:
+    if count == 0 and tf_build.get(tf_key):
         count = probes.tensorflow_facts().get("gpu_count", 0)
     details["gpu_count"] = count
     details["gpu_names"] = f.get("gpu_names", [])
-    reason = None if count else f"built with {label}, but no {label} GPU is visible on this node"
+    reason: str | None = (
+        None if count else f"built with {label}, but no {label} GPU is visible on this node")
     return Capability("device", name, label, True, count > 0, version, reason, details)
 
 
@@ -354,8 +356,16 @@ def mpi_built() -> bool:
 
 
 def mpi_enabled() -> bool:
-    """True if MPI is in use at run time in this process: MPI is initialized (``hvdcore.init()``
-    does it) and not finalized. Horovod's meaning: the job runs with the MPI controller."""
+    """True if MPI is in use at run time: ``hvdcore.init()`` was called (and no ``shutdown()``)
+    in this process and MPI is initialized. hvdcore's controller is always MPI, so this is
+    Horovod's "the job runs with the MPI controller"; False before ``init()``."""
+    try:
+        from hvdcore import basics
+
+        if not basics.is_initialized():
+            return False
+    except ImportError:  # hvdcore's core is not importable: nothing can be enabled
+        return False
     mod = sys.modules.get("mpi4py.MPI")
     if mod is None:
         return False

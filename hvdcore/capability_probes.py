@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "tensorflow_facts",
     "keras_facts",
     "mpi_facts",
+    "probe_mpi_library",
     "ompi_cuda_facts",
     "clear_cache",
     "describe_error",
@@ -235,9 +237,39 @@ def _mpi_in_process() -> dict[str, Any]:
     return out
 
 
+def probe_mpi_library(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Load ``mpi4py.MPI`` in a subprocess (``rc.initialize = False``: no MPI_Init) and return
+    its library facts, or ``{"error": ...}`` saying why it does not load. ``env``: the
+    subprocess environment (default: this one)."""
+    facts: dict[str, Any] = {}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _MPI_PROBE], capture_output=True, text=True,
+            timeout=PROBE_TIMEOUT_S, env=None if env is None else dict(env),
+        )
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            facts["error"] = f"loading mpi4py.MPI failed (exit {proc.returncode}): {tail}"
+        else:
+            facts.update(json.loads(lines[-1]))
+            facts["initialized"] = False
+            if "error" in facts:
+                facts["error"] = f"loading mpi4py.MPI failed: {facts['error']}"
+    except Exception as exc:
+        facts["error"] = f"probing mpi4py.MPI failed: {describe_error(exc)}"
+    if "error" in facts:
+        facts["error"] += (" (is an MPI library installed? apt install libopenmpi-dev, or "
+                           "module load OpenMPI)")
+    return facts
+
+
 @functools.cache
 def mpi_facts() -> dict[str, Any]:
-    """mpi4py version and whether libmpi loads (without initializing MPI here), plus launchers."""
+    """mpi4py version and whether libmpi loads (without initializing MPI here), plus launchers.
+
+    In-process when ``mpi4py.MPI`` is already imported, else by :func:`probe_mpi_library`.
+    """
     facts: dict[str, Any] = {"installed": _installed("mpi4py")}
     facts["launchers"] = {
         name: shutil.which(name) for name in ("mpirun", "mpiexec", "srun") if shutil.which(name)
@@ -245,27 +277,13 @@ def mpi_facts() -> dict[str, Any]:
     if not facts["installed"]:
         facts["error"] = "the mpi4py package is not installed (pip install mpi4py)"
         return facts
-    try:
-        if "mpi4py.MPI" in sys.modules:
+    if "mpi4py.MPI" in sys.modules:
+        try:
             facts.update(_mpi_in_process())
-        else:
-            proc = subprocess.run(
-                [sys.executable, "-c", _MPI_PROBE],
-                capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-            )
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            if proc.returncode != 0 or not lines:
-                tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                facts["error"] = f"loading mpi4py.MPI failed (exit {proc.returncode}): {tail}"
-            else:
-                facts.update(json.loads(lines[-1]))
-                facts["initialized"] = False
-                if "error" in facts:
-                    facts["error"] = f"loading mpi4py.MPI failed: {facts['error']}"
-    except Exception as exc:
-        facts["error"] = f"probing mpi4py.MPI failed: {describe_error(exc)}"
-    if "error" in facts and "library_version" not in facts:
-        facts["error"] += " (is an MPI library installed? apt install libopenmpi-dev, or module load OpenMPI)"
+        except Exception as exc:
+            facts["error"] = f"querying mpi4py.MPI failed: {describe_error(exc)}"
+    else:
+        facts.update(probe_mpi_library())
     return facts
 
 

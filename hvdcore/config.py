@@ -209,10 +209,10 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for k in KNOBS:
-        for var in (k.env, k.alias):
-            if var and var in env:
-                values[k.attr] = k.convert(env[var], var)
-                sources[k.attr] = var
+        for name in (k.env, k.alias):
+            if name and name in env:
+                values[k.attr] = k.convert(env[name], name)
+                sources[k.attr] = name
                 break
         else:
             values[k.attr] = k.default

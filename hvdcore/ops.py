@@ -85,7 +85,7 @@ def _resolve_op(average: bool | None, op: Any, rank: int, what: str,
     return op
 
 
-def _pset(process_set: Any, st: Any, what: str) -> ProcessSet:
+def _pset(process_set: Any, st: Any, what: str) -> tuple[ProcessSet, int]:
     if not isinstance(process_set, ProcessSet):
         raise errors.UnsupportedError(
             f"rank {st.rank}: {what}: process_set must be a ProcessSet, got "
@@ -99,7 +99,7 @@ def _pset(process_set: Any, st: Any, what: str) -> ProcessSet:
         raise errors.UnsupportedError(
             f"rank {st.rank}: {what}: this rank is not a member of process set {sid} "
             f"(ranks {process_set.ranks}); only members may call collectives on it")
-    return process_set
+    return process_set, sid
 
 
 def _name(st: Any, kind: str, set_id: int, name: str | None) -> str:
@@ -129,7 +129,7 @@ def _first(values: list[Any]) -> Any:
     return values[0]
 
 
-def _submit(st: Any, items: list[tuple[Meta, np.ndarray | None, np.ndarray | None]],
+def _submit(st: Any, items: Sequence[tuple[Meta, Any, np.ndarray | None]],
             finalize: Any, description: str) -> Handle:
     handle = Handle(len(items), finalize, description)
     reqs = [Request(meta, t, o, handle, i) for i, (meta, t, o) in enumerate(items)]
@@ -168,13 +168,13 @@ def grouped_allreduce_async(
     """Start allreduces of several tensors as one group; the handle yields a list."""
     st = basics.state()
     what = "allreduce"
-    ps = _pset(process_set, st, what)
+    ps, sid = _pset(process_set, st, what)
     rop = _resolve_op(average, op, st.rank, what)
     if isinstance(tensors, np.ndarray) or not isinstance(tensors, (list, tuple)):
         raise errors.UnsupportedError(
             f"rank {st.rank}: grouped_allreduce expects a list of arrays, got "
             f"{type(tensors).__name__}")
-    base = _name(st, ALLREDUCE, ps.process_set_id, name)
+    base = _name(st, ALLREDUCE, sid, name)
     items = []
     for i, t in enumerate(tensors):
         arr = _array(t, what, st.rank)
@@ -189,7 +189,7 @@ def grouped_allreduce_async(
             elif np.shares_memory(o, arr):
                 arr = arr.copy()
         nm = base if len(tensors) == 1 else f"{base}.{i}"
-        items.append((Meta(ps.process_set_id, nm, ALLREDUCE, arr.dtype.name, arr.shape,
+        items.append((Meta(sid, nm, ALLREDUCE, arr.dtype.name, arr.shape,
                            int(rop), -1, float(prescale_factor), float(postscale_factor)),
                       arr, o))
     return _submit(st, items, list, f"grouped_allreduce '{base}'")
@@ -250,9 +250,9 @@ def grouped_allgather_async(tensors: Sequence[np.ndarray], name: str | None = No
                             process_set: ProcessSet = global_process_set) -> Handle:
     """Start allgathers of several tensors; the handle yields a list."""
     st = basics.state()
-    ps = _pset(process_set, st, "allgather")
-    base = _name(st, ALLGATHER, ps.process_set_id, name)
-    return _submit(st, _gather_items(st, list(tensors), base, ps.process_set_id, "allgather"),
+    ps, sid = _pset(process_set, st, "allgather")
+    base = _name(st, ALLGATHER, sid, name)
+    return _submit(st, _gather_items(st, list(tensors), base, sid, "allgather"),
                    list, f"grouped_allgather '{base}'")
 
 
@@ -284,7 +284,7 @@ def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
                     out: np.ndarray | None = None) -> Handle:
     """Start a broadcast from ``root_rank`` (a global rank that belongs to the set)."""
     st = basics.state()
-    ps = _pset(process_set, st, "broadcast")
+    ps, sid = _pset(process_set, st, "broadcast")
     arr = _array(tensor, "broadcast", st.rank)
     if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) \
             or int(root_rank) not in ps.ranks:
@@ -294,8 +294,8 @@ def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
     o = _out(out, arr, st.rank, "broadcast")
     if o is not None and o is tensor:
         arr = o
-    nm = _name(st, BROADCAST, ps.process_set_id, name)
-    meta = Meta(ps.process_set_id, nm, BROADCAST, arr.dtype.name, arr.shape, root=int(root_rank))
+    nm = _name(st, BROADCAST, sid, name)
+    meta = Meta(sid, nm, BROADCAST, arr.dtype.name, arr.shape, root=int(root_rank))
     return _submit(st, [(meta, arr, o)], _first, f"broadcast '{nm}'")
 
 
@@ -313,7 +313,7 @@ def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = No
                    process_set: ProcessSet = global_process_set) -> Handle:
     """Start an alltoall; ``synchronize`` returns ``(output, received_splits)``."""
     st = basics.state()
-    ps = _pset(process_set, st, "alltoall")
+    ps, sid = _pset(process_set, st, "alltoall")
     arr = _array(tensor, "alltoall", st.rank)
     n = len(ps.ranks)
     if arr.ndim == 0:
@@ -334,8 +334,8 @@ def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = No
             raise errors.UnsupportedError(
                 f"rank {st.rank}: alltoall splits {sp} must have {n} non-negative entries "
                 f"summing to dim 0 ({arr.shape[0]})")
-    nm = _name(st, ALLTOALL, ps.process_set_id, name)
-    meta = Meta(ps.process_set_id, nm, ALLTOALL, arr.dtype.name, arr.shape, splits=tuple(sp))
+    nm = _name(st, ALLTOALL, sid, name)
+    meta = Meta(sid, nm, ALLTOALL, arr.dtype.name, arr.shape, splits=tuple(sp))
     return _submit(st, [(meta, arr, None)], _first, f"alltoall '{nm}'")
 
 
@@ -348,7 +348,7 @@ def alltoall(tensor: np.ndarray, splits: Any = None, name: str | None = None,
     return alltoall_async(tensor, splits, name, process_set).wait()
 
 
-def _rs_items(st: Any, tensors: Sequence[np.ndarray], base: str, ps: ProcessSet, rop: ReduceOp,
+def _rs_items(st: Any, tensors: Sequence[np.ndarray], base: str, sid: int, rop: ReduceOp,
               pre: float, post: float) -> list:
     items = []
     for i, t in enumerate(tensors):
@@ -360,7 +360,7 @@ def _rs_items(st: Any, tensors: Sequence[np.ndarray], base: str, ps: ProcessSet,
             raise errors.UnsupportedError(
                 f"rank {st.rank}: Average of a bool tensor is undefined; use op=Sum/Min/Max")
         nm = base if len(tensors) == 1 else f"{base}.{i}"
-        items.append((Meta(ps.process_set_id, nm, REDUCESCATTER, arr.dtype.name, arr.shape,
+        items.append((Meta(sid, nm, REDUCESCATTER, arr.dtype.name, arr.shape,
                            int(rop), -1, float(pre), float(post)), arr, None))
     return items
 
@@ -372,10 +372,10 @@ def grouped_reducescatter_async(
 ) -> Handle:
     """Start reducescatters of several tensors; the handle yields a list."""
     st = basics.state()
-    ps = _pset(process_set, st, "reducescatter")
+    ps, sid = _pset(process_set, st, "reducescatter")
     rop = _resolve_op(None, op, st.rank, "reducescatter")
-    base = _name(st, REDUCESCATTER, ps.process_set_id, name)
-    return _submit(st, _rs_items(st, list(tensors), base, ps, rop, prescale_factor,
+    base = _name(st, REDUCESCATTER, sid, name)
+    return _submit(st, _rs_items(st, list(tensors), base, sid, rop, prescale_factor,
                                  postscale_factor), list, f"grouped_reducescatter '{base}'")
 
 
@@ -417,9 +417,9 @@ def grouped_reducescatter(
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Block until every rank of the set has called barrier()."""
     st = basics.state()
-    ps = _pset(process_set, st, "barrier")
-    nm = _name(st, BARRIER, ps.process_set_id, None)
-    _submit_control(BARRIER, nm, ps.process_set_id).wait()
+    ps, sid = _pset(process_set, st, "barrier")
+    nm = _name(st, BARRIER, sid, None)
+    _submit_control(BARRIER, nm, sid).wait()
 
 
 def join() -> int:

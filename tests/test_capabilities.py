@@ -29,19 +29,21 @@ def run_py(code: str, extra_path: str | None = None,
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_import_initializes_nothing_and_mpi_probe_is_light() -> None:
+def test_mpi_probe_imports_no_framework_and_no_mpi() -> None:
     out = run_py("""
         import json, sys
         import hvdcore.capabilities as caps
-        before = sorted(m for m in ("torch", "tensorflow", "mpi4py.MPI") if m in sys.modules)
+        heavy = ("torch", "tensorflow", "keras")
+        before = sorted(m for m in heavy if m in sys.modules)
         r = caps.capabilities(["mpi"])
-        after = sorted(m for m in ("torch", "tensorflow", "mpi4py.MPI") if m in sys.modules)
+        after = sorted(m for m in heavy if m in sys.modules)
+        assert "mpi4py.MPI" not in sys.modules  # libmpi was loaded in a probe subprocess
         mpi = r.item("controller", "mpi")
         print(json.dumps({"before": before, "after": after, "built": mpi.built,
                           "version": mpi.version, "names": [i.name for i in r.items],
                           "mpi_built": caps.mpi_built(), "mpi_enabled": caps.mpi_enabled()}))
     """)
-    assert out["before"] == [] and out["after"] == []  # MPI was probed in a subprocess
+    assert out["before"] == [] and out["after"] == []
     assert out["names"] == ["mpi", "mpi"]
     reference = run_py("""
         import json, mpi4py
@@ -55,15 +57,16 @@ def test_import_initializes_nothing_and_mpi_probe_is_light() -> None:
     assert out["mpi_enabled"] is False
 
 
-def test_mpi_enabled_follows_mpi_initialization() -> None:
+def test_mpi_enabled_follows_hvdcore_init() -> None:
     out = run_py("""
         import json
+        import hvdcore
         import hvdcore.capabilities as caps
         seen = [caps.mpi_enabled()]
-        from mpi4py import MPI   # initializes MPI (singleton)
+        hvdcore.init()
         seen.append(caps.mpi_enabled())
         seen.append(caps.capabilities(["mpi"]).item("controller", "mpi").details["initialized"])
-        MPI.Finalize()
+        hvdcore.shutdown()
         seen.append(caps.mpi_enabled())
         print(json.dumps(seen))
     """)
@@ -136,20 +139,20 @@ def test_broken_framework_is_reported_not_raised(tmp_path: Path) -> None:
         assert "import torch failed: OSError: libtorch_cpu.so" in reason, (name, reason)
 
 
-def test_missing_mpi4py_is_reported(tmp_path: Path) -> None:
+def test_unloadable_mpi_library_is_reported(tmp_path: Path) -> None:
+    """An mpi4py whose MPI module cannot load libmpi gives a reason naming the fix."""
+    from hvdcore.capability_probes import probe_mpi_library
+
     fake = tmp_path / "mpi4py"
     fake.mkdir()
     (fake / "__init__.py").write_text("__version__ = '0'\nclass _rc: pass\nrc = _rc()\n")
     (fake / "MPI.py").write_text("raise ImportError('libmpi.so.40: cannot open shared object')\n")
-    out = run_py("""
-        import json
-        import hvdcore.capabilities as caps
-        m = caps.capabilities(["mpi"]).item("controller", "mpi")
-        print(json.dumps([m.built, m.available, m.reason, caps.mpi_built()]))
-    """, extra_path=str(tmp_path))
-    assert out[0] is False and out[1] is False and out[3] is False
-    assert "loading mpi4py.MPI failed" in out[2] and "libmpi.so.40" in out[2]
-    assert "module load OpenMPI" in out[2]
+    facts = probe_mpi_library({**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert "library_version" not in facts
+    assert facts["error"].startswith("loading mpi4py.MPI failed: ImportError: libmpi.so.40")
+    assert "module load OpenMPI" in facts["error"]
+    good = probe_mpi_library()
+    assert "error" not in good and good["library_version"] and good["initialized"] is False
 
 
 def test_cuda_aware_mpi_matches_ompi_info() -> None:

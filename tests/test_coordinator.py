@@ -100,3 +100,23 @@ def test_joined_rank_counts_as_present_for_allreduce() -> None:
     c.add(0, [Meta(0, "join", "join")])
     (done,) = c.poll()
     assert done.kind == "join" and done.value == 0
+
+
+def test_shutdown_stall_warns_but_never_aborts() -> None:
+    clock = Clock()
+    c = make(2, clock=clock)
+    c.add(1, [Meta(0, "__shutdown__", "shutdown")])
+    clock.t = 2.5
+    (warn,) = c.poll()
+    assert warn.kind == STALL_WARNING and "shutdown" in warn.message
+    clock.t = 100.0
+    assert c.poll() == []
+
+
+def test_rank_that_submitted_then_joined_is_a_contributor() -> None:
+    c = make(2)
+    c.add(0, [ar("a")])
+    c.add(0, [Meta(0, "join", "join")])
+    c.add(1, [ar("a")])
+    (resp,) = c.poll()
+    assert resp.names == ["a"] and resp.joined == ()

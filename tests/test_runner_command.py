@@ -97,9 +97,16 @@ def test_hydra_command(capsys: pytest.CaptureFixture[str], version: str, family:
     cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "--no-stall-check",
                            "--timeline-filename", "/tmp/tl dir/t.json", "python", "x.py"],
                   which=_which, mpi_version_output=version, uid=0)
-    assert cmd == ["/opt/mpi/bin/mpirun", "-n", "2", "-hosts", "a:1,b:1",
+    assert cmd == ["/opt/mpi/bin/mpirun", "-n", "2", "-hosts", "a,b", "-ppn", "1",
                    "-genv", "HVDCORE_STALL_CHECK_DISABLE", "1",
                    "-genv", "HVDCORE_TIMELINE", "/tmp/tl dir/t.json", "python", "x.py"]
+
+
+def test_hydra_needs_equal_slots(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["-np", "3", "-H", "a:2,b:1", "python"], environ={"PATH": "/usr/bin"},
+              which=_which, mpi_version_output=MPICH_VERSION)
+    assert rc == 2
+    assert "mpich: -hosts takes one slot count for all hosts (-ppn)" in capsys.readouterr().err
 
 
 def test_mpiexec_used_when_no_mpirun(capsys: pytest.CaptureFixture[str]) -> None:

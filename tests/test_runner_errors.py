@@ -78,6 +78,10 @@ def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no command given" in usage_error(capsys, ["-np", "2", "--"])
 
 
+def test_gloo_controller_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--gloo is not supported" in usage_error(capsys, ["--gloo", "-np", "2", "python"])
+
+
 def test_np_required_outside_slurm(capsys: pytest.CaptureFixture[str]) -> None:
     assert "-np N is required" in usage_error(capsys, ["python", "x.py"])
 
@@ -162,3 +166,17 @@ def test_real_cli_usage_error_exit_code() -> None:
     assert proc.stdout == ""
     assert proc.stderr.strip() == ("hvdcorerun: error: argument -np/--num-proc: invalid int "
                                    "value: 'two'")
+
+
+def test_launcher_does_not_initialize_mpi() -> None:
+    """hvdcorerun must not be an MPI process itself: a singleton MPI launcher costs ~1 s, fails
+    where MPI cannot start outside a job, and (seen here) makes mpirun lose its MPI_ABORT
+    report. ``--check-build`` must also work when libmpi cannot load."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    code = ("import sys, hvdcore.runner.cli; m = sys.modules.get('mpi4py.MPI'); "
+            "print(bool(m and m.Is_initialized()))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -88,7 +89,8 @@ def test_rank_killed_by_signal_is_named() -> None:
     assert last.startswith("hvdcorerun: job failed: rank 0 ") and "signal 9" in last, last
 
 
-def test_sigterm_is_forwarded_and_ranks_stop() -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_is_forwarded_and_ranks_stop(sig: signal.Signals) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "hvdcore.runner", "-np", "2", sys.executable,
                              str(PROGRAMS / "runner_sleep.py")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -101,18 +103,44 @@ def test_sigterm_is_forwarded_and_ranks_stop() -> None:
             if line.startswith("ready"):
                 pids.append(int(line.split()[2]))
         assert len(pids) == 2, "ranks did not start"
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode != 0
-    assert "hvdcorerun: forwarded SIGTERM to mpirun" in err
+    assert f"hvdcorerun: forwarded {sig.name} to mpirun" in err
     time.sleep(0.5)
     alive = [p for p in pids if Path(f"/proc/{p}").exists()
              and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]]
-    assert alive == [], f"ranks still running after SIGTERM: {alive}"
+    assert alive == [], f"ranks still running after {sig.name}: {alive}"
+
+
+def test_exception_on_one_hvdcore_rank_is_named() -> None:
+    """Through hvdcore's abort-on-exception hook: the job ends and the summary names the rank."""
+    start = time.monotonic()
+    proc = hvdcorerun(["-np", "2", sys.executable, str(PROGRAMS / "runner_raise.py")])
+    assert time.monotonic() - start < 90
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("hvdcorerun: job failed: rank 1 raised ValueError"), proc.stderr
+
+
+def test_closed_stderr_and_chatty_ranks_do_not_block_the_job() -> None:
+    """hvdcorerun relays the ranks' stderr; with its own stderr closed it must still drain it."""
+    code = ("import sys; from mpi4py import MPI; r = MPI.COMM_WORLD.rank; "
+            "[sys.stderr.write('x' * 99 + chr(10)) for _ in range(20000)]; "
+            "print('done', r, flush=True); sys.exit(4 if r == 1 else 0)")
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "hvdcore.runner", "-np", "2",
+                                            sys.executable, "-c", code])
+    try:
+        proc = subprocess.run(["sh", "-c", f"exec 2>&- {cmd}"], capture_output=True, text=True,
+                              env=launcher_env(), cwd=ROOT, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("hvdcorerun with a closed stderr blocked (its stderr pipe was not drained)")
+    assert proc.returncode == 4
+    assert sorted(proc.stdout.split("\n")[:2]) == ["done 0", "done 1"]
 
 
 def test_failure_summary_patterns_and_exit_code() -> None:

@@ -22,7 +22,7 @@ class Request:
     """A submitted request on its rank: the meta, the input, where the result goes."""
 
     meta: Any  # hvdcore.engine.messages.Meta
-    tensor: np.ndarray | None
+    tensor: Any  # np.ndarray for data requests, None for control requests
     out: np.ndarray | None
     handle: Any  # hvdcore.engine.handle.Handle
     part: int

@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--binding-args", metavar="'ARGS'",
                    help="Open MPI binding/mapping arguments replacing '--bind-to none "
                         "--map-by slot' (Hydra: added as given)")
+    p.add_argument("--mpi", action="store_true",
+                   help="accepted for horovodrun compatibility (hvdcore always runs on MPI)")
+    p.add_argument("--gloo", action="store_true",
+                   help="not supported: hvdcore's controller is MPI (an error says so)")
     p.add_argument("--verbose", action="store_true",
                    help="print the exact launch command on stderr before running it")
     p.add_argument("--dry-run", action="store_true",
@@ -179,6 +183,9 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         except check_build.UnknownNameError as exc:
             raise UsageError(str(exc)) from None
         return check_build.run_check_build(args.json, require, available)
+    if args.gloo:
+        raise UsageError("--gloo is not supported: hvdcore coordinates ranks over MPI (Gloo "
+                         "moves GPU/CPU tensors inside torch.distributed); drop --gloo")
     if not args.command:
         raise UsageError("no command given: hvdcorerun -np N [options] [--] program [args...]")
     exports = knob_exports(args)

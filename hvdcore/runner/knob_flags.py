@@ -43,6 +43,7 @@ def add_knob_flags(parser: argparse.ArgumentParser) -> None:
             continue
         help_text = f"{k.help} Sets {k.env}."
         if _is_bool(k):
+            help_text = f"{k.help} Sets {k.env}={'0' if _negates(k) else '1'}."
             group.add_argument(k.cli_flag, dest=_dest(k), action="store_true", default=None,
                                help=help_text)
             continue

@@ -1,6 +1,6 @@
 """Run the launcher child: forward signals, pass its exit code on, name the rank that failed.
 
-The child (``mpirun``/``srun``) runs in its own process group so that a terminal's Ctrl-C
+The child (``mpirun``/``srun``) runs in its own session (process group) so that a terminal's Ctrl-C
 reaches it once, through ``hvdcorerun``: SIGINT, SIGTERM and SIGHUP received by ``hvdcorerun``
 are forwarded to it, and mpirun/srun stop the ranks. A third signal kills the child outright.
 Its stdout is passed through untouched; its stderr is copied through as it arrives and scanned
@@ -33,6 +33,12 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
      "rank {rank} (node {node}) was killed by signal {sig} ({name})"),
     (re.compile(r"Process name: \[\[\d+,\d+\],(?P<rank>\d+)\]\s+Exit code:\s+(?P<code>\d+)"),
      "rank {rank} exited with exit code {code}"),
+    # hvdcore's own abort messages (ABORT_ON_EXCEPTION hook, engine failure): mpirun sometimes
+    # loses its MPI_ABORT report, these lines come from the rank itself
+    (re.compile(r"uncaught (?P<exc>\w+) on rank (?P<rank>\d+) of \d+; aborting"),
+     "rank {rank} raised {exc}"),
+    (re.compile(r"rank (?P<rank>\d+): aborting the MPI job after a fatal hvdcore error"),
+     "rank {rank} aborted after a fatal hvdcore error"),
     # MPICH / Intel MPI (Hydra)
     (re.compile(r"RANK (?P<rank>\d+) PID (?P<pid>\d+) RUNNING AT (?P<node>\S+)\s*\n"
                 r"=\s+(?P<what>KILLED BY SIGNAL: \d+(?: \([^)]*\))?|EXIT STATUS: \d+)"),
@@ -59,6 +65,8 @@ def exit_code(returncode: int) -> int:
 
 
 def _write_err(data: bytes) -> None:
+    if sys.stderr is None:  # started with stderr closed
+        return
     buffer = getattr(sys.stderr, "buffer", None)
     if buffer is not None:
         buffer.write(data)
@@ -68,13 +76,27 @@ def _write_err(data: bytes) -> None:
         sys.stderr.flush()
 
 
+def _say(line: str) -> None:
+    """One line on stderr (nothing when stderr is closed: never on stdout)."""
+    try:
+        _write_err((line + "\n").encode())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _pump(stream: object, tail: bytearray) -> None:
+    """Copy the child's stderr to ours; keep draining if ours is gone (else the child blocks)."""
     read = getattr(stream, "read1", None) or stream.read  # type: ignore[attr-defined]
+    writable = True
     while True:
         chunk = read(65536)
         if not chunk:
             return
-        _write_err(chunk)
+        if writable:
+            try:
+                _write_err(chunk)
+            except (OSError, ValueError, AttributeError):  # stderr gone: drain silently
+                writable = False
         tail.extend(chunk)
         if len(tail) > _TAIL_BYTES:
             del tail[: len(tail) - _TAIL_BYTES]
@@ -84,9 +106,9 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun") ->
     """Run ``cmd`` to completion and return the exit code to pass on (see module docstring)."""
     try:
         proc = subprocess.Popen(list(cmd), env=dict(env), stderr=subprocess.PIPE,
-                                process_group=0)
+                                start_new_session=True)
     except OSError as exc:
-        print(f"hvdcorerun: cannot start {cmd[0]}: {exc}", file=sys.stderr)
+        _say(f"hvdcorerun: cannot start {cmd[0]}: {exc}")
         return 127
     received: list[int] = []
 
@@ -114,10 +136,9 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun") ->
     code = exit_code(returncode)
     if received:
         names = ", ".join(signal.Signals(s).name for s in dict.fromkeys(received))
-        print(f"hvdcorerun: forwarded {names} to {name} (pid {proc.pid}); job exit code {code}",
-              file=sys.stderr)
+        _say(f"hvdcorerun: forwarded {names} to {name} (pid {proc.pid}); job exit code {code}")
     elif code != 0:
         culprits = failure_summary(tail.decode(errors="replace"))
         what = "; ".join(culprits) if culprits else f"{name} named no failing rank"
-        print(f"hvdcorerun: job failed: {what} ({name} exit code {code})", file=sys.stderr)
+        _say(f"hvdcorerun: job failed: {what} ({name} exit code {code})")
     return code

@@ -9,6 +9,8 @@ Choices (and why):
 * No ``-H``/``--hostfile``: every rank runs on this host, with as many slots as ranks
   (Horovod's ``localhost:N``), so ``-np`` above the core count works without
   ``--oversubscribe``. With hosts given, ``-np`` above their total slots is an error.
+* Hydra (MPICH, Intel MPI) gets ``-hosts h1,h2 -ppn N``, which needs the same slot count on
+  every host (otherwise an error suggests a machinefile through ``--mpi-args``).
 * ``--bind-to none --map-by slot`` (Open MPI): a deep-learning rank runs many threads (intra-op
   pools, data loaders, hvdcore's engine thread); binding it to one core starves them. Replace
   with ``--binding-args``. Hydra does not bind by default; nothing is added there.
@@ -98,8 +100,14 @@ def build_mpirun_command(
     cmd = [launcher]
     if flavor.hydra:
         cmd += ["-n", str(np)]
-        if host_arg:
-            cmd += ["-hosts", host_arg]
+        if hosts:
+            slots = {h.slots for h in hosts}
+            if len(slots) != 1:
+                raise LaunchError(
+                    f"{flavor.family}: -hosts takes one slot count for all hosts (-ppn), but "
+                    f"{host_arg} differ; give every host the same slots, or pass a machinefile "
+                    "with --mpi-args '-f FILE' (lines host:N) and no -H/--hostfile")
+            cmd += ["-hosts", ",".join(h.name for h in hosts), "-ppn", str(slots.pop())]
         cmd += list(binding_args or ())
         for name, value in exports.items():
             cmd += ["-genv", name, value]
