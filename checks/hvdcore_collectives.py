@@ -40,6 +40,7 @@ class HvdcoreCollectivesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     bw_bytes = variable(int, value=8 * 2**20)
     reps = variable(int, value=10)
     time_limit = "10m"
+    exclusive_access = True  # bandwidth and latency of a node nobody else uses
     tags = {"hvdcore", "collectives", "cpu", "gpu"}
     reference = {
         # Lower bound of busbw and upper bound of latency: generous, machines are shared/noisy.

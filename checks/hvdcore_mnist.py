@@ -62,6 +62,8 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     sourcesdir = EXAMPLES
     executable = "python3"
     time_limit = "20m"
+    #: Whole nodes (``--exclusive``): throughput is not shared with other jobs.
+    exclusive_access = True
 
     @run_after("init")
     def _framework_env(self):

@@ -41,6 +41,8 @@ ONE_HOST = _env("CHECKS_SLURM_ONE_HOST", "0") == "1"
 NET_ENV = [["OMPI_MCA_btl", "self,tcp"]] if ONE_HOST else []
 # Fake nodes share (and oversubscribe) one host's cores: efficiency is reported, not judged.
 ONE_HOST_EXTRAS = {"mnist_efficiency_ref": [88.0, None, None]} if ONE_HOST else {}
+# Fake nodes share the host's cores: one job at a time, or the jobs slow each other down.
+MAX_JOBS = 1 if ONE_HOST else 4
 
 site_configuration = {
     "systems": [
@@ -58,7 +60,7 @@ site_configuration = {
                     "access": [f"--partition={_env('CHECKS_SLURM_CPU_PARTITION', 'debug')}",
                                *ACCOUNT],
                     "environs": ["hvdcore-venv"],
-                    "max_jobs": 4,
+                    "max_jobs": MAX_JOBS,
                     "features": ["cpu", "mpi"],
                     "env_vars": NET_ENV,
                     "processor": {"num_cpus": CPUS},
@@ -79,7 +81,7 @@ site_configuration = {
                     "access": [f"--partition={_env('CHECKS_SLURM_GPU_PARTITION', 'gpu')}",
                                *ACCOUNT],
                     "environs": ["hvdcore-venv"],
-                    "max_jobs": 4,
+                    "max_jobs": MAX_JOBS,
                     "features": ["gpu", "nvgpu", "mpi"],
                     "env_vars": NET_ENV,
                     "devices": [{"type": "gpu", "num_devices": GPUS}],
