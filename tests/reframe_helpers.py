@@ -26,6 +26,9 @@ SITE_CONFIGS = {
     "gracehopper_like.py": "gh",
 }
 
+#: The MNIST check trains this example (from the torch channel).
+MNIST_EXAMPLE = ROOT / "examples" / "pytorch_mnist.py"
+
 if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 

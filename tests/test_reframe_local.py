@@ -11,7 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from reframe_helpers import CHECKS, CONFIGS, ROOT, TOOLS, reframe_env, run_reframe
+from reframe_helpers import (
+    CHECKS,
+    CONFIGS,
+    MNIST_EXAMPLE,
+    ROOT,
+    TOOLS,
+    reframe_env,
+    run_reframe,
+)
 
 pytestmark = [pytest.mark.reframe, pytest.mark.mpi, pytest.mark.torch, pytest.mark.slow]
 
@@ -21,6 +29,8 @@ REPORT_TOOL = TOOLS / "report.py"
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One real run of the whole local suite: ``reframe -C checks/config/local.py -c checks/ -r``."""
+    if not MNIST_EXAMPLE.exists():
+        pytest.skip(f"{MNIST_EXAMPLE.relative_to(ROOT)} (the PyTorch example) is not in this checkout")
     work = tmp_path_factory.mktemp("rfm-local")
     report = work / "report.json"
     t0 = time.monotonic()

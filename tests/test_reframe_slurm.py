@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reframe_helpers import CHECKS, CONFIGS, ROOT, reframe_env, run_reframe
+from reframe_helpers import CHECKS, CONFIGS, MNIST_EXAMPLE, ROOT, reframe_env, run_reframe
 from slurm_localhost import SlurmCluster, missing_requirements
 
 pytestmark = [pytest.mark.slurm, pytest.mark.reframe, pytest.mark.mpi]
@@ -19,6 +19,10 @@ if _missing:
     pytestmark.append(pytest.mark.skip(reason="no local Slurm: missing " + ", ".join(_missing)))
 
 # Both fake nodes share this host's name: Open MPI must use TCP between them.
+needs_example = pytest.mark.skipif(
+    not MNIST_EXAMPLE.exists(), reason="examples/pytorch_mnist.py (the PyTorch example) is missing"
+)
+
 FAKE_NODES_ENV = {"OMPI_MCA_btl": "self,tcp", "CHECKS_SLURM_ONE_HOST": "1"}
 
 
@@ -50,6 +54,7 @@ def test_harness_two_nodes_srun_pmix(cluster: SlurmCluster) -> None:
 
 @pytest.mark.slow
 @pytest.mark.torch
+@needs_example
 def test_suite_through_slurm_1_node_and_2_nodes(cluster: SlurmCluster, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     env = cluster.env(reframe_env(FAKE_NODES_ENV))
@@ -75,6 +80,7 @@ SCRIPTS = ["alvis_jobsubmit.sh", "perlmutter_sbatch.sh", "lumi_sbatch.sh"]
 
 
 @pytest.mark.torch
+@needs_example
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_job_script_submits_and_trains(cluster: SlurmCluster, script: str,
                                                tmp_path: Path) -> None:
