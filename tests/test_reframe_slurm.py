@@ -88,14 +88,13 @@ def test_example_job_script_submits_and_trains(cluster: SlurmCluster, script: st
     (command-line options override #SBATCH lines): partition, no GPUs, 2 ranks per node."""
     out_file = tmp_path / "job.out"
     env = cluster.env(reframe_env({**FAKE_NODES_ENV, "VENV_DIR": sys.prefix, "STEPS": "20"}))
-    res = subprocess.run(
-        ["sbatch", "--wait", "--partition=debug", "--gpus-per-node=0", "--constraint=",
-         "--ntasks-per-node=2", "--cpus-per-task=1", f"--output={out_file}",
-         str(ROOT / "examples" / "slurm" / script)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    jobid, state, code = cluster.run_batch(
+        ["--partition=debug", "--gpus-per-node=0", "--constraint=", "--ntasks-per-node=2",
+         "--cpus-per-task=1", f"--output={out_file}", str(ROOT / "examples" / "slurm" / script)],
+        env=env, cwd=ROOT, timeout=600,
     )
     log = out_file.read_text() if out_file.exists() else ""
-    assert res.returncode == 0, res.stdout + res.stderr + log[-4000:]
+    assert (state, code) == ("COMPLETED", 0), f"job {jobid}: {state} {code}\n{log[-4000:]}"
     assert "All required capabilities present: mpi, torch" in log, log[-4000:]
     assert "hvdcore-mnist: ranks=4 " in log, log[-4000:]
 

@@ -214,6 +214,30 @@ class SlurmCluster:
             time.sleep(0.5)
         raise SlurmHarnessError(f"jobs still queued or nodes busy after {timeout}s")
 
+    def run_batch(self, args: list[str], timeout: float = 600.0,
+                  env: dict[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                  ) -> tuple[str, str, int]:
+        """``sbatch ARGS``, then wait for the job: ``(job id, final state, exit code)``.
+
+        Polls ``scontrol show job`` twice a second (``sbatch --wait`` backs off to long sleeps).
+        """
+        res = subprocess.run(["sbatch", "--parsable", *args], env=self.env(env), cwd=cwd,
+                             capture_output=True, text=True, timeout=60)
+        if res.returncode != 0:
+            raise SlurmHarnessError(f"sbatch {' '.join(args)} failed: {res.stderr.strip()}")
+        jobid = res.stdout.strip().split(";")[0]
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            out = subprocess.run(["scontrol", "show", "job", jobid], env=self.env(),
+                                 capture_output=True, text=True).stdout
+            fields = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+            state = fields.get("JobState", "UNKNOWN")
+            if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "UNKNOWN"):
+                return jobid, state, int(fields.get("ExitCode", "-1:0").split(":")[0])
+            time.sleep(0.5)
+        subprocess.run(["scancel", jobid], env=self.env(), capture_output=True)
+        raise SlurmHarnessError(f"job {jobid} did not finish in {timeout}s (cancelled)")
+
     # -- internals ---------------------------------------------------------------------------
     def _write_config(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
