@@ -143,6 +143,7 @@ def _load_path(path: Path, origin: str) -> MnistArrays:
         if (path / "mnist.npz").is_file() and not _idx_files(path, required=False):
             return _load_npz(path / "mnist.npz", origin)
         files = _idx_files(path, required=True, origin=origin)
+        assert files is not None  # required=True raises instead of returning None
         return _load_idx(files, origin)
     if not path.exists():
         raise MnistDataError(f"MNIST data not found: {path} (from {origin}) does not exist. "

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Training throughput of the MNIST example's CNN: plain torch vs hvdcore vs torch DDP.
+
+In one run, interleaved over ``--rounds`` rounds (medians reported, machines are noisy):
+
+* ``torch x1``   : plain PyTorch, one process, no communication;
+* ``hvdcore x1`` : hvdcore.torch DistributedOptimizer, 1 rank (mpirun -np 1);
+* ``hvdcore xN`` : hvdcore.torch, N ranks (default 2);
+* ``DDP xN``     : torch.nn.parallel.DistributedDataParallel with the gloo backend, N ranks
+  (launched by mpirun too, rendezvous over TCP on localhost).
+
+Every rank trains on its own real MNIST batches of ``--batch-size`` (default 64) with one CPU
+thread. Images/s counts all ranks' images. Scaling efficiency of an N-rank run is
+``img/s(N ranks) / (N x img/s(torch x1))``; hvdcore's is also given against ``hvdcore x1``.
+
+Usage::
+
+    python benchmarks/mnist_throughput.py                 # table on stdout
+    python benchmarks/mnist_throughput.py --json out.json --steps 200 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------ workers
+def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from pytorch_mnist import Net, normalise
+
+    from hvdcore.datasets import mnist
+
+    torch.set_num_threads(1)
+    rank, size = 0, 1
+    hvd = dist = None
+    if kind == "hvdcore":
+        import hvdcore.torch as hvd
+
+        hvd.init()
+        rank, size = hvd.rank(), hvd.size()
+    elif kind == "ddp":
+        import torch.distributed as dist
+
+        rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+        size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+        dist.init_process_group("gloo", init_method=os.environ["BENCH_DDP_INIT"], rank=rank,
+                                world_size=size)
+    torch.manual_seed(seed)
+    x, y, _, _ = mnist.load()
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    model = Net()
+    opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if hvd is not None:
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    if dist is not None:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    model.train()
+    mine = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(rank))
+    batches = [(normalise(x[mine[i * batch:(i + 1) * batch]]), y[mine[i * batch:(i + 1) * batch]])
+               for i in range(min(steps + warmup, x.shape[0] // batch))]
+
+    def sync_time(value: float) -> float:
+        if hvd is not None:
+            return float(hvd.allreduce(torch.tensor([value]), op=hvd.Max, name="bench_time"))
+        if dist is not None:
+            t = torch.tensor([value])
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return float(t)
+        return value
+
+    def run(n: int) -> float:
+        sync_time(0.0)  # start together
+        t0 = time.perf_counter()
+        for i in range(n):
+            xb, yb = batches[i % len(batches)]
+            opt.zero_grad()
+            F.nll_loss(model(xb), yb).backward()
+            opt.step()
+        return sync_time(time.perf_counter() - t0)
+
+    run(warmup)
+    elapsed = run(steps)
+    if rank == 0:
+        print("BENCH " + json.dumps({"kind": kind, "ranks": size,
+                                     "images_per_sec": steps * batch * size / elapsed}),
+              flush=True)
+    if hvd is not None:
+        hvd.shutdown()
+    if dist is not None:
+        dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------- driver
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _launch(kind: str, ranks: int, args: argparse.Namespace) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none",
+               # Oversubscribed nodes: Open MPI's blocking calls must yield the core while
+               # they wait instead of spinning (affects MPI users only, i.e. hvdcore, not gloo).
+               OMPI_MCA_mpi_yield_when_idle="1",
+               BENCH_DDP_INIT=f"tcp://127.0.0.1:{_free_port()}")
+    worker = [sys.executable, str(Path(__file__).resolve()), "--worker", kind,
+              "--steps", str(args.steps), "--warmup", str(args.warmup),
+              "--batch-size", str(args.batch_size)]
+    cmd = worker if kind == "torch" else ["mpirun", "-np", str(ranks), "--oversubscribe",
+                                          "--bind-to", "none", *worker]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout,
+                          cwd=ROOT)
+    for line in proc.stdout.splitlines():
+        if line.startswith("BENCH "):
+            return float(json.loads(line[6:])["images_per_sec"])
+    raise RuntimeError(f"{kind} x{ranks} failed (rc {proc.returncode}):\n"
+                       f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=2, help="ranks of the multi-process runs")
+    p.add_argument("--steps", type=int, default=150, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
+    p.add_argument("--batch-size", type=int, default=64, help="batch per rank")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (median)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
+    p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--worker", choices=("torch", "hvdcore", "ddp"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        _worker(args.worker, args.steps, args.warmup, args.batch_size, seed=1)
+        return 0
+    n = args.ranks
+    configs = [("torch", 1), ("hvdcore", 1), ("hvdcore", n), ("ddp", n)]
+    samples: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+    for r in range(args.rounds):
+        for kind, ranks in configs:
+            samples[(kind, ranks)].append(_launch(kind, ranks, args))
+            print(f"round {r + 1}/{args.rounds}: {kind} x{ranks}: "
+                  f"{samples[(kind, ranks)][-1]:.1f} img/s", file=sys.stderr, flush=True)
+    med = {c: statistics.median(v) for c, v in samples.items()}
+    base = med[("torch", 1)]
+    names = {"torch": "plain torch", "hvdcore": "hvdcore", "ddp": "torch DDP (gloo)"}
+    rows = [f"| config | ranks | images/s (median of {args.rounds}) | images/s per rank | "
+            f"scaling efficiency vs torch x1 |", "|---|---|---|---|---|"]
+    for kind, ranks in configs:
+        v = med[(kind, ranks)]
+        eff = f"{v / (ranks * base):.2f}"
+        rows.append(f"| {names[kind]} | {ranks} | {v:.1f} | {v / ranks:.1f} | {eff} |")
+    hv_eff = med[("hvdcore", n)] / (n * base)
+    ddp_eff = med[("ddp", n)] / (n * base)
+    hv_self = med[("hvdcore", n)] / (n * med[("hvdcore", 1)])
+    print("\n".join(rows))
+    print(f"\nscaling efficiency at {n} ranks (img/s / ({n} x torch x1)): hvdcore {hv_eff:.2f}, "
+          f"DDP {ddp_eff:.2f}; hvdcore vs its own 1-rank run: {hv_self:.2f}; "
+          f"hvdcore / DDP throughput: {med[('hvdcore', n)] / med[('ddp', n)]:.2f}")
+    print(f"(batch {args.batch_size}/rank, 1 thread/rank, {args.steps} timed steps, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+          "OMPI_MCA_mpi_yield_when_idle=1)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "samples": {f"{k}x{r}": v for (k, r), v in samples.items()},
+            "median": {f"{k}x{r}": v for (k, r), v in med.items()},
+            "efficiency_hvdcore": hv_eff, "efficiency_ddp": ddp_eff,
+            "efficiency_hvdcore_self": hv_self, "ranks": n, "batch_size": args.batch_size,
+            "steps": args.steps, "rounds": args.rounds}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

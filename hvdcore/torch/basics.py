@@ -1,0 +1,98 @@
+"""Process-level API of the torch binding: init/shutdown, topology queries, capabilities,
+process sets and the timeline (the core's, plus the device path set up by :mod:`.gpu`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+import hvdcore as _core
+from hvdcore.torch import gpu
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "mpi_enabled",
+    "gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
+    "ccl_built", "gpu_operations", "add_process_set", "remove_process_set", "start_timeline",
+    "stop_timeline",
+]
+
+is_initialized = _core.is_initialized
+rank = _core.rank
+size = _core.size
+local_rank = _core.local_rank
+local_size = _core.local_size
+cross_rank = _core.cross_rank
+cross_size = _core.cross_size
+mpi_threads_supported = _core.mpi_threads_supported
+mpi_built = _core.mpi_built
+mpi_enabled = _core.mpi_enabled
+gloo_built = _core.gloo_built
+gloo_enabled = _core.gloo_enabled
+ddl_built = _core.ddl_built
+ccl_built = _core.ccl_built
+start_timeline = _core.start_timeline
+stop_timeline = _core.stop_timeline
+
+
+def init(comm: Any = None, process_sets: Sequence[Any] | None = None) -> None:
+    """Start hvdcore (MPI, engine) and choose the device-tensor path (NCCL or host staging).
+
+    ``comm``: an mpi4py communicator (or list of ranks) to run on, default COMM_WORLD;
+    ``process_sets``: process sets to register at start-up.
+
+    Example::
+
+        >>> import hvdcore.torch as hvd
+        >>> hvd.init()
+        >>> torch.cuda.set_device(hvd.local_rank())   # on GPU nodes  # doctest: +SKIP
+    """
+    _core.init(comm=comm, process_sets=process_sets)
+    gpu.setup()
+    for ps in process_sets or ():
+        if getattr(ps, "process_set_id", None) is not None:
+            gpu.add_group(ps)
+
+
+def shutdown() -> None:
+    """Stop hvdcore (and the NCCL group it created)."""
+    gpu.shutdown()
+    _core.shutdown()
+
+
+def add_process_set(process_set: Any) -> Any:
+    """Register a process set (a ``ProcessSet`` or a list of ranks) on every rank; returns it."""
+    ps = _core.add_process_set(process_set)
+    gpu.add_group(ps)
+    return ps
+
+
+def remove_process_set(process_set: Any) -> bool:
+    """Unregister a process set on every rank; True if it was registered."""
+    gpu.remove_group(process_set)
+    return bool(_core.remove_process_set(process_set))
+
+
+def cuda_built() -> bool:
+    """True if this torch was built with CUDA (a GPU may still be absent: see gpu_operations)."""
+    return torch.version.cuda is not None
+
+
+def rocm_built() -> bool:
+    """True if this torch was built with ROCm."""
+    return torch.version.hip is not None
+
+
+def nccl_built() -> bool:
+    """True if this torch has the NCCL (RCCL on ROCm) backend hvdcore uses for device tensors."""
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_nccl_available())
+
+
+def gpu_operations() -> str:
+    """The active path for device tensors: ``nccl``, ``rccl`` or ``mpi-host-staging (<why>)``."""
+    return gpu.transport()

@@ -1,0 +1,108 @@
+"""Handles of asynchronous torch collectives: ``poll(handle)`` and ``synchronize(handle)``.
+
+A handle wraps what is in flight (a core handle, or a ``torch.distributed`` work object on the
+NCCL path) and a function that turns the finished buffers into the torch result. Unlike
+Horovod, where a handle is an ``int``, it is a small object; code that only passes handles to
+``poll``/``synchronize`` (the documented use) works unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import hvdcore as _core
+
+__all__ = ["Handle", "poll", "synchronize"]
+
+_PENDING = object()
+
+
+class Handle:
+    """An asynchronous collective in flight.
+
+    Args:
+        waitable: a core handle, a ``torch.distributed.Work``, another Handle, a list of
+            these, or None for work that already finished.
+        finish: called once with the waited-for results (a list for a list); returns the
+            torch result.
+        description: what the handle is for, used in error messages.
+    """
+
+    __slots__ = ("_waitable", "_finish", "_result", "description")
+
+    def __init__(self, waitable: Any, finish: Callable[[Any], Any], description: str) -> None:
+        self._waitable = waitable
+        self._finish = finish
+        self._result: Any = _PENDING
+        self.description = description
+
+    def poll(self) -> bool:
+        """True when the collective has finished (``synchronize`` will not block)."""
+        if self._result is not _PENDING or self._waitable is None:
+            return True
+        if isinstance(self._waitable, list):
+            return all(_poll_one(w) for w in self._waitable)
+        return _poll_one(self._waitable)
+
+    def wait(self) -> Any:
+        """Block until finished and return the torch result (idempotent)."""
+        if self._result is _PENDING:
+            waitable = self._waitable
+            if isinstance(waitable, list):
+                raw: Any = [_wait_one(w) for w in waitable]
+            else:
+                raw = None if waitable is None else _wait_one(waitable)
+            self._result = self._finish(raw)
+            self._waitable = None
+        return self._result
+
+    def __repr__(self) -> str:
+        state = "done" if self._result is not _PENDING else "in flight"
+        return f"<hvdcore.torch Handle {self.description} ({state})>"
+
+
+def _poll_one(w: Any) -> bool:
+    if isinstance(w, Handle):
+        return w.poll()
+    if hasattr(w, "is_completed"):  # torch.distributed Work
+        return bool(w.is_completed())
+    return bool(_core.poll(w))
+
+
+def _wait_one(w: Any) -> Any:
+    if isinstance(w, Handle):
+        return w.wait()
+    if hasattr(w, "is_completed"):
+        w.wait()
+        return None
+    return _core.synchronize(w)
+
+
+def poll(handle: Handle) -> bool:
+    """Return True if the asynchronous operation behind ``handle`` has finished.
+
+    Example::
+
+        >>> h = hvd.allreduce_async(torch.ones(3))   # doctest: +SKIP
+        >>> while not hvd.poll(h): do_other_work()    # doctest: +SKIP
+    """
+    if not isinstance(handle, Handle):
+        raise TypeError(f"poll() expects a handle returned by an *_async call, got {handle!r}")
+    return handle.poll()
+
+
+def synchronize(handle: Handle) -> Any:
+    """Wait for an asynchronous operation and return its result (a tensor, or a tuple/list).
+
+    Example::
+
+        >>> h = hvd.allreduce_async(torch.ones(3), name="x")  # doctest: +SKIP
+        >>> hvd.synchronize(h)                                # doctest: +SKIP
+        tensor([1., 1., 1.])
+    """
+    if not isinstance(handle, Handle):
+        raise TypeError(
+            f"synchronize() expects a handle returned by an *_async call, got {handle!r}"
+        )
+    return handle.wait()

@@ -1,0 +1,267 @@
+"""Horovod's collective operations on torch tensors (``hvd.allreduce`` and friends).
+
+Results keep the input's dtype, device and shape (first dimension aside for allgather,
+alltoall and reducescatter). Blocking versions are differentiable (see
+:mod:`hvdcore.torch.autograd`); ``*_async`` versions return a handle for :func:`poll` /
+:func:`synchronize`; trailing-underscore versions work in place. ``name`` identifies the
+operation across ranks (when None, ranks must call collectives in the same order).
+
+Example::
+
+    >>> import torch, hvdcore.torch as hvd
+    >>> hvd.init()
+    >>> hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum)   # doctest: +SKIP
+    tensor([1.])   # with 2 ranks
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+import hvdcore as _core
+from hvdcore.torch import collectives as C
+from hvdcore.torch.autograd import (
+    AllgatherFn,
+    AllreduceFn,
+    AlltoallFn,
+    BroadcastFn,
+    GroupedAllreduceFn,
+    ReducescatterFn,
+)
+from hvdcore.torch.compression import Compression, Compressor
+from hvdcore.torch.handles import Handle
+
+__all__ = [
+    "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
+    "grouped_allreduce_async_", "sparse_allreduce_async",
+    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "broadcast", "broadcast_async", "broadcast_", "broadcast_async_",
+    "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "join",
+]
+
+_GLOBAL = _core.global_process_set
+
+
+def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+              compression: type[Compressor] = Compression.none, op: Any = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set: Any = _GLOBAL) -> torch.Tensor:
+    """Reduce ``tensor`` over all ranks of ``process_set`` (default op Average); differentiable.
+
+    Example::
+
+        >>> avg = hvd.allreduce(torch.ones(2) * hvd.rank())   # doctest: +SKIP
+    """
+    op = C.resolve_op(average, op)
+    compressed, ctx = compression.compress(tensor)
+    out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(out, ctx)
+
+
+def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+                    op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: Any = _GLOBAL) -> Handle:
+    """Start an allreduce; ``synchronize(handle)`` returns a new tensor with the result."""
+    return C.allreduce_async_impl(tensor, C.resolve_op(average, op), name, prescale_factor,
+                                  postscale_factor, process_set, inplace=False)
+
+
+def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+               op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: Any = _GLOBAL) -> torch.Tensor:
+    """Allreduce in place: ``tensor`` receives the result and is returned."""
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set).wait()
+
+
+def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
+                     op: Any = None, prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0, process_set: Any = _GLOBAL) -> Handle:
+    """Start an in-place allreduce; ``synchronize(handle)`` returns ``tensor``."""
+    return C.allreduce_async_impl(tensor, C.resolve_op(average, op), name, prescale_factor,
+                                  postscale_factor, process_set, inplace=True)
+
+
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = None,
+                      name: str | None = None, compression: type[Compressor] = Compression.none,
+                      op: Any = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0,
+                      process_set: Any = _GLOBAL) -> list[torch.Tensor]:
+    """Allreduce a list of tensors as one unit (one negotiation, fused); differentiable."""
+    op = C.resolve_op(average, op)
+    pairs = [compression.compress(t) for t in tensors]
+    if op in (_core.Min, _core.Max, _core.Product) and any(t.requires_grad for t, _ in pairs):
+        outs = [AllreduceFn.apply(t, op, None if name is None else f"{name}.{i}",
+                                  prescale_factor, postscale_factor, process_set)
+                for i, (t, _) in enumerate(pairs)]
+    else:
+        outs = list(GroupedAllreduceFn.apply(op, name, prescale_factor, postscale_factor,
+                                             process_set, *[t for t, _ in pairs]))
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs, strict=True)]
+
+
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None,
+                            name: str | None = None, op: Any = None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: Any = _GLOBAL) -> Handle:
+    """Start a grouped allreduce; ``synchronize`` returns a list of new tensors."""
+    return C.grouped_allreduce_async_impl(tensors, C.resolve_op(average, op), name,
+                                          prescale_factor, postscale_factor, process_set, False)
+
+
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = None,
+                       name: str | None = None, op: Any = None, prescale_factor: float = 1.0,
+                       postscale_factor: float = 1.0,
+                       process_set: Any = _GLOBAL) -> list[torch.Tensor]:
+    """Grouped allreduce in place; returns the input tensors holding the results."""
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set).wait()
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | None = None,
+                             name: str | None = None, op: Any = None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: Any = _GLOBAL) -> Handle:
+    """Start an in-place grouped allreduce."""
+    return C.grouped_allreduce_async_impl(tensors, C.resolve_op(average, op), name,
+                                          prescale_factor, postscale_factor, process_set, True)
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
+                           process_set: Any = _GLOBAL) -> Handle:
+    """Start an allreduce of a sparse COO tensor (allgather of indices and values).
+
+    ``synchronize(handle)`` returns a coalesced sparse tensor.
+    """
+    return C.sparse_allreduce_async_impl(tensor, name or "", C.resolve_op(None, op), process_set)
+
+
+def allgather(tensor: torch.Tensor, name: str | None = None,
+              process_set: Any = _GLOBAL) -> torch.Tensor:
+    """Concatenate every rank's ``tensor`` on dim 0 (sizes may differ); differentiable."""
+    return AllgatherFn.apply(tensor, name, process_set)
+
+
+def allgather_async(tensor: torch.Tensor, name: str | None = None,
+                    process_set: Any = _GLOBAL) -> Handle:
+    """Start an allgather."""
+    return C.allgather_async_impl(tensor, name, process_set)
+
+
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
+                      process_set: Any = _GLOBAL) -> list[torch.Tensor]:
+    """Allgather a list of tensors as one unit; differentiable."""
+    if any(t.requires_grad for t in tensors):
+        return [AllgatherFn.apply(t, None if name is None else f"{name}.{i}", process_set)
+                for i, t in enumerate(tensors)]
+    return C.grouped_allgather_async_impl(tensors, name, process_set).wait()
+
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = None,
+                            process_set: Any = _GLOBAL) -> Handle:
+    """Start a grouped allgather."""
+    return C.grouped_allgather_async_impl(tensors, name, process_set)
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+              process_set: Any = _GLOBAL) -> torch.Tensor:
+    """Return ``root_rank``'s ``tensor`` on every rank (a new tensor); differentiable."""
+    return BroadcastFn.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                    process_set: Any = _GLOBAL) -> Handle:
+    """Start a broadcast into a new tensor."""
+    return C.broadcast_async_impl(tensor, root_rank, name, process_set, inplace=False)
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+               process_set: Any = _GLOBAL) -> torch.Tensor:
+    """Broadcast in place: ``tensor`` receives ``root_rank``'s values."""
+    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
+                     process_set: Any = _GLOBAL) -> Handle:
+    """Start an in-place broadcast."""
+    return C.broadcast_async_impl(tensor, root_rank, name, process_set, inplace=True)
+
+
+def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+             process_set: Any = _GLOBAL) -> tuple[torch.Tensor, torch.Tensor]:
+    """Send ``splits[i]`` rows of ``tensor`` to rank i; returns ``(output, received_splits)``.
+
+    Without ``splits``, dim 0 is split evenly. Differentiable in ``tensor``.
+    """
+    return AlltoallFn.apply(tensor, splits, name, process_set)
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
+                   process_set: Any = _GLOBAL) -> Handle:
+    """Start an alltoall; ``synchronize`` returns ``(output, received_splits)``."""
+    return C.alltoall_async_impl(tensor, splits, name, process_set)
+
+
+def reducescatter(tensor: torch.Tensor, name: str | None = None,
+                  compression: type[Compressor] = Compression.none, op: Any = _core.Average,
+                  process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> torch.Tensor:
+    """Reduce over ranks, then rank i keeps block i of dim 0 (the first ``dim0 % n`` ranks get
+    one row more); differentiable for Sum/Average."""
+    compressed, ctx = compression.compress(tensor)
+    out = ReducescatterFn.apply(compressed, C.resolve_op(None, op), name, process_set,
+                                prescale_factor, postscale_factor)
+    return compression.decompress(out, ctx)
+
+
+def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any = _core.Average,
+                        process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> Handle:
+    """Start a reducescatter."""
+    return C.reducescatter_async_impl(tensor, C.resolve_op(None, op), name, process_set,
+                                      prescale_factor, postscale_factor)
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = None,
+                          compression: type[Compressor] = Compression.none,
+                          op: Any = _core.Average, process_set: Any = _GLOBAL,
+                          prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> list[torch.Tensor]:
+    """Reducescatter a list of tensors as one unit; differentiable for Sum/Average."""
+    op = C.resolve_op(None, op)
+    pairs = [compression.compress(t) for t in tensors]
+    if any(t.requires_grad for t, _ in pairs):
+        outs = [ReducescatterFn.apply(t, op, None if name is None else f"{name}.{i}",
+                                      process_set, prescale_factor, postscale_factor)
+                for i, (t, _) in enumerate(pairs)]
+    else:
+        outs = C.grouped_reducescatter_async_impl([t for t, _ in pairs], op, name, process_set,
+                                                  prescale_factor, postscale_factor).wait()
+    return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs, strict=True)]
+
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | None = None,
+                                op: Any = _core.Average, process_set: Any = _GLOBAL,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> Handle:
+    """Start a grouped reducescatter."""
+    return C.grouped_reducescatter_async_impl(tensors, C.resolve_op(None, op), name, process_set,
+                                              prescale_factor, postscale_factor)
+
+
+def barrier(process_set: Any = _GLOBAL) -> None:
+    """Block until every rank of ``process_set`` reaches the barrier."""
+    _core.barrier(process_set=process_set)
+
+
+def join(device: int = -1) -> int:
+    """Signal that this rank has no more data; returns the rank that joined last.
+
+    ``device`` is accepted for Horovod compatibility (the join is coordinated on the host).
+    """
+    return int(_core.join())

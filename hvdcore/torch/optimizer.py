@@ -1,0 +1,370 @@
+"""``DistributedOptimizer``: averages gradients over ranks while ``backward()`` still runs.
+
+A documented subclass of ``torch.optim.Optimizer`` that wraps (composition) the user's
+optimizer instead of building a class at run time as Horovod does: ``param_groups``, ``state``
+and ``defaults`` are the wrapped optimizer's own objects, so learning-rate schedulers,
+``state_dict()`` / ``load_state_dict()`` and checkpoints behave as with the wrapped optimizer.
+``isinstance(opt, torch.optim.SGD)`` is False (it is True in Horovod); the wrapped optimizer is
+``opt.wrapped_optimizer``.
+
+How it works: a post-accumulate-grad hook on every trainable parameter counts backward passes;
+on the ``backward_passes_per_step``-th one it starts an asynchronous in-place allreduce of
+``p.grad`` (or of its group, see ``groups``), so communication overlaps the rest of the
+backward pass. ``step()`` (or ``synchronize()``) starts the allreduce of every parameter that
+got no gradient on this rank (a zero gradient, so ranks that did use it are not left waiting
+and the average counts this rank's zero contribution), waits for all of them, and then runs
+the wrapped optimizer's ``step``.
+
+At construction every rank checks that all ranks wrap the same parameters (names, shapes,
+dtypes, trainability): a model that differs between ranks is a
+:class:`~hvdcore.errors.MismatchError` naming the parameters and ranks, instead of a stall.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+import hvdcore as _core
+from hvdcore.errors import HvdcoreError, MismatchError
+from hvdcore.torch import collectives as C
+from hvdcore.torch.compression import Compression, Compressor
+from hvdcore.torch.handles import Handle
+
+__all__ = ["DistributedOptimizer"]
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
+
+    Args:
+        optimizer: any ``torch.optim.Optimizer`` (closures: see :meth:`step`).
+        named_parameters: ``model.named_parameters()``; names the allreduces (recommended;
+            required to be unique and to cover every parameter of ``optimizer``).
+        compression: ``Compression.none`` or ``Compression.fp16`` (gradients travel as fp16).
+        backward_passes_per_step: backward passes accumulated locally (summed into ``.grad``)
+            before the allreduce; call ``step()`` after that many passes.
+        op: ``Average`` (default), ``Sum`` or ``Adasum`` (if the core supports it).
+        gradient_predivide_factor: with ``Average``, divide by this before the sum and by
+            ``size()/factor`` after it (helps fp16 range).
+        num_groups: deprecated spelling of ``groups=int``.
+        groups: an int N (parameters split into N groups in order) or a list of lists of
+            parameters; each group is reduced as one grouped allreduce once all its members
+            have gradients.
+        sparse_as_dense: reduce sparse gradients as dense tensors instead of allgathering
+            their indices and values.
+        process_set: the ranks that average their gradients (default: all).
+
+    Example::
+
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
+        >>> opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        >>> loss.backward(); opt.step()                                  # doctest: +SKIP
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer,
+                 named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
+                 compression: type[Compressor] = Compression.none,
+                 backward_passes_per_step: int = 1, op: Any = _core.Average,
+                 gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                 groups: int | list[list[torch.Tensor]] | None = None,
+                 sparse_as_dense: bool = False,
+                 process_set: Any = _core.global_process_set) -> None:
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
+        if isinstance(optimizer, DistributedOptimizer):
+            raise TypeError("optimizer is already a DistributedOptimizer")
+        op = C.resolve_op(None, op)
+        if gradient_predivide_factor != 1.0 and op != _core.Average:
+            raise ValueError("gradient_predivide_factor is only supported with op=Average")
+        if backward_passes_per_step < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got "
+                             f"{backward_passes_per_step}")
+        # Register the wrapped optimizer's groups (same dict objects), then share its containers.
+        super().__init__(optimizer.param_groups, optimizer.defaults)
+        self.param_groups = optimizer.param_groups
+        self.state = optimizer.state
+        self.wrapped_optimizer = optimizer
+        self._compression = compression
+        self.backward_passes_per_step = backward_passes_per_step
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self._names = self._name_parameters(named_parameters)
+        self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        self._delay = {p: backward_passes_per_step for p in self._params}
+        self._group_of, self._members = self._make_groups(groups or num_groups)
+        self._handles: dict[Any, tuple[Handle, list[tuple[torch.Tensor, torch.Tensor, Any]]]] = {}
+        self._ready: dict[int, set[torch.Tensor]] = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._check_same_model()
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self._params]
+
+    # ----------------------------------------------------------------------------- set-up
+    def _name_parameters(self, named: Iterable[tuple[str, torch.Tensor]] | None
+                         ) -> dict[torch.Tensor, str]:
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named is None:
+            return {p: f"allreduce.noname.{i}" for i, p in enumerate(all_params)}
+        named = list(named)
+        if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
+            raise ValueError("named_parameters must be (name, parameter) tuples, as produced "
+                             "by model.named_parameters()")
+        seen: set[str] = set()
+        dups = sorted({n for n, _ in named if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+        if dups:
+            raise ValueError(f"parameter names in named_parameters must be unique; duplicates: "
+                             f"{', '.join(dups)}")
+        by_id = {id(p): n for n, p in named}
+        unnamed = [i for i, p in enumerate(all_params) if id(p) not in by_id]
+        if unnamed:
+            raise ValueError(f"named_parameters was given but {len(unnamed)} parameter(s) of "
+                             f"the optimizer are not in it (positions {unnamed[:10]}); pass "
+                             "model.named_parameters() of the model the optimizer trains")
+        return {p: f"allreduce.{by_id[id(p)]}" for p in all_params}
+
+    def _make_groups(self, groups: Any) -> tuple[dict[torch.Tensor, int], list[list[Any]]]:
+        if not groups:
+            return {}, []
+        if isinstance(groups, int):
+            n = max(1, min(groups, len(self._params)))
+            size, extra = divmod(len(self._params), n)
+            members, start = [], 0
+            for i in range(n):
+                stop = start + size + (1 if i < extra else 0)
+                members.append(self._params[start:stop])
+                start = stop
+        else:
+            members = [list(g) for g in groups]
+            known = set(self._params)
+            for g in members:
+                for p in g:
+                    if p not in known:
+                        raise ValueError("groups contains a tensor that is not a trainable "
+                                         "parameter of this optimizer")
+        group_of: dict[torch.Tensor, int] = {}
+        for gid, g in enumerate(members):
+            for p in g:
+                if p in group_of:
+                    raise ValueError("a parameter appears in more than one group")
+                group_of[p] = gid
+        return group_of, members
+
+    def _check_same_model(self) -> None:
+        if self.process_set.size() == 1:
+            return
+        mine = [(self._names[p], tuple(p.shape), str(p.dtype), p.requires_grad)
+                for g in self.param_groups for p in g["params"]]
+        every = _core.allgather_object((mine, self.backward_passes_per_step),
+                                       name="DistributedOptimizer.parameters",
+                                       process_set=self.process_set)
+        if all(e == every[0] for e in every):
+            return
+        ref = dict((n, rest) for n, *rest in every[0][0])
+        problems = []
+        for r, (params, bpps) in enumerate(every):
+            if bpps != every[0][1]:
+                problems.append(f"backward_passes_per_step is {bpps} on rank {r}, "
+                                f"{every[0][1]} on rank 0")
+            here = {n: rest for n, *rest in params}
+            for n in sorted(set(ref) ^ set(here)):
+                where = "rank 0" if n in ref else f"rank {r}"
+                missing = f"rank {r}" if n in ref else "rank 0"
+                problems.append(f"parameter {n[len('allreduce.'):]!r} exists on {where} but "
+                                f"not on {missing}")
+            for n in sorted(set(ref) & set(here)):
+                if ref[n] != here[n]:
+                    problems.append(
+                        f"parameter {n[len('allreduce.'):]!r} is (shape, dtype, trainable)="
+                        f"{tuple(here[n])} on rank {r} but {tuple(ref[n])} on rank 0")
+        raise MismatchError(
+            f"DistributedOptimizer on rank {_core.rank()}: ranks wrap different models: "
+            + "; ".join(problems[:8])
+            + ". Build the same model on every rank (a parameter unused in some ranks' "
+              "forward pass is fine; one that exists only on some ranks is not).")
+
+    # ------------------------------------------------------------------------ gradients
+    def _scales(self) -> tuple[float, float]:
+        if self.op == _core.Average:
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _on_grad(self, p: torch.Tensor) -> None:
+        if self._delay[p] <= 0:
+            raise HvdcoreError(
+                f"gradient of {self._names[p][len('allreduce.'):]!r} was computed more than "
+                f"backward_passes_per_step={self.backward_passes_per_step} times before "
+                "step()/synchronize(); raise backward_passes_per_step to accumulate more "
+                "passes locally, or call step() after each pass")
+        self._delay[p] -= 1
+        if self._delay[p] == 0:
+            self._ready_param(p)
+
+    def _ready_param(self, p: torch.Tensor) -> None:
+        gid = self._group_of.get(p)
+        if gid is None:
+            self._submit(p, [p])
+            return
+        ready = self._ready.setdefault(gid, set())
+        ready.add(p)
+        if len(ready) == len(self._members[gid]):
+            self._submit(("group", gid), self._members[gid])
+
+    def _dense_grad(self, p: torch.Tensor) -> torch.Tensor:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
+        elif p.grad.is_sparse and self.sparse_as_dense:
+            p.grad = p.grad.to_dense()
+        return p.grad
+
+    def _submit(self, key: Any, params: list[torch.Tensor]) -> None:
+        if self.process_set.size() == 1:
+            for p in params:  # nothing to reduce; unused parameters still get a zero gradient
+                self._dense_grad(p)
+            self._handles[key] = (Handle(None, lambda _r: None, "local"), [])
+            return
+        pre, post = self._scales()
+        if len(params) == 1 and params[0].grad is not None and params[0].grad.is_sparse \
+                and not self.sparse_as_dense:
+            p = params[0]
+            grad = p.grad
+            assert grad is not None
+            h = C.sparse_allreduce_async_impl(grad, self._names[p], self.op, self.process_set)
+            self._handles[key] = (h, [(p, grad, "sparse")])
+            return
+        entries = []
+        for p in params:
+            grad = self._dense_grad(p)
+            if grad.is_sparse:
+                raise HvdcoreError(
+                    f"parameter {self._names[p]!r} has a sparse gradient inside a group; use "
+                    "sparse_as_dense=True or keep sparse parameters out of groups")
+            sent, ctx = self._compression.compress(grad)
+            entries.append((p, sent, ctx))
+        sent_tensors = [s for _, s, _ in entries]
+        if len(params) == 1 and key is params[0]:
+            h = C.allreduce_async_impl(sent_tensors[0], self.op, self._names[params[0]], pre,
+                                       post, self.process_set, inplace=True)
+        else:
+            h = C.grouped_allreduce_async_impl(
+                sent_tensors, self.op, f"allreduce.group.{key[1]}", pre, post,
+                self.process_set, inplace=True)
+        self._handles[key] = (h, entries)
+
+    def synchronize(self) -> None:
+        """Finish every gradient allreduce of this step (zero gradients for unused parameters).
+
+        Call it before modifying gradients (e.g. clipping), then call ``step()`` inside
+        :meth:`skip_synchronize`.
+        """
+        for p in self._params:
+            if self._delay[p] != 0:  # no gradient yet in this step, or fewer passes than set
+                self._delay[p] = 0
+                self._ready_param(p)
+        for _key, (handle, entries) in list(self._handles.items()):
+            result = handle.wait()
+            for p, sent, ctx in entries:
+                if ctx == "sparse":
+                    p.grad = result
+                elif sent is not p.grad and p.grad is not None:
+                    with torch.no_grad():
+                        p.grad.copy_(self._compression.decompress(sent, ctx))
+        self._handles.clear()
+        self._ready.clear()
+        for p in self._params:
+            self._delay[p] = self.backward_passes_per_step
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self) -> Iterator[None]:
+        """Within this context ``step()`` does not synchronize (you called ``synchronize()``).
+
+        Example::
+
+            >>> loss.backward(); opt.synchronize()                        # doctest: +SKIP
+            >>> torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)    # doctest: +SKIP
+            >>> with opt.skip_synchronize(): opt.step()                   # doctest: +SKIP
+        """
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    # -------------------------------------------------------------- optimizer interface
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        """Synchronize gradients (unless in :meth:`skip_synchronize`), then step.
+
+        A ``closure`` is evaluated once, before the gradients are averaged (optimizers that
+        re-evaluate the closure several times per step, like LBFGS, see only local gradients
+        on the re-evaluations).
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called after optimizer.synchronize() without "
+                              "optimizer.skip_synchronize(): gradients are reduced twice. Use "
+                              "`with optimizer.skip_synchronize(): optimizer.step()`.",
+                              stacklevel=2)
+            self.synchronize()
+        self._synchronized = False
+        self.wrapped_optimizer.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear gradients; an error while allreduces of this step are still in flight."""
+        if self._handles:
+            raise HvdcoreError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(): the gradient allreduces in flight "
+                "would race with it. Call step() (or synchronize()) first.")
+        self.wrapped_optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped optimizer's state dict."""
+        return self.wrapped_optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load into the wrapped optimizer."""
+        self.wrapped_optimizer.load_state_dict(state_dict)
+        self.state = self.wrapped_optimizer.state
+        self.param_groups = self.wrapped_optimizer.param_groups
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group to the wrapped optimizer and hook its parameters.
+
+        Must be called on every rank with the same parameters.
+        """
+        if not hasattr(self, "wrapped_optimizer"):  # called by Optimizer.__init__
+            super().add_param_group(param_group)
+            return
+        self.wrapped_optimizer.add_param_group(param_group)
+        start = len(self._names)
+        for i, p in enumerate(self.param_groups[-1]["params"]):
+            self._names.setdefault(p, f"allreduce.noname.{start + i}")
+            if p.requires_grad and p not in self._delay:
+                self._params.append(p)
+                self._delay[p] = self.backward_passes_per_step
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Change ``backward_passes_per_step`` (between steps)."""
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("DistributedOptimizer cannot be pickled; save state_dict() instead")
+
+    def __repr__(self) -> str:
+        return f"DistributedOptimizer({self.wrapped_optimizer!r})"
