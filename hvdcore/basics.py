@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import signal
 import sys
 import threading
@@ -108,6 +109,10 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
         if _state is not None:
             return
         cfg = _config.load()
+        # The engine thread shares cores with the training thread: let Open MPI yield the CPU
+        # while it polls instead of spinning (takes effect only if MPI is not initialized yet;
+        # a value set by the user or the site wins).
+        os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
         from mpi4py import MPI
 
         from hvdcore.backends.mpi import MPIBackend

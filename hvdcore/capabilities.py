@@ -138,19 +138,31 @@ class CapabilityReport:
 
 # ---------------------------------------------------------------------------------- item probes
 
+def _binding_missing(module: str) -> str | None:
+    """Why hvdcore's binding ``module`` is not installed, or None when it is."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError) as exc:
+        return f"{module} cannot be located: {exc}"
+    return None if found else (f"the framework is installed but hvdcore's binding {module} is "
+                               "missing from this installation (reinstall hvdcore)")
+
+
+def _framework(key: str, label: str, facts: dict, binding: str) -> Capability:
+    reason = facts.get("error") or _binding_missing(binding)
+    ok = reason is None
+    return Capability("framework", key, label, ok, ok, facts.get("version"), reason,
+                      {k: v for k, v in facts.items() if k != "error"})
+
+
 def _framework_torch() -> Capability:
-    f = probes.torch_facts()
-    ok = "error" not in f
-    return Capability("framework", "torch", "PyTorch", ok, ok, f.get("version"), f.get("error"),
-                      {k: v for k, v in f.items() if k != "error"})
+    return _framework("torch", "PyTorch", probes.torch_facts(), "hvdcore.torch")
 
 
 def _framework_tensorflow() -> Capability:
-    f = probes.tensorflow_facts()
-    ok = "error" not in f
-    details = {k: v for k, v in f.items() if k != "error"}
-    return Capability("framework", "tensorflow", "TensorFlow", ok, ok, f.get("version"),
-                      f.get("error"), details)
+    return _framework("tensorflow", "TensorFlow", probes.tensorflow_facts(), "hvdcore.tensorflow")
 
 
 def _framework_keras() -> Capability:

@@ -1,0 +1,158 @@
+"""Pieces every hvdcore ReFrame configuration shares (imported by the files in this directory).
+
+Conventions the checks rely on (see checks/README.md):
+
+partition ``features``
+    ``cpu``, ``gpu`` plus the vendor (``nvgpu`` / ``amdgpu``), ``mpi``, ``cuda-aware-mpi``:
+    what the capability check requires to be built *and* available on a compute node.
+partition ``extras``
+    ``ranks_per_node`` (ranks a full node runs: cores or GPUs), ``gpus_per_node``,
+    ``max_nodes`` (largest scale the MNIST check may use), ``launcher_options``
+    (e.g. ``["--mpi=pmix"]``), optional ``hvdcore_require`` (more capability names).
+environment ``features``
+    ``hvdcore`` (the environment provides hvdcore: a venv or a module it loads), ``torch`` and
+    ``tensorflow`` (frameworks it provides), ``hvdcore-modules`` (the checks also load each
+    ``hvdcore`` module that ``module avail`` finds, EESSI-style).
+environment ``extras``
+    ``venv``: a virtual environment the job activates before running anything.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+__all__ = [
+    "REPO_ROOT",
+    "OMPI_AS_ROOT",
+    "logging_config",
+    "general_config",
+    "venv_environment",
+    "gpu_resources",
+    "modules_environment",
+    "SLURM_MPI",
+]
+
+#: The checkout the configs live in (its root goes on PYTHONPATH of the venv environment, so an
+#: uninstalled checkout works too).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: What Open MPI's mpirun needs to run as root with more ranks than cores (local/CI only).
+OMPI_AS_ROOT = [
+    ["OMPI_ALLOW_RUN_AS_ROOT", "1"],
+    ["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"],
+    ["OMPI_MCA_rmaps_base_oversubscribe", "1"],
+]
+
+#: srun's PMIx plugin: what Open MPI 4/5 needs under Slurm (pmi2 fails at MPI init here).
+SLURM_MPI = ["--mpi=pmix"]
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def venv_environment(
+    name: str = "hvdcore-venv",
+    venv: str | None = None,
+    target_systems: list[str] | None = None,
+    frameworks: list[str] | None = None,
+    pythonpath: str | None = REPO_ROOT,
+) -> dict:
+    """An environment that activates ``venv`` (default: the venv running ReFrame) in each job.
+
+    ``frameworks`` defaults to those importable in the running Python (torch, tensorflow).
+    """
+    if venv is None:
+        venv = sys.prefix if sys.prefix != sys.base_prefix else ""
+    if frameworks is None:
+        frameworks = [fw for fw in ("torch", "tensorflow") if _have(fw)]
+    env: dict = {
+        "name": name,
+        "features": ["hvdcore", *frameworks],
+        "extras": {"venv": venv},
+        "env_vars": [["PYTHONUNBUFFERED", "1"]],
+    }
+    if pythonpath:
+        env["env_vars"].append(["PYTHONPATH", f"{pythonpath}:$PYTHONPATH"])
+    if target_systems:
+        env["target_systems"] = target_systems
+    return env
+
+
+def modules_environment(
+    name: str,
+    modules: list[str],
+    target_systems: list[str],
+    frameworks: tuple[str, ...] = ("torch",),
+    provides_hvdcore: bool = True,
+    env_vars: list[list[str]] | None = None,
+) -> dict:
+    """An environment made of site modules.
+
+    With ``provides_hvdcore`` the modules include hvdcore itself (feature ``hvdcore``); without,
+    they are only the prerequisites and the checks load every ``hvdcore`` module found
+    (feature ``hvdcore-modules``, EESSI-style discovery).
+    """
+    return {
+        "name": name,
+        "modules": list(modules),
+        "features": ["hvdcore" if provides_hvdcore else "hvdcore-modules", *frameworks],
+        "target_systems": target_systems,
+        "env_vars": [["PYTHONUNBUFFERED", "1"], *(env_vars or [])],
+    }
+
+
+def gpu_resources(gpu_option: str = "--gpus-per-node={num_gpus_per_node}") -> list[dict]:
+    """Slurm resource templates the checks fill in (``extra_resources``).
+
+    ``gpu_option`` is how the site asks for GPUs, e.g. ``--gpus-per-node=A100:{num_gpus_per_node}``
+    on a site that needs a GPU type.
+    """
+    return [
+        {"name": "gpu", "options": [gpu_option]},
+        {"name": "memory", "options": ["--mem={size}"]},
+    ]
+
+
+def logging_config() -> list[dict]:
+    """ReFrame logging with a perflog line format the report tool parses (one file per test)."""
+    return [
+        {
+            "level": "debug",
+            "handlers": [
+                {"type": "stream", "name": "stdout", "level": "info", "format": "%(message)s"},
+                {
+                    "type": "file",
+                    "name": "reframe.log",
+                    "level": "debug",
+                    "format": "[%(asctime)s] %(levelname)s: %(check_info)s: %(message)s",
+                    "append": False,
+                },
+            ],
+            "handlers_perflog": [
+                {
+                    "type": "filelog",
+                    "prefix": "%(check_system)s/%(check_partition)s",
+                    "level": "info",
+                    "format": (
+                        "%(check_job_completion_time)s|%(check_result)s|%(check_name)s|"
+                        "%(check_system)s:%(check_partition)s|%(check_environ)s|"
+                        "%(check_num_tasks)s|%(check_perfvalues)s"
+                    ),
+                    "format_perfvars": (
+                        "%(check_perf_var)s=%(check_perf_value)s|%(check_perf_ref)s|"
+                        "%(check_perf_lower_thres)s|%(check_perf_upper_thres)s|"
+                        "%(check_perf_unit)s|"
+                    ),
+                    "append": True,
+                }
+            ],
+        }
+    ]
+
+
+def general_config() -> list[dict]:
+    """General settings shared by every system (check files are not searched recursively)."""
+    return [{"check_search_recursive": False}]

@@ -1,0 +1,94 @@
+"""Example site config modelled on an HPE Cray EX system with AMD MI250X GPUs (ROCm).
+
+LUMI-like: ``standard-g`` nodes have 4x MI250X = 8 GPU dies (GCDs), each a GPU to the software,
+so 8 ranks per node; RCCL (reported as ``nccl``) over the Slingshot NICs (``NCCL_SOCKET_IFNAME``);
+``standard`` CPU nodes (2x 64-core Milan). Every job needs ``--account=project_<id>``
+(``CHECKS_SITE_ACCOUNT``, default ``project_465000000``). Software stack ``LUMI/23.09
+partition/G`` with an EasyBuild-installed hvdcore module.
+
+    reframe -C checks/config/lumi_like.py -c checks/ -r --system lumi:gpu
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import (  # noqa: E402
+    SLURM_MPI,
+    general_config,
+    gpu_resources,
+    logging_config,
+    modules_environment,
+)
+
+ACCOUNT = os.environ.get("CHECKS_SITE_ACCOUNT", "project_465000000")
+
+site_configuration = {
+    "systems": [
+        {
+            "name": "lumi",
+            "descr": "LUMI-like HPE Cray EX with AMD MI250X (ROCm) GPU nodes",
+            "hostnames": [r"uan\d+", r"nid\d+"],
+            "modules_system": "lmod",
+            "partitions": [
+                {
+                    "name": "gpu",
+                    "descr": "standard-g: 1x AMD EPYC Trento 64c, 4x MI250X (8 GCDs)",
+                    "scheduler": "slurm",
+                    "launcher": "srun",
+                    "access": ["--partition=standard-g", f"--account={ACCOUNT}"],
+                    "environs": ["hvdcore-mod"],
+                    "max_jobs": 8,
+                    "time_limit": "30m",
+                    "features": ["gpu", "amdgpu", "mpi"],
+                    "env_vars": [
+                        ["NCCL_SOCKET_IFNAME", "hsn0,hsn1,hsn2,hsn3"],
+                        ["NCCL_NET_GDR_LEVEL", "3"],
+                        ["MIOPEN_USER_DB_PATH", "/tmp/$USER-miopen-cache-$SLURM_JOB_ID"],
+                        ["MIOPEN_CUSTOM_CACHE_DIR", "/tmp/$USER-miopen-cache-$SLURM_JOB_ID"],
+                    ],
+                    "processor": {"num_cpus": 128, "num_cpus_per_core": 2,
+                                  "num_cpus_per_socket": 128, "num_sockets": 1},
+                    "devices": [{"type": "gpu", "arch": "gfx90a", "num_devices": 8}],
+                    "resources": gpu_resources(),
+                    "extras": {
+                        "ranks_per_node": 8,
+                        "gpus_per_node": 8,
+                        "max_nodes": 16,
+                        "launcher_options": SLURM_MPI,
+                    },
+                },
+                {
+                    "name": "cpu",
+                    "descr": "standard: 2x AMD EPYC Milan 64c",
+                    "scheduler": "slurm",
+                    "launcher": "srun",
+                    "access": ["--partition=standard", f"--account={ACCOUNT}"],
+                    "environs": ["hvdcore-mod"],
+                    "max_jobs": 8,
+                    "time_limit": "30m",
+                    "features": ["cpu", "mpi"],
+                    "processor": {"num_cpus": 256, "num_cpus_per_core": 2,
+                                  "num_cpus_per_socket": 128, "num_sockets": 2},
+                    "resources": gpu_resources(),
+                    "extras": {
+                        "ranks_per_node": 8,
+                        "gpus_per_node": 0,
+                        "max_nodes": 16,
+                        "launcher_options": SLURM_MPI,
+                    },
+                },
+            ],
+        }
+    ],
+    "environments": [
+        modules_environment(
+            "hvdcore-mod",
+            ["LUMI/23.09", "partition/G", "hvdcore/0.1.0-cpeGNU-23.09-rocm-5.6.1"],
+            target_systems=["lumi"],
+        ),
+    ],
+    "logging": logging_config(),
+    "general": general_config(),
+}

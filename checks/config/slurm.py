@@ -1,0 +1,104 @@
+"""A generic Slurm system: ``srun --mpi=pmix``, a CPU and a GPU partition, a venv environment.
+
+Adapt it with environment variables instead of editing (all optional):
+
+=============================  ===========================================================
+``CHECKS_SLURM_SCHEDULER``     ``squeue`` (default; needs no accounting) or ``slurm`` (sacct)
+``CHECKS_SLURM_CPU_PARTITION``  Slurm partition of the CPU nodes (default ``debug``)
+``CHECKS_SLURM_GPU_PARTITION``  Slurm partition of the GPU nodes (default ``gpu``)
+``CHECKS_SLURM_ACCOUNT``       ``--account`` for every job (default: none)
+``CHECKS_SLURM_CPUS_PER_NODE``  ranks per CPU node (default 2)
+``CHECKS_SLURM_GPUS_PER_NODE``  GPUs (= ranks) per GPU node (default 4)
+``CHECKS_SLURM_MAX_NODES``     largest MNIST scale in nodes (default 2)
+``CHECKS_SLURM_ONE_HOST``      ``1`` when the "nodes" share one host (the CI harness):
+                               Open MPI then uses TCP between them (``btl=self,tcp``), and
+                               the MNIST scaling efficiency is reported but not judged
+``CHECKS_VENV``                venv the jobs activate (default: the one running ReFrame;
+                               it must be on a file system the compute nodes see)
+=============================  ===========================================================
+
+Run the CPU partition only::
+
+    reframe -C checks/config/slurm.py --system generic:cpu -c checks/ -r
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import SLURM_MPI, general_config, gpu_resources, logging_config, venv_environment  # noqa: E402,I001
+
+_env = os.environ.get
+SCHEDULER = _env("CHECKS_SLURM_SCHEDULER", "squeue")
+ACCOUNT = [f"--account={_env('CHECKS_SLURM_ACCOUNT')}"] if _env("CHECKS_SLURM_ACCOUNT") else []
+CPUS = int(_env("CHECKS_SLURM_CPUS_PER_NODE", "2"))
+GPUS = int(_env("CHECKS_SLURM_GPUS_PER_NODE", "4"))
+MAX_NODES = int(_env("CHECKS_SLURM_MAX_NODES", "2"))
+ONE_HOST = _env("CHECKS_SLURM_ONE_HOST", "0") == "1"
+# Both fake nodes of the CI harness have one hostname: Open MPI's shared memory would then
+# connect ranks of different "nodes" and crash, so use TCP (never needed on a real cluster).
+NET_ENV = [["OMPI_MCA_btl", "self,tcp"]] if ONE_HOST else []
+# Fake nodes share (and oversubscribe) one host's cores: efficiency is reported, not judged.
+ONE_HOST_EXTRAS = {"mnist_efficiency_ref": [88.0, None, None]} if ONE_HOST else {}
+# Fake nodes share the host's cores: one job at a time, or the jobs slow each other down.
+MAX_JOBS = 1 if ONE_HOST else 4
+
+site_configuration = {
+    "systems": [
+        {
+            "name": "generic",
+            "descr": "A generic Slurm cluster (srun --mpi=pmix)",
+            "hostnames": [".*"],
+            "modules_system": "nomod",
+            "partitions": [
+                {
+                    "name": "cpu",
+                    "descr": "CPU nodes",
+                    "scheduler": SCHEDULER,
+                    "launcher": "srun",
+                    "access": [f"--partition={_env('CHECKS_SLURM_CPU_PARTITION', 'debug')}",
+                               *ACCOUNT],
+                    "environs": ["hvdcore-venv"],
+                    "max_jobs": MAX_JOBS,
+                    "features": ["cpu", "mpi"],
+                    "env_vars": NET_ENV,
+                    "processor": {"num_cpus": CPUS},
+                    "resources": gpu_resources(),
+                    "extras": {
+                        "ranks_per_node": CPUS,
+                        "gpus_per_node": 0,
+                        "max_nodes": MAX_NODES,
+                        "launcher_options": SLURM_MPI,
+                        **ONE_HOST_EXTRAS,
+                    },
+                },
+                {
+                    "name": "gpu",
+                    "descr": f"GPU nodes, {GPUS} NVIDIA GPUs each",
+                    "scheduler": SCHEDULER,
+                    "launcher": "srun",
+                    "access": [f"--partition={_env('CHECKS_SLURM_GPU_PARTITION', 'gpu')}",
+                               *ACCOUNT],
+                    "environs": ["hvdcore-venv"],
+                    "max_jobs": MAX_JOBS,
+                    "features": ["gpu", "nvgpu", "mpi"],
+                    "env_vars": NET_ENV,
+                    "devices": [{"type": "gpu", "num_devices": GPUS}],
+                    "resources": gpu_resources(),
+                    "extras": {
+                        "ranks_per_node": GPUS,
+                        "gpus_per_node": GPUS,
+                        "max_nodes": MAX_NODES,
+                        "launcher_options": SLURM_MPI,
+                    },
+                },
+            ],
+        }
+    ],
+    "environments": [
+        venv_environment(venv=_env("CHECKS_VENV"), target_systems=["generic"]),
+    ],
+    "logging": logging_config(),
+    "general": general_config(),
+}

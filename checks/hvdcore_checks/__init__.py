@@ -1,0 +1,21 @@
+"""Helpers shared by the hvdcore ReFrame checks (checks/*.py): scales, job set-up, discovery.
+
+The check files put ``checks/`` on ``sys.path`` and import this package; it is not part of the
+installed ``hvdcore`` package.
+"""
+
+from hvdcore_checks.capability_rules import evaluate_report, required_capabilities
+from hvdcore_checks.discovery import ENV_PROVIDED, hvdcore_modules
+from hvdcore_checks.jobsetup import HvdcoreJobMixin
+from hvdcore_checks.scales import SCALES, Scale, layout
+
+__all__ = [
+    "ENV_PROVIDED",
+    "HvdcoreJobMixin",
+    "SCALES",
+    "Scale",
+    "evaluate_report",
+    "hvdcore_modules",
+    "layout",
+    "required_capabilities",
+]

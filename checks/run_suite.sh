@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Run the ReFrame suite and publish its summary: what README's first command and a nightly job run.
+#
+#   checks/run_suite.sh [OUTDIR] [extra reframe options...]
+#
+# Defaults: the embedded local config (CONFIG=checks/config/local.py), results in
+# ./reframe-results (stage, output, perflogs, report.json, summary.md, scaling.png).
+# Uses $VENV/bin/reframe (VENV defaults to .venv, then the reframe on PATH).
+# Exit status: ReFrame's (non-zero when a check failed).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+out=${1:-reframe-results}
+shift || true
+config=${CONFIG:-checks/config/local.py}
+venv=${VENV:-.venv}
+if [ -x "$venv/bin/reframe" ]; then
+    reframe="$venv/bin/reframe"
+    python="$venv/bin/python"
+else
+    reframe=$(command -v reframe) || { echo "run_suite.sh: reframe not found (pip install -e .[reframe])" >&2; exit 2; }
+    python=$(dirname "$reframe")/python
+fi
+mkdir -p "$out"
+start=$(date +%s)
+"$reframe" -C "$config" -c checks/ -r --prefix "$out" --report-file "$out/report.json" "$@"
+rc=$?
+echo "run_suite.sh: reframe finished with status $rc in $(( $(date +%s) - start ))s"
+if [ -f "$out/report.json" ]; then
+    "$python" checks/tools/report.py --report "$out/report.json" -o "$out/summary.md" \
+        --plot "$out/scaling.png" && echo "run_suite.sh: summary in $out/summary.md"
+fi
+exit $rc

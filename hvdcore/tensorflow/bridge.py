@@ -1,0 +1,97 @@
+"""Run a NumPy-level hvdcore call on TensorFlow tensors, eagerly or inside ``tf.function``.
+
+Eager mode hands ``Tensor.numpy()`` buffers to the core and wraps the results. In a graph
+(``tf.function``, compiled ``model.fit``) the call becomes one ``tf.numpy_function`` op whose
+outputs get the static shapes the caller declares. Such ops are stateful, so ``tf.function``'s
+automatic control dependencies keep them in program order: every rank runs its collectives in the
+same order, which is what the core's automatic naming needs. XLA cannot run Python callbacks, so a
+collective traced under ``jit_compile=True`` is a clear error instead of a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from hvdcore.errors import UnsupportedError
+
+__all__ = ["SUPPORTED_DTYPES", "check_dtype", "run_numpy", "to_tensor"]
+
+SUPPORTED_DTYPES = (
+    tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64, tf.bool,
+)
+
+
+def check_dtype(tensor: tf.Tensor, what: str) -> None:
+    """Raise UnsupportedError if the core cannot move ``tensor``'s dtype."""
+    if tensor.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(d.name for d in SUPPORTED_DTYPES)
+        raise UnsupportedError(
+            f"{what}: dtype {tensor.dtype.name} is not supported (supported: {names}); "
+            f"cast it first, e.g. tf.cast(t, tf.float32)"
+        )
+
+
+def to_tensor(value: object) -> tf.Tensor:
+    """A tf.Tensor for a tensor, tf.Variable, Keras variable or array-like."""
+    if isinstance(value, tf.Tensor):
+        return value
+    if isinstance(value, tf.Variable):
+        return value.read_value() if not tf.executing_eagerly() else tf.convert_to_tensor(value)
+    inner = getattr(value, "value", None)  # Keras 3 Variable -> its tf.Variable
+    if isinstance(inner, tf.Variable):
+        return tf.convert_to_tensor(inner)
+    return tf.convert_to_tensor(value)
+
+
+def _in_xla_context() -> bool:
+    try:
+        from tensorflow.python.framework import ops as tf_ops
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # layout of TF internals changed: assume no XLA
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
+
+
+def run_numpy(
+    fn: Callable[..., Sequence[np.ndarray]],
+    inputs: Sequence[tf.Tensor],
+    out_dtypes: Sequence[tf.DType],
+    out_shapes: Sequence[tf.TensorShape | list | None],
+    name: str,
+) -> list[tf.Tensor]:
+    """Call ``fn(*arrays) -> arrays`` on ``inputs``; return tensors of ``out_dtypes``.
+
+    ``out_shapes`` are the static shapes set on the outputs in graph mode (None entries are
+    unknown dimensions).
+    """
+    np_dtypes = [d.as_numpy_dtype for d in out_dtypes]
+
+    def call(*arrays: np.ndarray) -> list[np.ndarray]:
+        outs = fn(*arrays)
+        arrays_out = [np.asarray(o, dtype=d) for o, d in zip(outs, np_dtypes, strict=True)]
+        # np.ascontiguousarray would turn 0-d results into 1-d ones
+        return [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays_out]
+
+    if tf.executing_eagerly():
+        outs = call(*[t.numpy() for t in inputs])
+        return [tf.convert_to_tensor(o) for o in outs]
+    if _in_xla_context():
+        raise UnsupportedError(
+            f"hvdcore collective '{name}' was traced inside an XLA-compiled function: XLA "
+            "cannot call into the MPI runtime. Pass jit_compile=False to model.compile(...) "
+            "or tf.function(...)."
+        )
+    raw = tf.numpy_function(call, list(inputs), list(out_dtypes), stateful=True, name=_op_name(name))
+    tensors: list[tf.Tensor] = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    for out, shape in zip(tensors, out_shapes, strict=True):
+        if shape is not None:
+            out.set_shape(shape)
+    return tensors
+
+
+def _op_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
+    return ("Hvd" + cleaned)[:64]

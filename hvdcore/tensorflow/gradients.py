@@ -1,0 +1,167 @@
+"""Gradient reduction shared by DistributedGradientTape and the Keras DistributedOptimizer.
+
+All gradients of one step go to the core in ONE call (one ``tf.numpy_function`` op in a graph):
+dense gradients as one grouped allreduce (the core fuses them), ``tf.IndexedSlices`` as
+allgathers of values and indices (Horovod's sparse path) unless ``sparse_as_dense``.
+
+Example::
+
+    with tf.GradientTape() as tape:
+        loss = loss_fn(model(x), y)
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)   # averaged over ranks
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+import hvdcore as _core
+from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
+from hvdcore.tensorflow.bridge import check_dtype, run_numpy
+from hvdcore.tensorflow.compression import Compression, Compressor
+
+__all__ = ["GradientReducer", "DistributedGradientTape"]
+
+
+class GradientReducer:
+    """Reduce a flat list of gradients (Tensor, IndexedSlices or None) across ranks.
+
+    ``gradient_predivide_factor`` f (only with op Average) splits the averaging like Horovod:
+    gradients are multiplied by 1/f before the sum and by f/size after it.
+    """
+
+    def __init__(self, op: Any = Average,
+                 compression: type[Compressor] = Compression.none,
+                 sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
+                 process_set: Any = global_process_set) -> None:
+        self.op = ReduceOp(op)
+        if gradient_predivide_factor != 1.0 and self.op != Average:
+            raise ValueError(
+                f"gradient_predivide_factor={gradient_predivide_factor} needs op=Average, "
+                f"got op={self.op.name}"
+            )
+        if self.op not in (Average, Sum, Adasum):
+            raise ValueError(f"gradients can be reduced with Average, Sum or Adasum, "
+                             f"not {self.op.name}")
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.gradient_predivide_factor = float(gradient_predivide_factor)
+        self.process_set = process_set
+
+    def _scales(self) -> tuple[ReduceOp, float, float]:
+        f = self.gradient_predivide_factor
+        if self.op == Average and f != 1.0:
+            return Sum, 1.0 / f, f / self.process_set.size()
+        return self.op, 1.0, 1.0
+
+    def reduce(self, grads: list[Any]) -> list[Any]:
+        """Return the reduced gradients in the same order (None stays None)."""
+        op, pre, post = self._scales()
+        dense_idx: list[int] = []
+        dense: list[tf.Tensor] = []
+        ctxs: list[Any] = []
+        sparse_idx: list[int] = []
+        sparse_in: list[tf.Tensor] = []
+        for i, g in enumerate(grads):
+            if g is None:
+                continue
+            if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
+                if op == Adasum:
+                    raise ValueError("Adasum cannot reduce tf.IndexedSlices gradients; "
+                                     "pass sparse_as_dense=True")
+                sparse_idx.append(i)
+                sparse_in += [g.values, tf.cast(g.indices, tf.int64)]
+                continue
+            t = tf.convert_to_tensor(g)
+            c, ctx = self.compression.compress(t)
+            check_dtype(c, "gradient allreduce")
+            dense_idx.append(i)
+            dense.append(c)
+            ctxs.append(ctx)
+        if not dense and not sparse_idx:
+            return list(grads)
+        n_dense = len(dense)
+        process_set = self.process_set
+        sparse_scale = pre * post / (process_set.size() if op == Average else 1.0)
+
+        def fn(*arrays: np.ndarray) -> list[np.ndarray]:
+            outs: list[np.ndarray] = []
+            if n_dense:
+                outs += _core.grouped_allreduce(list(arrays[:n_dense]), op=op,
+                                                prescale_factor=pre, postscale_factor=post,
+                                                process_set=process_set)
+            rest = arrays[n_dense:]
+            for k in range(0, len(rest), 2):
+                values, indices = _core.grouped_allgather([rest[k], rest[k + 1]],
+                                                          process_set=process_set)
+                if sparse_scale != 1.0:
+                    values = values * np.asarray(sparse_scale, dtype=values.dtype)
+                outs += [values, indices]
+            return outs
+
+        inputs = dense + sparse_in
+        shapes = [t.shape for t in dense] + [
+            tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
+            for t in sparse_in
+        ]
+        outs = run_numpy(fn, inputs, [t.dtype for t in inputs], shapes, "gradients")
+        result = list(grads)
+        for k, i in enumerate(dense_idx):
+            result[i] = self.compression.decompress(outs[k], ctxs[k])
+        for k, i in enumerate(sparse_idx):
+            values, indices = outs[n_dense + 2 * k], outs[n_dense + 2 * k + 1]
+            result[i] = tf.IndexedSlices(values, tf.cast(indices, grads[i].indices.dtype),
+                                         dense_shape=grads[i].dense_shape)
+        return result
+
+
+class DistributedGradientTape:
+    """Wrap a ``tf.GradientTape`` so that ``gradient()`` returns gradients reduced over ranks.
+
+    Composition, not a subclass: everything except ``gradient`` is delegated to the wrapped
+    tape, so ``isinstance(tape, tf.GradientTape)`` is False (Horovod builds a subclass at run
+    time instead). Use it after the ``with tf.GradientTape() as tape:`` block, or as the
+    context manager itself: ``with hvd.DistributedGradientTape(tf.GradientTape()) as tape:``.
+
+    ``device_dense``, ``device_sparse``, ``num_groups`` and ``groups`` are accepted for Horovod
+    compatibility; grouping is left to the core, which fuses all gradients of a step.
+    """
+
+    def __init__(self, gradtape: tf.GradientTape, device_dense: str = "",
+                 device_sparse: str = "", compression: type[Compressor] = Compression.none,
+                 sparse_as_dense: bool = False, op: Any = Average,
+                 gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                 groups: Any = None, process_set: Any = global_process_set) -> None:
+        if not isinstance(gradtape, tf.GradientTape):
+            raise TypeError(f"DistributedGradientTape wraps a tf.GradientTape, got "
+                            f"{type(gradtape).__name__}")
+        self._tape = gradtape
+        self._reducer = GradientReducer(op, compression, sparse_as_dense,
+                                        gradient_predivide_factor, process_set)
+
+    def __enter__(self) -> DistributedGradientTape:
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._tape.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_tape"], name)
+
+    def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
+                 unconnected_gradients: Any = tf.UnconnectedGradients.NONE) -> Any:
+        """Like ``tf.GradientTape.gradient``, then reduced over the process set's ranks."""
+        grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
+                                    unconnected_gradients=unconnected_gradients)
+        flat = tf.nest.flatten(grads, expand_composites=False)
+        if not _core.is_initialized():
+            from hvdcore.errors import NotInitializedError
+            raise NotInitializedError("DistributedGradientTape.gradient called before "
+                                      "hvdcore.tensorflow.init()")
+        reduced = self._reducer.reduce(flat)
+        return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)

@@ -1,0 +1,34 @@
+"""hvdcore for Keras on TensorFlow: Horovod's ``horovod.tensorflow.keras`` API.
+
+Supports Keras 3 (default in TensorFlow >= 2.16) and tf-keras (``TF_USE_LEGACY_KERAS=1``).
+``DistributedOptimizer`` works in compiled ``model.fit``; ``callbacks`` holds
+BroadcastGlobalVariablesCallback, MetricAverageCallback, LearningRateWarmupCallback,
+LearningRateScheduleCallback and BestModelCheckpoint. Every name of
+:mod:`hvdcore.tensorflow` (init, rank, allreduce, ...) is available here too.
+
+Example::
+
+    import keras
+    import hvdcore.tensorflow.keras as hvd
+
+    hvd.init()
+    opt = hvd.DistributedOptimizer(keras.optimizers.Adadelta(1.0 * hvd.size()))
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(x, y, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                               hvd.callbacks.MetricAverageCallback()])
+"""
+
+from __future__ import annotations
+
+from hvdcore.tensorflow import *  # noqa: F403  (the whole hvdcore.tensorflow API)
+from hvdcore.tensorflow import __all__ as _tf_all
+from hvdcore.tensorflow.keras import callbacks
+from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer
+from hvdcore.tensorflow.keras.saving import (
+    broadcast_global_variables,
+    load_model,
+    register_for_broadcast,
+)
+
+__all__ = [*_tf_all, "callbacks", "DistributedOptimizer", "broadcast_global_variables",
+           "load_model", "register_for_broadcast"]

@@ -1,0 +1,73 @@
+"""The distributed apply step shared by the Keras 3 and tf-keras DistributedOptimizer classes.
+
+With ``backward_passes_per_step`` k > 1 each rank adds its gradients into local accumulators for
+k steps; on the k-th step the accumulated gradients (divided by k when
+``average_aggregated_gradients``) are reduced over ranks and applied once by the wrapped
+optimizer, and the accumulators are reset. On the other steps the wrapped optimizer is not
+called, so its ``iterations`` counts applied updates. Works eagerly and inside ``tf.function``
+(``tf.cond`` on a step counter that is identical on every rank).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from hvdcore.tensorflow.gradients import GradientReducer
+
+__all__ = ["Accumulation", "distributed_apply"]
+
+
+class Accumulation:
+    """Local accumulators (one per trainable variable, keyed by the optimizer's var key)."""
+
+    def __init__(self, counter: Any, accumulators: dict[Any, Any], passes: int,
+                 average: bool) -> None:
+        self.counter = counter
+        self.accumulators = accumulators
+        self.passes = passes
+        self.average = average
+
+
+def _read(v: Any) -> tf.Tensor:
+    inner = getattr(v, "value", None)
+    if isinstance(inner, tf.Variable):
+        return inner.read_value()
+    return tf.convert_to_tensor(v)
+
+
+def distributed_apply(reducer: GradientReducer, grads: Sequence[Any], variables: Sequence[Any],
+                      apply_fn: Callable[[list[Any], list[Any]], Any],
+                      accumulation: Accumulation | None, var_key: Callable[[Any], Any]) -> None:
+    """Reduce ``grads`` over ranks (after local accumulation) and call ``apply_fn``."""
+    pairs = [(g, v) for g, v in zip(grads, variables, strict=False) if g is not None]
+    if not pairs:
+        return
+    if accumulation is None:
+        reduced = reducer.reduce([g for g, _ in pairs])
+        apply_fn(reduced, [v for _, v in pairs])
+        return
+
+    accs = [accumulation.accumulators[var_key(v)] for _, v in pairs]
+    for acc, (g, _) in zip(accs, pairs, strict=False):
+        acc.assign_add(tf.cast(tf.convert_to_tensor(g), acc.dtype))
+    accumulation.counter.assign_add(1)
+    passes = accumulation.passes
+
+    def apply_now() -> tf.Tensor:
+        summed = [_read(a) for a in accs]
+        if accumulation.average:
+            summed = [s / tf.cast(passes, s.dtype) for s in summed]
+        reduced = reducer.reduce(summed)
+        with tf.control_dependencies([r for r in reduced if r is not None]):
+            apply_fn(reduced, [v for _, v in pairs])
+        with tf.control_dependencies([r for r in reduced if r is not None]):
+            for acc in accs:
+                acc.assign(tf.zeros_like(_read(acc)))
+            accumulation.counter.assign(0)
+        return tf.constant(True)
+
+    tf.cond(tf.greater_equal(_read(accumulation.counter), passes), apply_now,
+            lambda: tf.constant(False))

@@ -1,0 +1,249 @@
+"""Keras callbacks for distributed training (Horovod's ``hvd.callbacks`` names and semantics).
+
+The callbacks derive from ``tf.keras.callbacks.Callback``, i.e. Keras 3 by default and tf-keras
+when ``TF_USE_LEGACY_KERAS=1`` is set before TensorFlow is imported. Put
+``MetricAverageCallback`` before callbacks that read metrics (checkpointing, early stopping).
+
+Example::
+
+    callbacks = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd.callbacks.MetricAverageCallback(),
+        hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.1 * hvd.size(), warmup_epochs=3),
+    ]
+    if hvd.rank() == 0:
+        callbacks.append(hvd.callbacks.BestModelCheckpoint("best.keras"))
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+import hvdcore as _core
+from hvdcore.errors import MismatchError
+from hvdcore.tensorflow.variables import broadcast_variables
+
+__all__ = [
+    "BroadcastGlobalVariablesCallback", "MetricAverageCallback", "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback", "BestModelCheckpoint", "model_and_optimizer_variables",
+]
+
+# the Keras TensorFlow picks: Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
+_Callback: Any = tf.keras.callbacks.Callback
+_ModelCheckpoint: Any = tf.keras.callbacks.ModelCheckpoint
+
+
+def _optimizer_variables(optimizer: Any, model: Any) -> list[Any]:
+    if optimizer is None:
+        return []
+    built = getattr(optimizer, "built", None)
+    if built is None:
+        built = getattr(optimizer, "_built", False)
+    if (not built and hasattr(optimizer, "build") and getattr(model, "built", False)
+            and model.trainable_variables):
+        optimizer.build(model.trainable_variables)  # legacy OptimizerV2 has no build()
+    variables = optimizer.variables
+    if callable(variables) and not isinstance(variables, list):
+        variables = variables()
+    return list(variables)
+
+
+def model_and_optimizer_variables(model: Any) -> list[Any]:
+    """The model's variables followed by its optimizer's (the optimizer is built if needed)."""
+    return list(model.variables) + _optimizer_variables(getattr(model, "optimizer", None), model)
+
+
+class BroadcastGlobalVariablesCallback(_Callback):
+    """Broadcast the model's and optimizer's variables from ``root_rank`` before training.
+
+    Runs at the start of ``fit`` (hvdcore builds the optimizer first, so its slots are synced
+    too); a model that is not yet built is broadcast after its first batch instead. Ranks whose
+    models differ get a MismatchError naming the first differing variable.
+    """
+
+    def __init__(self, root_rank: int, device: str = "") -> None:
+        super().__init__()
+        self.root_rank = root_rank
+        self.broadcast_done = False
+
+    def _broadcast(self) -> None:
+        broadcast_variables(model_and_optimizer_variables(self.model), self.root_rank)
+        self.broadcast_done = True
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if not self.broadcast_done and getattr(self.model, "built", False):
+            self._broadcast()
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if not self.broadcast_done:
+            self._broadcast()
+
+
+class MetricAverageCallback(_Callback):
+    """Replace every epoch-end metric in ``logs`` by its average over all ranks.
+
+    All ranks must report the same metric names; otherwise a MismatchError lists them.
+    """
+
+    def __init__(self, device: str = "") -> None:
+        super().__init__()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if logs is None:
+            return
+        mine = {k: float(np.asarray(v)) for k, v in sorted(logs.items())
+                if np.asarray(v).size == 1 and np.issubdtype(np.asarray(v).dtype, np.number)}
+        everyone = _core.allgather_object(mine)
+        names = [sorted(d) for d in everyone]
+        if any(n != names[0] for n in names):
+            detail = "; ".join(f"rank {r}: {n}" for r, n in enumerate(names))
+            raise MismatchError(f"MetricAverageCallback: ranks report different metrics at "
+                                f"epoch {epoch}: {detail}")
+        for key in mine:
+            logs[key] = float(np.mean([d[key] for d in everyone]))
+
+
+class LearningRateScheduleCallback(_Callback):
+    """Set the learning rate to ``initial_lr * multiplier(epoch)`` from start_epoch to end_epoch.
+
+    ``multiplier`` is a number or a function of the epoch. With ``staircase=True`` the rate
+    changes at epoch boundaries; otherwise every batch, using the fractional epoch
+    ``epoch + batch / steps_per_epoch`` (``steps_per_epoch`` defaults to the number of steps
+    ``fit`` reports). ``momentum_correction`` scales an assignable ``momentum`` by
+    new_lr / old_lr for the batch in which the rate changes (Goyal et al.); Keras 3 keeps
+    momentum as a Python float baked into the compiled step, so there it is skipped with a
+    warning.
+    """
+
+    def __init__(self, initial_lr: float, multiplier: float | Callable[[float], float],
+                 start_epoch: int = 0, end_epoch: int | None = None, staircase: bool = True,
+                 momentum_correction: bool = True, steps_per_epoch: int | None = None,
+                 verbose: int = 0) -> None:
+        super().__init__()
+        if initial_lr is None:
+            raise ValueError("initial_lr is required (the learning rate the schedule scales)")
+        self.initial_lr = float(initial_lr)
+        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self.verbose = verbose
+        self.current_epoch = 0
+        self._restore_momentum: float | None = None
+        self._warned = False
+
+    def _optimizer(self) -> Any:
+        return self.model.optimizer
+
+    def _in_range(self, epoch: int) -> bool:
+        return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+
+    def _momentum_holder(self) -> Any:
+        opt = self._optimizer()
+        return getattr(opt, "inner_optimizer", opt)
+
+    def _adjust(self, epoch: float) -> None:
+        opt = self._optimizer()
+        old_lr = float(np.asarray(opt.learning_rate))
+        new_lr = self.initial_lr * float(self.multiplier(epoch))
+        opt.learning_rate = new_lr
+        if not self.momentum_correction or old_lr <= 0 or new_lr == old_lr:
+            return
+        holder = self._momentum_holder()
+        momentum = getattr(holder, "momentum", None)
+        if isinstance(momentum, tf.Variable):
+            self._restore_momentum = float(momentum.numpy())
+            momentum.assign(self._restore_momentum * new_lr / old_lr)
+        elif momentum and not self._warned:
+            self._warned = True
+            warnings.warn("LearningRateScheduleCallback: this optimizer's momentum is not a "
+                          "variable, so momentum correction is skipped", stacklevel=2)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if self.steps_per_epoch is None:
+            self.steps_per_epoch = (self.params or {}).get("steps")
+        if not self.staircase and not self.steps_per_epoch:
+            raise ValueError("a non-staircase schedule needs steps_per_epoch (fit did not "
+                             "report the number of steps; pass steps_per_epoch=...)")
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.current_epoch = epoch
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if not self._in_range(self.current_epoch):
+            return
+        if self.staircase:
+            if batch == 0:
+                self._adjust(self.current_epoch)
+        else:
+            self._adjust(self.current_epoch + float(batch) / float(self.steps_per_epoch or 1))
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._restore_momentum is not None:
+            self._momentum_holder().momentum.assign(self._restore_momentum)
+            self._restore_momentum = None
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if logs is not None:
+            logs["lr"] = float(np.asarray(self._optimizer().learning_rate))
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Ramp the learning rate from ``initial_lr / size()`` to ``initial_lr`` (Goyal et al.).
+
+    During the first ``warmup_epochs`` epochs, at fractional epoch e the rate is
+    ``initial_lr / size * (e * (size - 1) / warmup_epochs + 1)``, updated every batch.
+    ``initial_lr`` is the already size-scaled target rate. With ``verbose`` the last warmup
+    epoch prints ``Epoch N: finished gradual learning rate warmup to LR.`` on every rank.
+    """
+
+    def __init__(self, initial_lr: float, warmup_epochs: int = 5,
+                 momentum_correction: bool = True, steps_per_epoch: int | None = None,
+                 verbose: int = 0) -> None:
+        self.warmup_epochs = warmup_epochs
+
+        def multiplier(epoch: float) -> float:
+            n = _core.size()
+            return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
+
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch, verbose=verbose)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.warmup_epochs - 1 and self.verbose > 0:
+            lr = float(np.asarray(self._optimizer().learning_rate))
+            print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {lr:g}.",
+                  file=sys.stdout, flush=True)
+
+
+class BestModelCheckpoint(_ModelCheckpoint):
+    """``ModelCheckpoint(save_best_only=True)`` that writes only on rank 0.
+
+    Every rank may keep it in its callback list; ranks other than 0 never touch the file.
+    Put ``MetricAverageCallback`` first so the monitored value is the all-rank average.
+    """
+
+    def __init__(self, filepath: str, monitor: str = "val_loss", verbose: int = 0,
+                 mode: str = "auto", save_weights_only: bool = False,
+                 save_freq: str | int = "epoch") -> None:
+        super().__init__(filepath, monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if _core.rank() == 0:
+            super().on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if _core.rank() == 0:
+            super().on_epoch_end(epoch, logs)
+

@@ -1,0 +1,145 @@
+"""DistributedOptimizer for Keras 3 (``keras.optimizers.Optimizer``, TensorFlow backend).
+
+A documented subclass that wraps the user's optimizer by composition, in the way Keras' own
+``LossScaleOptimizer`` does: ``apply``/``apply_gradients`` reduce the gradients over ranks and
+hand them to the wrapped optimizer; ``learning_rate``, ``iterations`` and ``variables`` are the
+wrapped optimizer's (plus this wrapper's accumulators when ``backward_passes_per_step > 1``).
+It works in compiled ``model.fit`` (the collectives are ``tf.numpy_function`` ops; use
+``jit_compile=False`` on GPU machines, XLA cannot call into MPI).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from hvdcore import Average, ReduceOp, global_process_set
+from hvdcore.tensorflow.compression import Compression, Compressor
+from hvdcore.tensorflow.gradients import GradientReducer
+from hvdcore.tensorflow.keras.aggregation import Accumulation, distributed_apply
+
+__all__ = ["Keras3DistributedOptimizer"]
+
+
+class _State:
+    """Untracked holder (Keras' attribute tracker must not see these twice)."""
+
+    def __init__(self, reducer: GradientReducer, passes: int, average: bool) -> None:
+        self.reducer = reducer
+        self.passes = passes
+        self.average = average
+        self.accumulation: Accumulation | None = None
+
+
+@keras.saving.register_keras_serializable(package="hvdcore", name="DistributedOptimizer")
+class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
+    """Keras 3 optimizer that averages gradients over hvdcore ranks, then applies ``optimizer``.
+
+    Create it with :func:`hvdcore.tensorflow.keras.DistributedOptimizer`.
+    """
+
+    def __init__(self, optimizer: keras.optimizers.Optimizer, name: str | None = None,
+                 compression: type[Compressor] = Compression.none,
+                 sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
+                 op: Any = Average, backward_passes_per_step: int = 1,
+                 average_aggregated_gradients: bool = False,
+                 process_set: Any = global_process_set) -> None:
+        if not isinstance(optimizer, keras.optimizers.Optimizer):
+            raise TypeError(f"expected a keras.optimizers.Optimizer, got {type(optimizer)}")
+        if int(backward_passes_per_step) < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got "
+                             f"{backward_passes_per_step}")
+        super().__init__(learning_rate=0.0, name=name or f"Distributed{optimizer.name}")
+        self.inner_optimizer = optimizer
+        self.sparse_as_dense = bool(sparse_as_dense)
+        self.gradient_predivide_factor = float(gradient_predivide_factor)
+        self.reduce_op = ReduceOp(op)
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.average_aggregated_gradients = bool(average_aggregated_gradients)
+        self._hvd = _State(
+            GradientReducer(op, compression, sparse_as_dense, gradient_predivide_factor,
+                            process_set),
+            self.backward_passes_per_step, self.average_aggregated_gradients)
+
+    @property
+    def reducer(self) -> GradientReducer:
+        """The gradient reducer (op, compression, process set)."""
+        return self._hvd.reducer
+
+    def build(self, var_list: list[Any]) -> None:
+        """Create the wrapped optimizer's variables (and the accumulators, if any)."""
+        if self._hvd.passes > 1 and self._hvd.accumulation is None:
+            counter = self.add_variable(shape=(), initializer="zeros", dtype="int64",
+                                        name="hvd_backward_passes")
+            accs = {self._var_key(v): self.add_variable_from_reference(v, name="hvd_accum")
+                    for v in var_list}
+            self._hvd.accumulation = Accumulation(counter, accs, self._hvd.passes,
+                                                  self._hvd.average)
+        if not self.inner_optimizer.built:
+            self.inner_optimizer.build(var_list)
+        super().build(var_list)
+
+    @property
+    def variables(self) -> list[Any]:
+        return self._variables + self.inner_optimizer.variables
+
+    @property
+    def learning_rate(self) -> Any:
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        self.inner_optimizer.learning_rate = value
+
+    @property
+    def iterations(self) -> Any:
+        return self.inner_optimizer.iterations
+
+    def scale_loss(self, loss: Any) -> Any:
+        return self.inner_optimizer.scale_loss(loss)
+
+    def apply(self, grads: Any, trainable_variables: Any = None) -> None:
+        """Reduce ``grads`` over ranks and apply them with the wrapped optimizer."""
+        grads = list(grads)
+        if trainable_variables is None:
+            if not self.built:  # type: ignore[has-type]
+                raise ValueError("call optimizer.build(trainable_variables) before apply(grads)")
+            trainable_variables = self._trainable_variables
+        trainable_variables = list(trainable_variables)
+        if not self.built:  # type: ignore[has-type]
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+
+        def apply_fn(gs: list[Any], vs: list[Any]) -> None:
+            self.inner_optimizer.apply(gs, vs)
+
+        distributed_apply(self._hvd.reducer, grads, trainable_variables, apply_fn,
+                          self._hvd.accumulation, self._var_key)
+
+    def apply_gradients(self, grads_and_vars: Any) -> Any:
+        grads, variables = zip(*grads_and_vars, strict=False)
+        self.apply(grads, variables)
+        return self.iterations
+
+    def finalize_variable_values(self, var_list: Any) -> None:
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "optimizer": keras.saving.serialize_keras_object(self.inner_optimizer),
+            "sparse_as_dense": self.sparse_as_dense,
+            "gradient_predivide_factor": self.gradient_predivide_factor,
+            "op": int(self.reduce_op),
+            "backward_passes_per_step": self.backward_passes_per_step,
+            "average_aggregated_gradients": self.average_aggregated_gradients,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
+        config = dict(config)
+        inner = keras.saving.deserialize_keras_object(config.pop("optimizer"),
+                                                      custom_objects=custom_objects)
+        return cls(inner, **config)

@@ -1,0 +1,148 @@
+"""DistributedOptimizer for tf-keras (Keras 2 API, ``TF_USE_LEGACY_KERAS=1``).
+
+A documented subclass of ``tf_keras.optimizers.Optimizer`` that wraps the user's optimizer by
+composition (as tf-keras' own ``LossScaleOptimizer`` does): ``apply_gradients`` reduces the
+gradients over ranks and calls the wrapped optimizer's ``apply_gradients``; ``learning_rate``,
+``iterations`` and ``variables`` are the wrapped optimizer's. Legacy ``OptimizerV2`` optimizers
+(``tf_keras.optimizers.legacy.*``) are wrapped the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from hvdcore import Average, ReduceOp, global_process_set
+from hvdcore.tensorflow.compression import Compression, Compressor
+from hvdcore.tensorflow.gradients import GradientReducer
+from hvdcore.tensorflow.keras.aggregation import Accumulation, distributed_apply
+
+__all__ = ["TfKerasDistributedOptimizer", "TF_KERAS_OPTIMIZER_TYPES"]
+
+TF_KERAS_OPTIMIZER_TYPES = (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
+
+
+def _as_list(variables: Any) -> list[Any]:
+    if callable(variables) and not isinstance(variables, list):
+        variables = variables()
+    return list(variables)
+
+
+@tf_keras.saving.register_keras_serializable(package="hvdcore", name="DistributedOptimizer")
+class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
+    """tf-keras optimizer that averages gradients over hvdcore ranks, then applies ``optimizer``.
+
+    Create it with :func:`hvdcore.tensorflow.keras.DistributedOptimizer`.
+    """
+
+    def __init__(self, optimizer: Any, name: str | None = None,
+                 compression: type[Compressor] = Compression.none,
+                 sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
+                 op: Any = Average, backward_passes_per_step: int = 1,
+                 average_aggregated_gradients: bool = False,
+                 process_set: Any = global_process_set) -> None:
+        if not isinstance(optimizer, TF_KERAS_OPTIMIZER_TYPES):
+            raise TypeError(f"expected a tf_keras optimizer, got {type(optimizer)}")
+        if int(backward_passes_per_step) < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got "
+                             f"{backward_passes_per_step}")
+        super().__init__(name=name or f"Distributed{type(optimizer).__name__}")
+        self._optimizer = optimizer
+        self.sparse_as_dense = bool(sparse_as_dense)
+        self.gradient_predivide_factor = float(gradient_predivide_factor)
+        self.reduce_op = ReduceOp(op)
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.average_aggregated_gradients = bool(average_aggregated_gradients)
+        self._reducer = self._no_dependency(GradientReducer(
+            op, compression, sparse_as_dense, gradient_predivide_factor, process_set))
+        self._accumulation: Accumulation | None = None
+
+    @property
+    def inner_optimizer(self) -> Any:
+        """The wrapped optimizer."""
+        return self._optimizer
+
+    @property
+    def reducer(self) -> GradientReducer:
+        """The gradient reducer (op, compression, process set)."""
+        return self._reducer
+
+    def build(self, var_list: list[Any]) -> None:
+        """Create the wrapped optimizer's variables (and the accumulators, if any)."""
+        if getattr(self, "_built", False):
+            return
+        super().build(var_list)
+        if self.backward_passes_per_step > 1:
+            counter = self.add_variable(shape=(), dtype=tf.int64, name="hvd_backward_passes")
+            accs = {self._var_key(v): self.add_variable_from_reference(v, "hvd_accum")
+                    for v in var_list}
+            self._accumulation = self._no_dependency(Accumulation(
+                counter, accs, self.backward_passes_per_step,
+                self.average_aggregated_gradients))
+        inner = self._optimizer
+        if isinstance(inner, tf_keras.optimizers.Optimizer):
+            inner.build(var_list)
+        else:  # legacy OptimizerV2: creates its slots on first use, under init_scope
+            inner._create_all_weights(var_list)
+        self._built = True
+
+    @property
+    def variables(self) -> Any:
+        return tf_keras.src.optimizers.optimizer.CallableList(
+            list(self._variables) + _as_list(self._optimizer.variables))
+
+    @property
+    def learning_rate(self) -> Any:
+        return self._optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        self._optimizer.learning_rate = value
+
+    @property
+    def iterations(self) -> Any:
+        return self._optimizer.iterations
+
+    @iterations.setter
+    def iterations(self, variable: Any) -> None:
+        self._optimizer.iterations = variable
+
+    def apply_gradients(self, grads_and_vars: Any, name: str | None = None,
+                        skip_gradients_aggregation: bool = False, **kwargs: Any) -> Any:
+        """Reduce the gradients over ranks and apply them with the wrapped optimizer."""
+        pairs = list(grads_and_vars)
+        variables = [v for _, v in pairs]
+        if not getattr(self, "_built", False):
+            with tf.init_scope():
+                self.build(variables)
+
+        def apply_fn(gs: list[Any], vs: list[Any]) -> None:
+            self._optimizer.apply_gradients(list(zip(gs, vs, strict=False)))
+
+        distributed_apply(self._reducer, [g for g, _ in pairs], variables, apply_fn,
+                          self._accumulation, self._var_key)
+        return self.iterations
+
+    def finalize_variable_values(self, var_list: Any) -> None:
+        if hasattr(self._optimizer, "finalize_variable_values"):
+            self._optimizer.finalize_variable_values(var_list)
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "optimizer": tf_keras.optimizers.serialize(self._optimizer),
+            "sparse_as_dense": self.sparse_as_dense,
+            "gradient_predivide_factor": self.gradient_predivide_factor,
+            "op": int(self.reduce_op),
+            "backward_passes_per_step": self.backward_passes_per_step,
+            "average_aggregated_gradients": self.average_aggregated_gradients,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
+        config = dict(config)
+        inner = tf_keras.optimizers.deserialize(config.pop("optimizer"),
+                                                custom_objects=custom_objects)
+        return cls(inner, **config)

@@ -1,0 +1,89 @@
+"""Helpers for the ReFrame/Slurm tests: run real ReFrame in a temporary prefix, site modules."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKS = ROOT / "checks"
+CONFIGS = CHECKS / "config"
+TOOLS = CHECKS / "tools"
+LMOD_CMD = "/usr/share/lmod/lmod/libexec/lmod"
+
+#: config file -> system name (site configs match their own hostnames, so tests name them).
+SITE_CONFIGS = {
+    "local.py": "local",
+    "slurm.py": "generic",
+    "perlmutter_like.py": "perlmutter",
+    "alvis_like.py": "alvis",
+    "neuron_like.py": "neuron",
+    "lumi_like.py": "lumi",
+    "gracehopper_like.py": "gh",
+}
+
+#: The MNIST check trains this example (from the torch channel).
+MNIST_EXAMPLE = ROOT / "examples" / "pytorch_mnist.py"
+
+if str(TOOLS) not in sys.path:
+    sys.path.insert(0, str(TOOLS))
+
+
+def reframe_exe() -> list[str]:
+    """The reframe of the Python running the tests (its venv's console script)."""
+    exe = Path(sys.executable).parent / "reframe"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("reframe")
+    if found is None:
+        raise RuntimeError("reframe not found: pip install -e .[reframe]")
+    return [found]
+
+
+def config_modules(config: Path) -> list[str]:
+    """Every module a config names (environments and partitions)."""
+    conf = runpy.run_path(str(config))["site_configuration"]
+    mods: list[str] = []
+    for env in conf.get("environments", []):
+        mods.extend(env.get("modules", []))
+    for system in conf["systems"]:
+        mods.extend(system.get("modules", []))
+        for part in system["partitions"]:
+            mods.extend(part.get("modules", []))
+    return [m if isinstance(m, str) else m["name"] for m in mods]
+
+
+def write_site_modules(config: Path, modulepath: Path) -> None:
+    """The site's module names as empty Lua modules, so Lmod resolves them in a dry run."""
+    for mod in config_modules(config):
+        path = modulepath / f"{mod}.lua"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'-- stands in for the site module "{mod}" in dry runs\n')
+
+
+def reframe_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a ReFrame run: this checkout importable, no stray HVDCORE_/RFM_ knobs."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HVDCORE_", "HOROVOD_", "RFM_"))}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_reframe(
+    args: list[str], workdir: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Run reframe with cwd and --prefix in ``workdir`` (never in the repository)."""
+    cmd = [*reframe_exe(), *args, "--prefix", str(workdir / "rfm")]
+    try:
+        return subprocess.run(cmd, cwd=workdir, env=env or reframe_env(), capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        raise AssertionError(f"reframe {args} did not finish in {timeout}s\n{out[-4000:]}") from exc

@@ -1,0 +1,188 @@
+"""Offline EasyBuild checks of easyconfigs/: --check-contrib, --dry-run --robot, easystacks,
+and the broken-easyconfig cases that must fail with EasyBuild's own message."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from lmod_shell import ROOT, build_sdist_module, require_eb, run_eb
+
+pytestmark = [pytest.mark.easybuild]
+
+EC_DIR = ROOT / "easyconfigs" / "h" / "hvdcore"
+EASYSTACKS = sorted((ROOT / "easyconfigs" / "easystacks").glob("*.yml"))
+ALL_ECS = sorted(EC_DIR.glob("*.eb"))
+FOSS_ECS = [ec for ec in ALL_ECS if "-foss-" in ec.name]
+
+# what each variant must resolve to (the easyconfigs shipped with easybuild-easyconfigs 5.x)
+EXPECTED_DEPS = {
+    "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb": [
+        "PyTorch/2.1.2-foss-2023a", "mpi4py/3.1.4-gompi-2023a", "Python/3.11.3-GCCcore-12.3.0",
+        "SciPy-bundle/2023.07-gfbf-2023a"],
+    "hvdcore-0.1.0-foss-2023a-CUDA-12.1.1-PyTorch-2.1.2.eb": [
+        "PyTorch/2.1.2-foss-2023a-CUDA-12.1.1", "NCCL/2.18.3-GCCcore-12.3.0-CUDA-12.1.1",
+        "CUDA/12.1.1", "mpi4py/3.1.4-gompi-2023a"],
+    "hvdcore-0.1.0-foss-2023a-TensorFlow-2.13.0.eb": [
+        "TensorFlow/2.13.0-foss-2023a", "mpi4py/3.1.4-gompi-2023a"],
+    "hvdcore-0.1.0-foss-2023a-CUDA-12.1.1-TensorFlow-2.15.1.eb": [
+        "TensorFlow/2.15.1-foss-2023a-CUDA-12.1.1", "CUDA/12.1.1", "mpi4py/3.1.4-gompi-2023a"],
+    "hvdcore-0.1.0-foss-2023b-PyTorch-2.3.0.eb": [
+        "PyTorch/2.3.0-foss-2023b", "mpi4py/3.1.5-gompi-2023b", "Python/3.11.5-GCCcore-13.2.0",
+        "SciPy-bundle/2023.11-gfbf-2023b"],
+    "hvdcore-0.1.0-foss-2023b-CUDA-12.4.0-PyTorch-2.3.0.eb": [
+        "PyTorch/2.3.0-foss-2023b-CUDA-12.4.0", "NCCL/2.20.5-GCCcore-13.2.0-CUDA-12.4.0",
+        "CUDA/12.4.0", "mpi4py/3.1.5-gompi-2023b"],
+}
+
+
+@pytest.fixture(autouse=True)
+def _needs_eb() -> None:
+    require_eb()
+
+
+def _out(proc) -> str:
+    return proc.stdout + proc.stderr
+
+
+def _planned_modules(output: str) -> set[str]:
+    """Module names from the ' * [ ] file (module: NAME)' lines of eb --dry-run."""
+    return set(re.findall(r"^ \* \[[ x]\] .*\(module: ([^)]+)\)", output, re.M))
+
+
+def test_every_variant_is_shipped() -> None:
+    names = {ec.name for ec in ALL_ECS}
+    assert set(EXPECTED_DEPS) <= names
+    assert "hvdcore-0.1.0-Python-3.11.eb" in names
+
+
+def test_check_contrib_passes_for_every_easyconfig(tmp_path: Path) -> None:
+    proc = run_eb(["--check-contrib", *map(str, ALL_ECS)], tmp_path)
+    out = _out(proc)
+    assert proc.returncode == 0, out
+    assert "All contribution checks PASSed" in out
+    for ec in ALL_ECS:
+        # one [PASS] for the style check and one for the sha256 check
+        assert out.count(f"[PASS] {ec}") == 2, f"{ec.name} not checked twice:\n{out}"
+
+
+def test_dry_run_robot_resolves_every_foss_easyconfig(tmp_path: Path) -> None:
+    proc = run_eb(["--dry-run", "--robot", *map(str, FOSS_ECS)], tmp_path)
+    out = _out(proc)
+    assert proc.returncode == 0, out
+    planned = _planned_modules(out)
+    for ec in FOSS_ECS:
+        module = "hvdcore/" + ec.name[len("hvdcore-"):-len(".eb")]
+        assert module in planned, f"{module} missing from the dry run:\n{out}"
+        for dep in EXPECTED_DEPS[ec.name]:
+            assert dep in planned, f"{ec.name}: dependency {dep} not resolved:\n{out}"
+
+
+def test_dry_run_system_variant_depends_on_external_python(tmp_path: Path) -> None:
+    ec = EC_DIR / "hvdcore-0.1.0-Python-3.11.eb"
+    proc = run_eb(["--dry-run", "--robot", str(ec)], tmp_path)
+    assert proc.returncode == 0, _out(proc)
+    # the external Python module is not something EasyBuild would build
+    assert _planned_modules(_out(proc)) == {"hvdcore/0.1.0-Python-3.11"}
+    assert "('Python/3.11', EXTERNAL_MODULE)" in ec.read_text()
+
+
+def test_sanity_check_really_checks_the_binding() -> None:
+    for ec in ALL_ECS:
+        text = ec.read_text()
+        binding = "tensorflow" if "TensorFlow" in ec.name else "torch"
+        require = "mpi," + binding
+        if "CUDA" in ec.name:
+            # NCCL is used through torch.distributed only; TensorFlow GPU tensors go through MPI
+            require += ",cuda,nccl" if binding == "torch" else ",cuda"
+        assert f"hvdcorerun --check-build --require {require}\"" in text, ec.name
+        assert f"import hvdcore.{binding}" in text, ec.name
+        assert f"site-packages/hvdcore/{binding}" in text, ec.name
+
+
+@pytest.mark.parametrize("easystack", EASYSTACKS, ids=lambda p: p.name)
+def test_easystack_dry_run_robot(easystack: Path, tmp_path: Path) -> None:
+    proc = run_eb(
+        ["--easystack", str(easystack), "--dry-run", f"--robot={ROOT / 'easyconfigs'}:"], tmp_path
+    )
+    out = _out(proc)
+    assert proc.returncode == 0, out
+    listed = re.findall(r"^\s+-\s+(hvdcore-\S+\.eb)", easystack.read_text(), re.M)
+    assert listed, f"no easyconfigs in {easystack}"
+    planned = _planned_modules(out)
+    for name in listed:
+        assert "hvdcore/" + name[len("hvdcore-"):-len(".eb")] in planned, out
+        if "CUDA" in name:
+            assert "accept-eula-for: CUDA" in easystack.read_text()
+
+
+def _broken(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    src = EC_DIR / "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb"
+    text = src.read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_missing_dependency_fails_dry_run(tmp_path: Path) -> None:
+    ec = _broken(tmp_path, "hvdcore-0.1.0-foss-2023a-PyTorch-2.99.0.eb",
+                 "local_pytorch_version = '2.1.2'", "local_pytorch_version = '2.99.0'")
+    proc = run_eb(["--dry-run", "--robot", str(ec)], tmp_path)
+    assert proc.returncode != 0
+    assert "Missing dependencies: PyTorch/2.99.0-foss-2023a" in _out(proc)
+
+
+def test_wrong_toolchain_fails(tmp_path: Path) -> None:
+    ec = _broken(tmp_path, "tc.eb", "'name': 'foss'", "'name': 'fooss'")
+    proc = run_eb(["--dry-run", "--robot", str(ec)], tmp_path)
+    assert proc.returncode != 0
+    assert "Toolchain fooss not found" in _out(proc)
+
+
+def test_toolchain_version_that_does_not_exist_fails(tmp_path: Path) -> None:
+    ec = _broken(tmp_path, "hvdcore-0.1.0-foss-2099a-PyTorch-2.1.2.eb",
+                 "'version': '2023a'", "'version': '2099a'")
+    proc = run_eb(["--dry-run", "--robot", str(ec)], tmp_path)
+    assert proc.returncode != 0
+    assert re.search(r"Missing dependencies: .*foss/2099a", _out(proc))
+
+
+@pytest.mark.parametrize(
+    ("new", "message"),
+    [
+        ("checksums = ['abc']\n", "Non-SHA256 checksum(s) found for hvdcore-0.1.0.tar.gz"),
+        ("", "Checksums missing for one or more sources"),
+    ],
+    ids=["malformed-checksum", "missing-checksum"],
+)
+def test_bad_checksum_fails_check_contrib(tmp_path: Path, new: str, message: str) -> None:
+    text = (EC_DIR / "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb").read_text()
+    line = re.search(r"^checksums = \['[0-9a-f]{64}'\]\n", text, re.M)
+    assert line, "the committed easyconfig has no sha256 checksum line"
+    ec = tmp_path / "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb"
+    ec.write_text(text.replace(line.group(0), new))
+    proc = run_eb(["--check-contrib", str(ec)], tmp_path)
+    assert proc.returncode != 0
+    assert message in _out(proc)
+
+
+def test_sdist_is_reproducible_and_exclude_works(tmp_path: Path) -> None:
+    """Same tree, same sha256 (so a checksum in an easyconfig names one source tree)."""
+    bs = build_sdist_module()
+    first = bs.build_sdist(tmp_path / "a", python=sys.executable)
+    second = bs.build_sdist(tmp_path / "b", python=sys.executable)
+    assert first.name == "hvdcore-0.1.0.tar.gz"
+    digest = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (first, second)]
+    assert digest[0] == digest[1]
+    with tarfile.open(first) as tar:
+        names = tar.getnames()
+    assert "hvdcore-0.1.0/hvdcore/torch/__init__.py" in names
+    assert "hvdcore-0.1.0/hvdcore/runner/cli.py" in names
+    without = bs.build_sdist(tmp_path / "c", exclude=["hvdcore/torch"], python=sys.executable)
+    with tarfile.open(without) as tar:
+        assert not [n for n in tar.getnames() if "/hvdcore/torch" in n]

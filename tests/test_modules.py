@@ -1,0 +1,289 @@
+"""The hand-written Lmod modules in modules/, with real Lmod.
+
+A small EESSI-style module tree is made per test session: Python/3.11.3-GCCcore-12.3.0,
+mpi4py/3.1.4-gompi-2023a and PyTorch/2.1.2-foss-2023a modules that put the test's virtualenv
+(which has torch and mpi4py) on PATH, standing in for EESSI's modules (EESSI is not reachable
+here). hvdcore is installed into the tree with ``modules/install.sh prefix`` from a real sdist,
+then loaded, used, purged; the Apptainer module is loaded and its wrapper exercised up to the point
+where the apptainer binary is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from lmod_shell import (
+    CHECK_SYNTAX,
+    ROOT,
+    build_sdist_module,
+    env_difference,
+    env_file,
+    lmod_shell,
+    module_table,
+    require_lmod,
+    require_venv,
+)
+
+pytestmark = [pytest.mark.lmod]
+
+MODULES = ROOT / "modules"
+PREFIX_MOD = "hvdcore/0.1.0-foss-2023a"
+APPTAINER_MOD = "hvdcore/0.1.0-apptainer"
+DEPS = {
+    "Python/3.11.3-GCCcore-12.3.0": [],
+    "mpi4py/3.1.4-gompi-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
+    "PyTorch/2.1.2-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
+}
+
+
+@dataclass
+class Tree:
+    """An EESSI-layout prefix: <path>/modules/all and <path>/software."""
+
+    path: Path
+
+    @property
+    def modules(self) -> Path:
+        return self.path / "modules" / "all"
+
+
+def _stack_modules(tree: Path, names: list[str]) -> None:
+    """Stand-ins for EESSI's dependency modules, backed by the test's venv."""
+    venv_bin = Path(sys.prefix) / "bin"
+    for name in names:
+        path = tree / "modules" / "all" / f"{name}.lua"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [f'whatis("{name}: the test virtualenv {sys.prefix}")']
+        lines += [f'depends_on("{dep}")' for dep in DEPS[name]]
+        if name.startswith("Python/"):
+            lines.append(f'prepend_path("PATH", "{venv_bin}")')
+            lines.append('setenv("EBVERSIONPYTHON", "3.11.3")')
+        root_var = "EBROOT" + name.split("/")[0].upper()
+        lines.append(f'setenv("{root_var}", "{sys.prefix}")')
+        path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
+    require_lmod()
+    require_venv()
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip(f"{PREFIX_MOD} is for the Python 3.11 of foss/2023a; tests run on "
+                    f"{sys.version.split()[0]}")
+    base = tmp_path_factory.mktemp("eessi")
+    sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
+    tree = Tree(base / "stack")
+    _stack_modules(tree.path, list(DEPS))
+    proc = lmod_shell(
+        f"""set -e
+module use {tree.modules}
+module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
+{MODULES / 'install.sh'} prefix {tree.path} {sdist}
+""",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"module load {PREFIX_MOD}" in proc.stdout
+    return tree
+
+
+def test_module_tree_syntax_is_clean() -> None:
+    require_lmod()
+    proc = subprocess.run([CHECK_SYNTAX, str(MODULES / "all")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No errors found" in proc.stdout + proc.stderr
+
+
+def test_module_tree_syntax_check_catches_an_error(tmp_path: Path) -> None:
+    require_lmod()
+    broken = tmp_path / "all" / "hvdcore" / "0.1.0-foss-2023a.lua"
+    broken.parent.mkdir(parents=True)
+    text = (MODULES / "all" / "hvdcore" / "0.1.0-foss-2023a.lua").read_text()
+    broken.write_text(text.replace('conflict("hvdcore")', 'conflict("hvdcore"'))
+    proc = subprocess.run([CHECK_SYNTAX, str(tmp_path / "all")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0
+    assert "0.1.0-foss-2023a.lua" in proc.stdout + proc.stderr
+
+
+def test_spider_lists_both_modules() -> None:
+    require_lmod()
+    proc = lmod_shell(f"module use {MODULES / 'all'}\nmodule spider hvdcore")
+    out = proc.stdout + proc.stderr
+    assert PREFIX_MOD in out and APPTAINER_MOD in out, out
+    proc = lmod_shell(f"module use {MODULES / 'all'}\nmodule whatis {PREFIX_MOD}")
+    assert "Horovod-compatible" in proc.stdout + proc.stderr
+
+
+def test_load_brings_dependencies_import_and_check_build(tree: Tree) -> None:
+    proc = lmod_shell(
+        f"""set -e
+module use {tree.modules}
+module load {PREFIX_MOD}
+module --terse list 2>&1
+echo "ROOT=$EBROOTHVDCORE VERSION=$EBVERSIONHVDCORE"
+python -c 'import hvdcore, hvdcore.torch; print("IMPORTED", hvdcore.__file__)'
+hvdcorerun --check-build --require mpi,torch
+"""
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    loaded = set(re.findall(r"^(\S+/\S+)$", out, re.M))
+    assert {PREFIX_MOD, *DEPS} <= loaded, out
+    root = tree.path / "software" / "hvdcore" / "0.1.0-foss-2023a"
+    assert f"ROOT={root} VERSION=0.1.0" in out
+    assert f"IMPORTED {root}/lib/python3.11/site-packages/hvdcore/__init__.py" in out
+
+
+def test_two_rank_allreduce_through_the_module(tree: Tree, tmp_path: Path) -> None:
+    proc = lmod_shell(
+        f"module use {tree.modules}\nmodule load {PREFIX_MOD}\n"
+        f"hvdcorerun -np 2 python {ROOT / 'tests' / 'programs' / 'easybuild_allreduce.py'}",
+        cwd=tmp_path,
+        timeout=240,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert sorted(re.findall(r"^rank (\d)/2 OK ", out, re.M)) == ["0", "1"], out
+
+
+def test_purge_leaves_nothing_behind(tree: Tree) -> None:
+    proc = lmod_shell(
+        f"""module use {tree.modules}
+env > before.env
+module load {PREFIX_MOD}
+env > loaded.env
+module purge
+env > after.env
+""",
+        cwd=tree.path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    before, loaded, after = (env_file(tree.path / f"{n}.env") for n in ("before", "loaded", "after"))
+    assert loaded.get("EBROOTPYTORCH") and loaded.get("EBROOTHVDCORE")
+    assert "site-packages" in loaded.get("PYTHONPATH", "")
+    assert env_difference(before, after) == {}
+    assert "mT = {}" in module_table(after)
+
+
+def test_missing_dependency_is_lmods_error_not_a_half_load(tree: Tree, tmp_path: Path) -> None:
+    partial = Tree(tmp_path / "stack")
+    _stack_modules(partial.path, ["Python/3.11.3-GCCcore-12.3.0", "mpi4py/3.1.4-gompi-2023a"])
+    shutil.copytree(tree.modules / "hvdcore", partial.modules / "hvdcore")
+    shutil.copytree(tree.path / "software", partial.path / "software")
+    proc = lmod_shell(
+        f"""module use {partial.modules}
+env > before.env
+module load {PREFIX_MOD}
+echo "RC=$?"
+env > after.env
+module --terse list 2>&1
+""",
+        cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert re.search(r'module\(s\) are unknown:\s*"PyTorch/2\.1\.2-foss-2023a"', out), out
+    assert "RC=0" not in out
+    before, after = env_file(tmp_path / "before.env"), env_file(tmp_path / "after.env")
+    assert env_difference(before, after) == {}, "a failed load changed the environment"
+    assert "hvdcore" not in module_table(after) and "mpi4py" not in module_table(after)
+
+
+def test_one_hvdcore_at_a_time(tree: Tree, tmp_path: Path) -> None:
+    _install_apptainer_module(tree, tmp_path)
+    proc = lmod_shell(
+        f"""module use {tree.modules}
+module load {PREFIX_MOD}
+module load {APPTAINER_MOD} 2>&1
+echo LOADED:
+module --terse list 2>&1
+"""
+    )
+    out = proc.stdout + proc.stderr
+    assert f"{PREFIX_MOD} => {APPTAINER_MOD}" in out, out  # Lmod swapped them
+    loaded = out.split("LOADED:")[-1].split()
+    assert APPTAINER_MOD in loaded and PREFIX_MOD not in loaded, out
+
+
+def test_module_outside_its_tree_gives_a_clear_error(tmp_path: Path) -> None:
+    require_lmod()
+    (tmp_path / "hvdcore").mkdir()
+    shutil.copy(MODULES / "all" / "hvdcore" / "0.1.0-foss-2023a.lua", tmp_path / "hvdcore")
+    proc = lmod_shell(f"module use {tmp_path}\nmodule load {PREFIX_MOD}")
+    message = " ".join((proc.stdout + proc.stderr).split())  # Lmod wraps long lines
+    assert "is not in a <prefix>/modules/all/hvdcore/ tree" in message, message
+    assert "install it with modules/install.sh" in message
+
+
+def _install_apptainer_module(tree: Tree, tmp_path: Path) -> Path:
+    """Install the Apptainer module into the tree. The image is the one named by
+    HVDC_TEST_IMAGE when set; otherwise an empty placeholder file, which the wrapper never
+    runs (these tests stop where apptainer itself would start)."""
+    image = os.environ.get("HVDC_TEST_IMAGE")
+    if not image:
+        image = str(tmp_path / "placeholder.sif")
+        Path(image).write_bytes(b"")
+    proc = subprocess.run(
+        [str(MODULES / "install.sh"), "apptainer", str(tree.path), image],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return tree.path / "software" / "hvdcore" / "0.1.0-apptainer"
+
+
+def test_apptainer_module_wraps_commands(tree: Tree, tmp_path: Path) -> None:
+    root = _install_apptainer_module(tree, tmp_path)
+    proc = lmod_shell(
+        f"""module use {tree.modules}
+module load {APPTAINER_MOD}
+for c in hvdcorerun python python3; do echo "WHICH $c=$(command -v $c)"; done
+echo "IMAGE=$HVDC_IMAGE"
+HVDC_DRYRUN=1 hvdcorerun -np 2 python 'my script.py'
+HVDC_DRYRUN=1 HVDC_APPTAINER_OPTS='--cleanenv --bind /scratch' python3 -c 'print(1)'
+""",
+        cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for cmd in ("hvdcorerun", "python", "python3"):
+        assert f"WHICH {cmd}={root}/bin/{cmd}" in out
+    assert f"IMAGE={root}/hvdcore.sif" in out
+    commands = [shlex.split(line) for line in out.splitlines() if line.startswith("apptainer ")]
+    assert len(commands) == 2, out
+    gpu = ["--nv"] if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") else []
+    image = f"{root}/hvdcore.sif"
+    binds = ["--bind", f"{tmp_path},/tmp", "--pwd", str(tmp_path)]
+    assert commands[0] == ["apptainer", "exec", *gpu, *binds, image,
+                           "hvdcorerun", "-np", "2", "python", "my script.py"]
+    assert commands[1] == ["apptainer", "exec", *gpu, *binds, "--cleanenv", "--bind", "/scratch",
+                           image, "python3", "-c", "print(1)"]
+
+
+def test_apptainer_wrapper_without_apptainer_says_what_to_do(tree: Tree, tmp_path: Path) -> None:
+    if shutil.which("apptainer") or shutil.which("singularity"):
+        pytest.skip("apptainer is installed here; the missing-runtime error cannot be provoked")
+    _install_apptainer_module(tree, tmp_path)
+    proc = lmod_shell(f"module use {tree.modules}\nmodule load {APPTAINER_MOD}\n"
+                      "hvdcorerun --check-build")
+    assert proc.returncode == 127
+    assert "neither apptainer nor singularity is on PATH" in proc.stderr
+
+
+def test_apptainer_runs_check_build_inside_the_image(tree: Tree, tmp_path: Path) -> None:
+    if not (shutil.which("apptainer") or shutil.which("singularity")):
+        pytest.skip("apptainer/singularity not installed (not packaged for Debian 12 or PyPI)")
+    if not os.environ.get("HVDC_TEST_IMAGE"):
+        pytest.skip("no hvdcore image: build one from containers/ and set HVDC_TEST_IMAGE")
+    _install_apptainer_module(tree, tmp_path)
+    proc = lmod_shell(f"module use {tree.modules}\nmodule load {APPTAINER_MOD}\n"
+                      "hvdcorerun --check-build --require mpi,torch", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,80 @@
+"""Every ReFrame config in checks/config is valid: --show-config, --list and --dry-run accept it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from reframe_helpers import (
+    CHECKS,
+    CONFIGS,
+    LMOD_CMD,
+    SITE_CONFIGS,
+    reframe_env,
+    run_reframe,
+    write_site_modules,
+)
+
+pytestmark = pytest.mark.reframe
+
+
+def _env_for(config: str, tmp_path: Path) -> dict[str, str]:
+    extra = {}
+    if config not in ("local.py", "slurm.py"):
+        if not os.path.exists(LMOD_CMD):
+            pytest.skip(f"Lmod missing ({LMOD_CMD}): apt-get install lmod")
+        mods = tmp_path / "modules"
+        write_site_modules(CONFIGS / config, mods)
+        extra = {"LMOD_CMD": LMOD_CMD, "MODULEPATH": str(mods)}
+    return reframe_env(extra)
+
+
+@pytest.mark.parametrize("config", sorted(SITE_CONFIGS))
+def test_show_config_and_list(config: str, tmp_path: Path) -> None:
+    system = SITE_CONFIGS[config]
+    env = _env_for(config, tmp_path)
+    base = ["-C", str(CONFIGS / config), "--system", system]
+    shown = run_reframe([*base, "--show-config"], tmp_path, env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f'"name": "{system}"' in shown.stdout
+
+    listed = run_reframe([*base, "-c", str(CHECKS), "--list"], tmp_path, env)
+    out = listed.stdout + listed.stderr
+    assert listed.returncode == 0, out
+    assert "WARNING: skipping test file" not in out, out
+    for check in ("HvdcoreCapabilitiesCheck", "HvdcoreCollectivesCheck", "HvdcoreMnistTorch"):
+        assert check in out, out
+
+
+@pytest.mark.parametrize("config", sorted(SITE_CONFIGS))
+def test_dry_run_generates_job_scripts(config: str, tmp_path: Path) -> None:
+    system = SITE_CONFIGS[config]
+    env = _env_for(config, tmp_path)
+    res = run_reframe(["-C", str(CONFIGS / config), "--system", system, "-c", str(CHECKS),
+                       "--dry-run"], tmp_path, env)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    assert "PASSED" in out
+    scripts = list((tmp_path / "rfm" / "stage").rglob("rfm_job.sh"))
+    assert scripts, "no job script generated"
+    text = "\n".join(s.read_text() for s in scripts)
+    assert "HVDCORERUN" in text and "hvdcore_collectives.py" in text
+    if config != "local.py":
+        assert "srun" in text and "--mpi=pmix" in text
+    if system in ("alvis",):
+        assert "--gpus-per-node=A100:" in text  # typed GPU requests, even for 1 rank
+    if system == "alvis":
+        # EESSI-style discovery found the hvdcore modules in the environment that asks for it.
+        assert "module load hvdcore/0.1.0-foss-2023a-CUDA-12.1.1" in text
+
+
+def test_scale_selection_follows_the_partition(tmp_path: Path) -> None:
+    """Local: one node of 2 ranks -> only 1_node; generic:cpu, 2 nodes -> 1_node and 2_nodes."""
+    local = run_reframe(["-C", str(CONFIGS / "local.py"), "-c", str(CHECKS), "--list"], tmp_path)
+    assert "%scale=1_node" in local.stdout and "%scale=2_nodes" not in local.stdout
+    slurm = run_reframe(["-C", str(CONFIGS / "slurm.py"), "--system", "generic:cpu", "-c",
+                         str(CHECKS), "--list"], tmp_path)
+    assert "%scale=1_node" in slurm.stdout and "%scale=2_nodes" in slurm.stdout
+    assert "%scale=2_ranks" not in slurm.stdout  # == 1_node on 2-core nodes
+    assert "%scale=4_nodes" not in slurm.stdout
