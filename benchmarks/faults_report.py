@@ -169,11 +169,29 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(keys) - {s.key for s in SCENARIOS} - set(FUZZ_KEYS)
     if unknown:
         p.error(f"unknown scenarios {sorted(unknown)}")
+    cluster = None
+    if "srun" in launchers and not os.environ.get("SLURM_CONF"):
+        # no cluster given: start the private 2-node localhost cluster for this run
+        sys.path.insert(0, str(ROOT / "checks" / "tools"))
+        from slurm_localhost import SlurmCluster
+
+        cluster = SlurmCluster(nodes=2)
+        cluster.start()
+        os.environ["SLURM_CONF"] = str(cluster.conf)
     if "srun" in launchers:
         why = _slurm_ready()
         if why:
-            p.error(f"--launchers srun: {why}; start the localhost cluster first "
-                    "(checks/slurm_localhost.py)")
+            if cluster is not None:
+                cluster.stop()
+            p.error(f"--launchers srun: {why}")
+    try:
+        return _run(a, keys, launchers)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+def _run(a: argparse.Namespace, keys: list[str], launchers: list[str]) -> int:
     os.chdir(ROOT)
     rows: list[Row] = []
     skipped: list[str] = []
