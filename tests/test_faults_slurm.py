@@ -1,0 +1,43 @@
+"""Scenario 8 on a real 2-node localhost Slurm cluster (srun): a node's ranks SIGKILLed, and
+``scancel`` of a running job, end the job (non-zero, out of the queue, nothing left running)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "checks" / "tools"))
+from faults_report import run_scenario  # noqa: E402
+
+pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
+
+
+@pytest.fixture(scope="module")
+def slurm(monkeypatch_module: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    from slurm_localhost import SlurmCluster, missing_requirements
+
+    missing = missing_requirements()
+    if missing:
+        pytest.skip("local Slurm cluster needs: " + ", ".join(missing))
+    with SlurmCluster(nodes=2) as cluster:
+        monkeypatch_module.setenv("SLURM_CONF", str(cluster.conf))
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():  # type: ignore[no-untyped-def]
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.mark.parametrize("key", ["8-slurm-node-kill", "8-scancel", "1-kill"])
+def test_slurm_fault(slurm, key: str) -> None:  # type: ignore[no-untyped-def]
+    assert os.environ["SLURM_CONF"] == str(slurm.conf)
+    row = run_scenario(key, "srun", 2, seed=1)
+    assert row.clean == row.trials and not row.failures, "\n\n".join(row.failures)
+    assert row.leftovers == 0
