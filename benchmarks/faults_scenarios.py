@@ -308,6 +308,10 @@ def _signal_launcher(signum: int) -> Callable[[str, random.Random, Path], Trial]
         job.wait_for(r"^CKPT ", count=want, timeout=90)
         time.sleep(rng.uniform(0.0, 0.2))
         sent = job.signal(signum) if job.proc.poll() is None else None
+        if sent is not None and launcher == "srun" and signum == signal.SIGINT:
+            # srun reports status on one Ctrl-C; a second within 1 s aborts (Slurm's design)
+            time.sleep(0.3)
+            job.signal(signum)
         if sent is None:
             problems.append("the job ended before the signal was sent")
         rc, _, left = _finish(job, problems, None)
