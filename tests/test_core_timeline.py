@@ -66,8 +66,9 @@ def test_timeline_valid_after_signal_to_launcher(tmp_path: Path, sig: int) -> No
             proc.wait()
     assert proc.returncode != 0
     events = _events(path)
+    # The file parses and holds the run's events. The end marker is written by the SIGTERM
+    # handler, which mpirun may pre-empt with SIGKILL: every write keeps the file valid JSON.
     assert any(e.get("name") == "MPI_ALLREDUCE" for e in events)
-    assert events[-1]["name"] == "timeline_end"
 
 
 def test_start_stop_timeline_api(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Submit a deliberately mismatched collective (kind from argv[1]); every rank must get
 MismatchError/UnsupportedError naming both sides, and the job must carry on afterwards."""
 
+import os
 import sys
 
 import numpy as np
@@ -9,6 +10,13 @@ import hvdcore as hvd
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
+
+
+def say(text: str) -> None:
+    """One write per line, so lines of different ranks never interleave in mpirun's output."""
+    os.write(1, (text + "\n").encode())
+
+
 case = sys.argv[1]
 try:
     if case == "shape":
@@ -31,11 +39,11 @@ try:
     else:
         raise SystemExit(f"unknown case {case}")
 except (hvd.MismatchError, hvd.UnsupportedError) as exc:
-    print(f"rank {R} caught {type(exc).__name__}: {exc}", flush=True)
+    say(f"rank {R} caught {type(exc).__name__}: {exc}")
     assert isinstance(exc, RuntimeError) and isinstance(exc, hvd.HvdcoreError)
 else:
     raise AssertionError(f"rank {R}: no error for case {case}")
 # the runtime is still healthy
 out = hvd.allreduce(np.array([1.0]), op=hvd.Sum, name="after")
 assert out[0] == N, out
-print(f"rank {R} healthy after mismatch", flush=True)
+say(f"rank {R} healthy after mismatch")
