@@ -55,7 +55,7 @@ def test_timeline_valid_after_signal_to_launcher(tmp_path: Path, sig: int) -> No
         seen = 0
         while seen < 2 and time.monotonic() < deadline:
             line = proc.stdout.readline()
-            seen += "READY" in line
+            seen += line.count("READY")
         assert seen == 2, "ranks did not start"
         time.sleep(0.5)
         os.kill(proc.pid, sig)

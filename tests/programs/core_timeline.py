@@ -1,5 +1,6 @@
 """Run collectives with the timeline on; argv[1]='loop' keeps going until killed."""
 
+import os
 import sys
 import time
 
@@ -14,7 +15,7 @@ for _ in range(5):
         hvd.synchronize(h)
     hvd.allgather(np.ones(3), name="gather")
     hvd.broadcast(np.ones(3), 0, name="bcast")
-print(f"rank {hvd.rank()} READY", flush=True)
+os.write(1, f"rank {hvd.rank()} READY\n".encode())  # one write: lines never interleave
 if len(sys.argv) > 1 and sys.argv[1] == "loop":
     while True:
         hvd.allreduce(np.ones(10), name="spin")
