@@ -15,14 +15,19 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 
 def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for an mpirun child: root allowed, oversubscription, this checkout importable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
+    """Environment for an mpirun child: root allowed, oversubscription, this checkout importable.
+
+    PYTHONUNBUFFERED is deliberately not set: unbuffered, print() writes the text and the newline
+    separately and two ranks' lines can merge in mpirun's output; buffered, a flushed print() is
+    one write (stderr stays line-buffered).
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HVDCORE_", "HOROVOD_")) and k != "PYTHONUNBUFFERED"}
     env.update(
         OMPI_ALLOW_RUN_AS_ROOT="1",
         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
         OMPI_MCA_rmaps_base_oversubscribe="1",
         OMPI_MCA_btl_vader_single_copy_mechanism="none",
-        PYTHONUNBUFFERED="1",
         PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
     )
     if extra:
