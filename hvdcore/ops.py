@@ -167,6 +167,25 @@ def synchronize(handle: Handle) -> Any:
     if not isinstance(handle, Handle):
         raise errors.UnsupportedError(
             f"synchronize() expects a handle, got {type(handle).__name__}")
+    return _wait(handle)
+
+
+def _wait(handle: Handle) -> Any:
+    st = basics._state
+    return handle.wait() if st is None else st.engine.drive(handle)
+
+
+def _blocking(start: Any) -> Any:
+    """Run ``start()`` (an ``*_async`` call) and wait for it, driving the engine on this
+    thread when it is idle so that a blocking call needs no thread hand-off."""
+    st = basics._state
+    if st is None or not st.engine.begin_drive():
+        return start().wait()
+    try:
+        handle = start()
+        st.engine.drive_until(handle)
+    finally:
+        st.engine.end_drive()
     return handle.wait()
 
 
@@ -233,8 +252,8 @@ def allreduce(
 
     >>> hvd.allreduce(np.array([hvd.rank()], np.float64))      # mean of the ranks
     """
-    return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                           process_set, out).wait()
+    return _blocking(lambda: allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                           process_set, out))
 
 
 def grouped_allreduce(
@@ -243,8 +262,8 @@ def grouped_allreduce(
     process_set: ProcessSet = global_process_set, out: Sequence[np.ndarray] | None = None,
 ) -> list[np.ndarray]:
     """Allreduce a list of tensors together (fused where possible); returns a list."""
-    return grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                   postscale_factor, process_set, out).wait()
+    return _blocking(lambda: grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                   postscale_factor, process_set, out))
 
 
 def _gather_items(st: Any, tensors: Sequence[np.ndarray], base: str, set_id: int,
@@ -282,13 +301,13 @@ def allgather(tensor: np.ndarray, name: str | None = None,
 
     >>> hvd.allgather(np.full((hvd.rank() + 1, 2), hvd.rank()))   # ragged first dimension
     """
-    return allgather_async(tensor, name, process_set).wait()
+    return _blocking(lambda: allgather_async(tensor, name, process_set))
 
 
 def grouped_allgather(tensors: Sequence[np.ndarray], name: str | None = None,
                       process_set: ProcessSet = global_process_set) -> list[np.ndarray]:
     """Allgather each tensor of a list; returns a list."""
-    return grouped_allgather_async(tensors, name, process_set).wait()
+    return _blocking(lambda: grouped_allgather_async(tensors, name, process_set))
 
 
 def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
@@ -318,7 +337,7 @@ def broadcast(tensor: np.ndarray, root_rank: int, name: str | None = None,
 
     >>> w = hvd.broadcast(np.random.rand(3), root_rank=0)   # identical everywhere
     """
-    return broadcast_async(tensor, root_rank, name, process_set, out).wait()
+    return _blocking(lambda: broadcast_async(tensor, root_rank, name, process_set, out))
 
 
 def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = None,
@@ -357,7 +376,7 @@ def alltoall(tensor: np.ndarray, splits: Any = None, name: str | None = None,
 
     >>> out, got = hvd.alltoall(np.arange(hvd.size() * 2), splits=[2] * hvd.size())
     """
-    return alltoall_async(tensor, splits, name, process_set).wait()
+    return _blocking(lambda: alltoall_async(tensor, splits, name, process_set))
 
 
 def _rs_items(st: Any, tensors: Sequence[np.ndarray], base: str, sid: int, rop: ReduceOp,
@@ -414,8 +433,8 @@ def reducescatter(
 
     With N rows and n ranks, the first N % n ranks get N // n + 1 rows, the others N // n.
     """
-    return reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                               postscale_factor).wait()
+    return _blocking(lambda: reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                               postscale_factor))
 
 
 def grouped_reducescatter(
@@ -424,8 +443,8 @@ def grouped_reducescatter(
     postscale_factor: float = 1.0,
 ) -> list[np.ndarray]:
     """Reducescatter each tensor of a list; returns a list."""
-    return grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
-                                       postscale_factor).wait()
+    return _blocking(lambda: grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                       postscale_factor))
 
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
