@@ -45,6 +45,12 @@ Product = ReduceOp.PRODUCT
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
     np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_))
 _SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
+_DTYPE_NAMES = {d: d.name for d in SUPPORTED_DTYPES}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name`` without numpy's slow property on the hot path."""
+    return _DTYPE_NAMES.get(dtype) or dtype.name
 
 
 # -- argument checking ---------------------------------------------------------------------
@@ -220,7 +226,7 @@ def grouped_allreduce_async(
             elif np.shares_memory(o, arr):
                 arr = arr.copy()
         nm = base if len(tensors) == 1 else f"{base}.{i}"
-        items.append((Meta(sid, nm, ALLREDUCE, arr.dtype.name, arr.shape,
+        items.append((Meta(sid, nm, ALLREDUCE, _dtype_name(arr.dtype), arr.shape,
                            int(rop), -1, pre, post),
                       arr, o))
     return _submit(st, items, list, f"grouped_allreduce '{base}'")
@@ -273,7 +279,7 @@ def _gather_items(st: Any, tensors: Sequence[np.ndarray], base: str, set_id: int
         arr = _array(t, what, st.rank)
         nm = base if len(tensors) == 1 else f"{base}.{i}"
         shape = arr.shape if arr.ndim else (1,)
-        items.append((Meta(set_id, nm, ALLGATHER, arr.dtype.name, shape), arr, None))
+        items.append((Meta(set_id, nm, ALLGATHER, _dtype_name(arr.dtype), shape), arr, None))
     return items
 
 
@@ -326,7 +332,7 @@ def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
     if o is not None and o is tensor:
         arr = o
     nm = _name(st, BROADCAST, sid, name)
-    meta = Meta(sid, nm, BROADCAST, arr.dtype.name, arr.shape, root=int(root_rank))
+    meta = Meta(sid, nm, BROADCAST, _dtype_name(arr.dtype), arr.shape, root=int(root_rank))
     return _submit(st, [(meta, arr, o)], _first, f"broadcast '{nm}'")
 
 
@@ -366,7 +372,7 @@ def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = No
                 f"rank {st.rank}: alltoall splits {sp} must have {n} non-negative entries "
                 f"summing to dim 0 ({arr.shape[0]})")
     nm = _name(st, ALLTOALL, sid, name)
-    meta = Meta(sid, nm, ALLTOALL, arr.dtype.name, arr.shape, splits=tuple(sp))
+    meta = Meta(sid, nm, ALLTOALL, _dtype_name(arr.dtype), arr.shape, splits=tuple(sp))
     return _submit(st, [(meta, arr, None)], _first, f"alltoall '{nm}'")
 
 
@@ -393,7 +399,7 @@ def _rs_items(st: Any, tensors: Sequence[np.ndarray], base: str, sid: int, rop: 
             raise errors.UnsupportedError(
                 f"rank {st.rank}: Average of a bool tensor is undefined; use op=Sum/Min/Max")
         nm = base if len(tensors) == 1 else f"{base}.{i}"
-        items.append((Meta(sid, nm, REDUCESCATTER, arr.dtype.name, arr.shape,
+        items.append((Meta(sid, nm, REDUCESCATTER, _dtype_name(arr.dtype), arr.shape,
                            int(rop), -1, pre, post), arr, None))
     return items
 
