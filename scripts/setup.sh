@@ -21,7 +21,7 @@ if [ -n "$missing" ]; then
   echo "setup.sh: apt-get install$missing"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  apt-get install -y -qq $missing >/dev/null
 fi
 
 stamp="$VENV/.hvdcore-setup-stamp"
