@@ -242,11 +242,32 @@ def allreduce_async(
     ``op``: Average (default), Sum, Min, Max, Product. Average of integers truncates.
     ``out``: optional array that receives the result (may be ``tensor`` itself: in place).
     """
-    h = grouped_allreduce_async([tensor], average, name, op, prescale_factor, postscale_factor,
-                                process_set, None if out is None else [out])
-    h._finalize = _first
-    h.description = f"allreduce '{name or 'noname'}'"
-    return h
+    # The single-tensor path of grouped_allreduce_async, written out: it is the hot path of
+    # small-message latency.
+    st = basics.state()
+    what = "allreduce"
+    ps, sid = _pset(process_set, st, what)
+    rop = _resolve_op(average, op, st.rank, what)
+    pre = prescale_factor if type(prescale_factor) is float else _factor(
+        prescale_factor, "prescale_factor", st.rank, what)
+    post = postscale_factor if type(postscale_factor) is float else _factor(
+        postscale_factor, "postscale_factor", st.rank, what)
+    nm = _name(st, ALLREDUCE, sid, name)
+    arr = _array(tensor, what, st.rank)
+    if rop == ReduceOp.AVERAGE and arr.dtype == np.bool_:
+        raise errors.UnsupportedError(
+            f"rank {st.rank}: Average of a bool tensor is undefined; use op=Sum (logical "
+            "or), Min/Product (logical and) or Max")
+    if out is not None:
+        out = _out(out, arr, st.rank, what)
+        if out is tensor:
+            arr = out  # in place: MPI_IN_PLACE
+        elif np.shares_memory(out, arr):
+            arr = arr.copy()
+    handle = Handle(1, _first, f"allreduce '{nm}'")
+    meta = Meta(sid, nm, ALLREDUCE, _dtype_name(arr.dtype), arr.shape, int(rop), -1, pre, post)
+    st.engine.enqueue([Request(meta, arr, out, handle, 0)])
+    return handle
 
 
 def allreduce(
@@ -258,8 +279,8 @@ def allreduce(
 
     >>> hvd.allreduce(np.array([hvd.rank()], np.float64))      # mean of the ranks
     """
-    return _blocking(lambda: allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                           process_set, out))
+    return _blocking(lambda: allreduce_async(tensor, average, name, op, prescale_factor,
+                                             postscale_factor, process_set, out))
 
 
 def grouped_allreduce(

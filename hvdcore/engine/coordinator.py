@@ -147,6 +147,7 @@ class Coordinator:
         self._hold_since: float | None = None
         self._last_stall_scan = 0.0
         self._aborted = False
+        self._dirty = False
 
     def busy(self) -> bool:
         """True while some request is announced but not answered."""
@@ -155,6 +156,7 @@ class Coordinator:
     def add(self, rank: int, metas: list[Meta]) -> None:
         """Record the requests announced by ``rank``."""
         now = self.clock()
+        self._dirty = True
         for m in metas:
             if m.kind == JOIN:
                 if rank not in self.joined:
@@ -170,13 +172,18 @@ class Coordinator:
     def poll(self) -> list[Response]:
         """Return the responses that can be sent now (possibly empty)."""
         now = self.clock()
+        if not self._dirty and not self._held and (
+                not self.table or self.stall_disabled or now - self._last_stall_scan < 0.2):
+            return []  # nothing new since the last poll: nothing can have become ready
+        self._dirty = False
         out: list[Response] = []
         ready: list[tuple[tuple[int, str], _Entry]] = []
         partial_allreduce = False
         for key, entry in list(self.table.items()):
             state = self._state(key, entry)
             if state is None:
-                if any(m.kind == ALLREDUCE for m in entry.metas.values()):
+                if not partial_allreduce and any(
+                        m.kind == ALLREDUCE for m in entry.metas.values()):
                     partial_allreduce = True
                 continue
             del self.table[key]
@@ -187,7 +194,7 @@ class Coordinator:
         # Hold ready allreduces for up to one cycle while others are about to become ready,
         # so that they fuse; everything else goes at once.
         for item in ready:
-            if item[1].metas[min(item[1].metas)].kind == ALLREDUCE:
+            if next(iter(item[1].metas.values())).kind == ALLREDUCE:
                 self._held.append(item)
             else:
                 out.append(self._respond(item[0], item[1]))
@@ -212,8 +219,18 @@ class Coordinator:
     def _state(self, key: tuple[int, str], entry: _Entry) -> Response | bool | None:
         """None: not ready; True: ready and consistent; Response: an error to send."""
         set_id, name = key
-        members = self._members(set_id)
-        ref = entry.metas[min(entry.metas)]
+        members = self.sets.get(set_id)
+        metas = entry.metas
+        if members is not None and not self.joined:
+            # Common case, no joined ranks: ready when every member announced (only members
+            # can announce: ops checks membership before submitting).
+            if len(metas) < len(members) or any(r not in metas for r in members):
+                return None
+            if len(metas) == 1 or check_agreement(metas, set_id) is None:
+                kind = metas[members[0]].kind
+                if kind != ADD_SET and kind != REMOVE_SET:
+                    return True
+        ref = metas[min(metas)]
         if members is None:
             return self._error(set_id, name, ref.kind,
                                f"process set {set_id} does not exist (removed?) for {ref.kind} "

@@ -89,6 +89,7 @@ class Executor:
         self.backend = backend
         self.rank = rank
         self._fusion: dict[str, np.ndarray] = {}
+        self._plans: dict[tuple[str, int], tuple] = {}
         self.timeline: Timeline | None = None
 
     def _buffer(self, dtype: np.dtype, count: int) -> np.ndarray:
@@ -120,20 +121,26 @@ class Executor:
 
     def allreduce(self, resp: Response, reqs: list[Request | None], pset: SetState) -> None:
         """Execute a (possibly fused) allreduce; ``None`` entries are joined-rank neutrals."""
-        self._negotiated(reqs, resp.names)
-        dtype = np.dtype(resp.dtype)
-        rdtype = reduce_dtype(dtype)
-        op = backend_op(resp.op, dtype)
-        active = len(pset.ranks) - len(resp.joined)
-        post = resp.postscale / active if resp.op == ReduceOp.AVERAGE else resp.postscale
-        if dtype == np.bool_:
-            post = 1.0
-        pre = 1.0 if dtype == np.bool_ else resp.prescale
-        sizes = [math.prod(s) for s in resp.shapes]
-        total = sum(sizes)
+        if self.timeline is not None:
+            self._negotiated(reqs, resp.names)
+        key = (resp.dtype, resp.op)
+        plan = self._plans.get(key)
+        if plan is None:
+            dtype = np.dtype(resp.dtype)
+            rdtype = reduce_dtype(dtype)
+            plan = self._plans[key] = (dtype, rdtype, backend_op(resp.op, dtype),
+                                       dtype == np.bool_, rdtype == dtype)
+        dtype, rdtype, op, is_bool, same = plan
+        if is_bool:
+            pre = post = 1.0
+        else:
+            pre = resp.prescale
+            post = resp.postscale
+            if resp.op == ReduceOp.AVERAGE:
+                post /= len(pset.ranks) - len(resp.joined)
         tl = self.timeline
         r0 = reqs[0]
-        if len(reqs) == 1 and r0 is not None and rdtype == dtype and pre == 1.0:
+        if len(reqs) == 1 and r0 is not None and same and pre == 1.0:
             src = r0.tensor
             out = r0.out if r0.out is not None else np.empty_like(src)
             t0 = tl.now_us() if tl else 0.0
@@ -143,6 +150,8 @@ class Executor:
                 _scale_into(out, out, post)
             r0.handle.set_part(r0.part, out)
             return
+        sizes = [math.prod(s) for s in resp.shapes]
+        total = sum(sizes)
         t0 = tl.now_us() if tl else 0.0
         buf = self._buffer(rdtype, total)
         off = 0

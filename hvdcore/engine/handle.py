@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-_SPIN_S = 0.0
+_EVENT_LOCK = threading.Lock()
 
 
 class Handle:
     """Completion of one (possibly grouped) request. Results are set by the engine thread.
 
     ``finalize`` turns the list of per-part results into what ``synchronize`` returns.
+    The wake-up event is created only when a thread really has to block: most handles are
+    completed by the thread that waits for them (it drives the engine), and an Event per
+    request costs more than the rest of a small allreduce's bookkeeping.
     """
 
-    __slots__ = ("_event", "_parts", "_values", "_left", "_error", "_result", "_finalize",
+    __slots__ = ("_event", "_done", "_values", "_left", "_error", "_result", "_finalize",
                  "description")
 
     def __init__(self, parts: int, finalize: Callable[[list[Any]], Any], description: str) -> None:
-        self._event = threading.Event()
-        self._parts = parts
+        self._event: threading.Event | None = None
+        self._done = False
         self._values: list[Any] = [None] * parts
         self._left = parts
         self._error: BaseException | None = None
@@ -31,11 +32,19 @@ class Handle:
         self.description = description
         if parts == 0:
             self._result = finalize([])
-            self._event.set()
+            self._done = True
+
+    def _complete(self) -> None:
+        # Order matters (the GIL makes it sequentially consistent): publish _done, then read
+        # _event. A waiter publishes _event, then re-reads _done, so one of them sees the other.
+        self._done = True
+        ev = self._event
+        if ev is not None:
+            ev.set()
 
     def set_part(self, index: int, value: Any) -> None:
         """Engine: part ``index`` finished with ``value``."""
-        if self._event.is_set():
+        if self._done:
             return
         self._values[index] = value
         self._left -= 1
@@ -45,33 +54,32 @@ class Handle:
             except BaseException as exc:  # surfaced to the waiting user thread
                 self._error = exc
             self._values = []
-            self._event.set()
+            self._complete()
 
     def fail(self, error: BaseException) -> None:
         """Engine: the request failed; ``synchronize`` raises ``error``."""
-        if self._event.is_set():
+        if self._done:
             return
         self._error = error
-        self._event.set()
+        self._complete()
 
     def done(self) -> bool:
         """True when the result (or error) is available."""
-        return self._event.is_set()
+        return self._done
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until done and return the result, or raise the request's error."""
-        if not self._event.is_set():
-            # A short yield-spin catches the common case (result within microseconds) without
-            # paying for a thread wake-up; then block.
-            deadline = time.perf_counter() + _SPIN_S
-            while not self._event.is_set() and time.perf_counter() < deadline:
-                os.sched_yield()
-        if not self._event.wait(timeout):
-            raise TimeoutError(f"{self.description} did not complete within {timeout} s")
+        if not self._done:
+            with _EVENT_LOCK:  # two waiters must share one event
+                ev = self._event
+                if ev is None:
+                    ev = self._event = threading.Event()
+            if not self._done and not ev.wait(timeout):
+                raise TimeoutError(f"{self.description} did not complete within {timeout} s")
         if self._error is not None:
             raise self._error
         return self._result
 
     def __repr__(self) -> str:
-        state = "done" if self.done() else "pending"
+        state = "done" if self._done else "pending"
         return f"<hvdcore Handle {self.description} {state}>"
