@@ -148,7 +148,8 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
             sets[sid] = SetState(sid, tuple(ps.ranks), sub if member else None)
             ps._bind(sid, rank)
             registry[sid] = ps
-        engine = Engine(world, cfg, MPIBackend(), sets)
+        engine = Engine(world, cfg, MPIBackend(), sets,
+                        caller_progress=_caller_progress(cfg.progress, local_size))
         _state = _State(cfg, world, rank, size, local_rank, local_size, cross_rank, cross_size,
                         engine, registry, comms=[local, cross])
         path = Timeline.resolve(cfg.timeline, rank)
@@ -171,7 +172,7 @@ def shutdown() -> None:
             from hvdcore.ops import _submit_control
 
             try:
-                _submit_control("shutdown", "__shutdown__").wait()
+                engine.drive(_submit_control("shutdown", "__shutdown__"))
             except errors.HvdcoreError as exc:
                 log.debug("shutdown negotiation ended with %s", exc)
         engine.stop(timeout=10)
@@ -209,6 +210,18 @@ def size() -> int:
 def local_rank() -> int:
     """Rank among the processes on this node (use it to pick a GPU)."""
     return _require().local_rank
+
+
+def _caller_progress(mode: str, local_size: int) -> bool:
+    """Resolve ``HVDCORE_PROGRESS``: caller progress unless this rank has 2+ CPUs of its own."""
+    if mode != "auto":
+        return mode == "caller"
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    # Bound ranks see their own CPUs; unbound ones share the node's with local_size others.
+    return cpus / max(local_size, 1) < 2
 
 
 def local_size() -> int:

@@ -121,6 +121,14 @@ KNOBS: tuple[Knob, ...] = (
          "Longest time the coordinator holds ready tensors to fuse them with tensors that "
          "other ranks are about to submit. An idle engine starts a request at once.",
          horovod_alias=True, cli_flag="--cycle-time-ms", parse=_parse_nonneg_float),
+    Knob("PROGRESS", "choice", "auto",
+         "Who moves requests along: thread (the background engine thread, woken by every "
+         "submission: communication overlaps computation when each rank has a spare core), "
+         "caller (the thread that synchronizes drives the engine; asynchronous requests wait "
+         "in the queue until then, and the background thread only steps in after 0.5 s "
+         "without a caller: no CPU or GIL taken from the training thread), or auto (thread "
+         "when this rank has at least 2 CPUs of its own, else caller).",
+         cli_flag="--progress", choices=("auto", "thread", "caller")),
     Knob("STALL_CHECK_DISABLE", "bool", False,
          "Disable the stall check (warnings and shutdown).",
          horovod_alias=True, cli_flag="--no-stall-check", parse=_parse_bool),

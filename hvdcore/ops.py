@@ -165,6 +165,10 @@ def poll(handle: Handle) -> bool:
     """True when the asynchronous operation behind ``handle`` has finished."""
     if not isinstance(handle, Handle):
         raise errors.UnsupportedError(f"poll() expects a handle, got {type(handle).__name__}")
+    if not handle.done():
+        st = basics._state
+        if st is not None:
+            st.engine.step_once()  # with caller progress, nobody else may be moving it
     return handle.done()
 
 
@@ -185,8 +189,10 @@ def _blocking(start: Any) -> Any:
     """Run ``start()`` (an ``*_async`` call) and wait for it, driving the engine on this
     thread when it is idle so that a blocking call needs no thread hand-off."""
     st = basics._state
-    if st is None or not st.engine.begin_drive():
+    if st is None:
         return start().wait()
+    if not st.engine.begin_drive():
+        return st.engine.drive(start())
     try:
         handle = start()
         st.engine.drive_until(handle)
@@ -479,7 +485,7 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
     st = basics.state()
     ps, sid = _pset(process_set, st, "barrier")
     nm = _name(st, BARRIER, sid, None)
-    _submit_control(BARRIER, nm, sid).wait()
+    _wait(_submit_control(BARRIER, nm, sid))
 
 
 def join() -> int:
@@ -491,7 +497,7 @@ def join() -> int:
     collectives raise while a rank has joined.
     """
     basics.state()
-    return _submit_control(JOIN, "join").wait()
+    return _wait(_submit_control(JOIN, "join"))
 
 
 def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
@@ -506,7 +512,7 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
             f"rank {st.rank}: process set ranks {ps.ranks} must be non-empty and within "
             f"0..{st.size - 1}")
     nm = _name(st, ADD_SET, 0, None)
-    sid = _submit_control(ADD_SET, nm, ranks=tuple(ps.ranks)).wait()
+    sid = _wait(_submit_control(ADD_SET, nm, ranks=tuple(ps.ranks)))
     ps._bind(sid, st.rank)
     st.sets[sid] = ps
     return ps
@@ -519,7 +525,7 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     if sid is None or sid == 0 or sid not in st.sets:
         return False
     nm = _name(st, REMOVE_SET, 0, None)
-    _submit_control(REMOVE_SET, nm, root=sid).wait()
+    _wait(_submit_control(REMOVE_SET, nm, root=sid))
     st.sets.pop(sid, None)
     process_set.process_set_id = None
     return True

@@ -34,3 +34,20 @@ def test_small_cycle_and_fusion_settings_still_correct() -> None:
                   env={"HOROVOD_FUSION_THRESHOLD": "4096", "HOROVOD_CYCLE_TIME": "5"},
                   timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_thread_and_caller_progress_give_identical_results() -> None:
+    """Both HVDCORE_PROGRESS modes run every check; at 2 ranks their results are bit-identical."""
+    runs = {mode: run_mpi(2, [program("core_collectives.py")], env={"HVDCORE_PROGRESS": mode},
+                          timeout=180) for mode in ("thread", "caller")}
+    for mode, res in runs.items():
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.stdout.count(f"PROGRESS {mode}") == 2, res.stdout
+    assert _digests(runs["thread"].stdout) == _digests(runs["caller"].stdout)
+
+
+def test_thread_progress_at_three_ranks() -> None:
+    res = run_mpi(3, [program("core_collectives.py")], env={"HVDCORE_PROGRESS": "thread"},
+                  timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("PROGRESS thread") == 3, res.stdout

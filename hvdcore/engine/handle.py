@@ -67,15 +67,20 @@ class Handle:
         """True when the result (or error) is available."""
         return self._done
 
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Block until done or ``timeout`` seconds pass; True if done (never raises)."""
+        if self._done:
+            return True
+        with _EVENT_LOCK:  # two waiters must share one event
+            ev = self._event
+            if ev is None:
+                ev = self._event = threading.Event()
+        return self._done or ev.wait(timeout)
+
     def wait(self, timeout: float | None = None) -> Any:
         """Block until done and return the result, or raise the request's error."""
-        if not self._done:
-            with _EVENT_LOCK:  # two waiters must share one event
-                ev = self._event
-                if ev is None:
-                    ev = self._event = threading.Event()
-            if not self._done and not ev.wait(timeout):
-                raise TimeoutError(f"{self.description} did not complete within {timeout} s")
+        if not self.wait_done(timeout):
+            raise TimeoutError(f"{self.description} did not complete within {timeout} s")
         if self._error is not None:
             raise self._error
         return self._result

@@ -49,14 +49,15 @@ TAG_RESPONSE = 12
 _IDLE_WAIT_S = 0.05
 _SPIN_S = 250e-6
 _MAX_BACKOFF_S = 1e-3
-_DRIVE_S = 2e-3
+_CALLER_GRACE_S = 0.5
 _FATAL_GRACE_S = 5.0
 
 
 class Engine:
     """Background communication engine of one rank."""
 
-    def __init__(self, comm: Any, cfg: Any, backend: Any, sets: dict[int, SetState]) -> None:
+    def __init__(self, comm: Any, cfg: Any, backend: Any, sets: dict[int, SetState],
+                 caller_progress: bool = False) -> None:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.cfg = cfg
@@ -77,6 +78,11 @@ class Engine:
         self._cv = threading.Condition()
         self._run_lock = threading.Lock()
         self._driver: int | None = None
+        # Caller progress: submissions do not wake the engine thread; the thread that waits
+        # for a handle drives the engine, and the engine thread takes over only after
+        # _CALLER_GRACE_S without a driver.
+        self.caller_progress = caller_progress
+        self._last_drive = time.perf_counter()
         self._queue: list[Request] = []
         self._inflight: dict[tuple[int, str], Request] = {}
         self._sends: list[Any] = []
@@ -100,7 +106,7 @@ class Engine:
             r.t_submit = now
         with self._cv:
             self._queue.extend(reqs)
-            if self._driver != threading.get_ident():
+            if not self.caller_progress and self._driver != threading.get_ident():
                 self._cv.notify()
 
     def set_timeline(self, timeline: Timeline | None) -> Timeline | None:
@@ -171,30 +177,51 @@ class Engine:
     def end_drive(self) -> None:
         """Give the engine back to its thread (and wake it: requests may still be pending)."""
         self._driver = None
+        self._last_drive = time.perf_counter()
         self._run_lock.release()
-        if self._queue or self._busy():
+        if not self.caller_progress and (self._queue or self._busy()):
             with self._cv:
                 self._cv.notify()
 
     def drive_until(self, handle: Any) -> None:
-        """Run cycles on the driving thread until ``handle`` is done or nothing moves for a
-        moment (a slow peer: the engine thread then takes over, with its stall checks)."""
+        """Run cycles on the driving thread until ``handle`` is done (or the engine stops).
+
+        While nothing moves (a peer is late) the driver yields the CPU, then sleeps in
+        proportion to the wait so far, like the engine thread: the coordinator's stall
+        checks run on the driver too, so a stall still ends in a warning and a shutdown.
+        """
         last = time.perf_counter()
         while not handle.done() and not self._stop and self.fatal is None:
             if self._step():
                 last = time.perf_counter()
-            elif time.perf_counter() - last > _DRIVE_S:
-                return
-            else:
+                continue
+            waited = time.perf_counter() - last
+            if waited < _SPIN_S:
                 os.sched_yield()
+            else:
+                time.sleep(min(waited * 0.1, _MAX_BACKOFF_S))
 
-    def drive(self, handle: Any) -> Any:
-        """Wait for ``handle``, driving the engine meanwhile when it is free."""
-        if not handle.done() and self.begin_drive():
+    def step_once(self) -> None:
+        """Run one engine cycle on the calling thread if the engine is free (for ``poll``)."""
+        if self.begin_drive():
             try:
-                self.drive_until(handle)
+                self._step()
             finally:
                 self.end_drive()
+
+    def drive(self, handle: Any) -> Any:
+        """Wait for ``handle`` and return its result, driving the engine whenever it is free
+        (another thread may be driving it now: then wait a little and try again)."""
+        while not handle.done():
+            if self.begin_drive():
+                try:
+                    self.drive_until(handle)
+                finally:
+                    self.end_drive()
+                break
+            if self._stop or self.fatal is not None:
+                break
+            handle.wait_done(_MAX_BACKOFF_S)
         return handle.wait()
 
     def _loop(self) -> None:
@@ -205,6 +232,11 @@ class Engine:
                 # their own thread, so an idle engine thread need not spin for them.)
                 if not self._queue and not self._busy():
                     self._cv.wait(_IDLE_WAIT_S)
+                elif self.caller_progress and (
+                        self._driver is not None
+                        or time.perf_counter() - self._last_drive < _CALLER_GRACE_S):
+                    self._cv.wait(_IDLE_WAIT_S)  # a caller drives, or soon will
+                    continue
             if not self._run_lock.acquire(timeout=_IDLE_WAIT_S):
                 continue  # a caller is driving the engine
             try:

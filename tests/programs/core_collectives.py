@@ -224,6 +224,8 @@ last = hvd.join()
 assert last == N - 1, f"join returned {last}, expected {N - 1}"
 hvd.barrier()
 
-os.write(1, f"rank {R}: CHECKS {checks} DIGEST {digest.hexdigest()[:16]}\n".encode())
+progress = "caller" if hvd.basics.state().engine.caller_progress else "thread"
+os.write(1, f"rank {R}: CHECKS {checks} DIGEST {digest.hexdigest()[:16]} PROGRESS {progress}\n"
+         .encode())
 hvd.shutdown()
 sys.exit(0)
