@@ -15,9 +15,40 @@ from typing import Any
 
 import tensorflow as tf
 
+from hvdcore import ReduceOp
 from hvdcore.tensorflow.gradients import GradientReducer
 
-__all__ = ["Accumulation", "distributed_apply"]
+__all__ = ["Accumulation", "distributed_apply", "check_passes", "set_options", "options_config"]
+
+_OPTIONS = ("sparse_as_dense", "gradient_predivide_factor", "op", "backward_passes_per_step",
+            "average_aggregated_gradients")
+
+
+def check_passes(backward_passes_per_step: Any) -> int:
+    """Validate ``backward_passes_per_step`` (an int >= 1) and return it."""
+    passes = int(backward_passes_per_step)
+    if passes < 1:
+        raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+    return passes
+
+
+def set_options(opt: Any, sparse_as_dense: bool, gradient_predivide_factor: float, op: Any,
+                backward_passes_per_step: int, average_aggregated_gradients: bool) -> None:
+    """Store Horovod's DistributedOptimizer options on ``opt`` (both Keras flavours)."""
+    opt.sparse_as_dense = bool(sparse_as_dense)
+    opt.gradient_predivide_factor = float(gradient_predivide_factor)
+    opt.reduce_op = ReduceOp(op)
+    opt.backward_passes_per_step = check_passes(backward_passes_per_step)
+    opt.average_aggregated_gradients = bool(average_aggregated_gradients)
+
+
+def options_config(opt: Any, serialized_optimizer: Any) -> dict[str, Any]:
+    """``get_config()`` of a DistributedOptimizer: its name, wrapped optimizer and options."""
+    config = {"name": opt.name, "optimizer": serialized_optimizer}
+    for key in _OPTIONS:
+        value = opt.reduce_op if key == "op" else getattr(opt, key)
+        config[key] = int(value) if key == "op" else value
+    return config
 
 
 class Accumulation:

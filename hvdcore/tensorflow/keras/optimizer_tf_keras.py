@@ -14,10 +14,16 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from hvdcore import Average, ReduceOp, global_process_set
+from hvdcore import Average, global_process_set
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.gradients import GradientReducer
-from hvdcore.tensorflow.keras.aggregation import Accumulation, distributed_apply
+from hvdcore.tensorflow.keras.aggregation import (
+    Accumulation,
+    check_passes,
+    distributed_apply,
+    options_config,
+    set_options,
+)
 
 __all__ = ["TfKerasDistributedOptimizer", "TF_KERAS_OPTIMIZER_TYPES"]
 
@@ -45,16 +51,11 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
                  process_set: Any = global_process_set) -> None:
         if not isinstance(optimizer, TF_KERAS_OPTIMIZER_TYPES):
             raise TypeError(f"expected a tf_keras optimizer, got {type(optimizer)}")
-        if int(backward_passes_per_step) < 1:
-            raise ValueError(f"backward_passes_per_step must be >= 1, got "
-                             f"{backward_passes_per_step}")
+        check_passes(backward_passes_per_step)
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}")
         self._optimizer = optimizer
-        self.sparse_as_dense = bool(sparse_as_dense)
-        self.gradient_predivide_factor = float(gradient_predivide_factor)
-        self.reduce_op = ReduceOp(op)
-        self.backward_passes_per_step = int(backward_passes_per_step)
-        self.average_aggregated_gradients = bool(average_aggregated_gradients)
+        set_options(self, sparse_as_dense, gradient_predivide_factor, op,
+                    backward_passes_per_step, average_aggregated_gradients)
         self._reducer = self._no_dependency(GradientReducer(
             op, compression, sparse_as_dense, gradient_predivide_factor, process_set))
         self._accumulation: Accumulation | None = None
@@ -130,15 +131,7 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
             self._optimizer.finalize_variable_values(var_list)
 
     def get_config(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "optimizer": tf_keras.optimizers.serialize(self._optimizer),
-            "sparse_as_dense": self.sparse_as_dense,
-            "gradient_predivide_factor": self.gradient_predivide_factor,
-            "op": int(self.reduce_op),
-            "backward_passes_per_step": self.backward_passes_per_step,
-            "average_aggregated_gradients": self.average_aggregated_gradients,
-        }
+        return options_config(self, tf_keras.optimizers.serialize(self._optimizer))
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
