@@ -166,6 +166,9 @@ def load_report(path: str | os.PathLike[str]) -> list[Case]:
                 num_tasks=tc.get("num_tasks"), fixture=bool(tc.get("fixture")),
                 params=_params(name), perfvars=_perfvars_from_report(tc),
             )
+            for var in ("framework", "hvdcore_module"):  # the check's own fields, when logged
+                if isinstance(tc.get(var), str):
+                    case.params.setdefault(var, tc[var])
             cases[f"{name}@{case.sysenv}"] = case
     return list(cases.values())
 
