@@ -318,7 +318,7 @@ def plot_scaling(cases: Sequence[Case], path: str | os.PathLike[str]) -> bool:
         ax.grid(True, alpha=0.3)
     ax_ips.set_ylabel("images/s (all ranks)")
     ax_ips.set_title("MNIST training throughput")
-    ax_ips.legend(fontsize=7, loc="upper left")
+    ax_ips.legend(fontsize=7, loc="best")
     ax_eff.axhline(88.0, color="grey", linestyle="--", linewidth=1, label="Horovod ~88%")
     ax_eff.set_ylabel("scaling efficiency (%)")
     top = max([120.0] + [p[2] * 1.1 for pts in series.values() for p in pts if p[2]])
