@@ -70,7 +70,9 @@ def test_suite_through_slurm_1_node_and_2_nodes(cluster: SlurmCluster, tmp_path:
     cases = {tc["display_name"]: tc for run in data["runs"] for tc in run["testcases"]}
     assert all(tc["result"] == "pass" for tc in cases.values()), out[-4000:]
     assert all(tc["scheduler"] == "squeue" for tc in cases.values())
-    by_scale = {n.split("%scale=")[1]: tc for n, tc in cases.items() if "%scale=" in n}
+    by_scale = {n.split("%scale=")[1].split()[0]: tc for n, tc in cases.items()
+                if "%scale=" in n}
+    assert len(by_scale) == len([n for n in cases if "%scale=" in n])  # torch only
     assert set(by_scale) == {"1_node", "2_nodes"}
     assert by_scale["1_node"]["num_tasks"] == 2 and by_scale["2_nodes"]["num_tasks"] == 4
     assert set(by_scale["2_nodes"]["job_nodelist"]) == {"n1", "n2"}
