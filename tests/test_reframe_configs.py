@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def test_show_config_and_list(config: str, tmp_path: Path) -> None:
     out = listed.stdout + listed.stderr
     assert listed.returncode == 0, out
     assert "WARNING: skipping test file" not in out, out
-    for check in ("HvdcoreCapabilitiesCheck", "HvdcoreCollectivesCheck", "HvdcoreMnistTorch"):
+    for check in ("HvdcoreCapabilitiesCheck", "HvdcoreCollectivesCheck",
+                  "HvdcoreMnistCheck %scale=1_node %baseline.framework=torch"):
         assert check in out, out
 
 
@@ -67,6 +69,35 @@ def test_dry_run_generates_job_scripts(config: str, tmp_path: Path) -> None:
     if system == "alvis":
         # EESSI-style discovery found the hvdcore modules in the environment that asks for it.
         assert "module load hvdcore/0.1.0-foss-2023a-CUDA-12.1.1" in text
+        # ... also for the MNIST check, with no environment entry of its own for the module
+        mnist = [s.read_text() for s in scripts if "HvdcoreMnistCheck_" in str(s)]
+        assert any("module load hvdcore/0.1.0-foss-2023a-CUDA-12.1.1" in t
+                   and "$EBROOTHVDCORE/share/hvdcore/examples" in t for t in mnist)
+
+
+def test_tensorflow_variants_follow_the_environment(tmp_path: Path) -> None:
+    """The MNIST check has a tensorflow variant (with its own 1-rank baseline) exactly where
+    the environment provides TensorFlow: the local venv declares what it can import."""
+    local = run_reframe(["-C", str(CONFIGS / "local.py"), "-c", str(CHECKS), "--list"], tmp_path)
+    assert local.returncode == 0, local.stdout + local.stderr
+    tf_check = "HvdcoreMnistCheck %scale=1_node %baseline.framework=tensorflow"
+    tf_baseline = "MnistBaseline %framework=tensorflow %hvdcore_module=env"
+    if importlib.util.find_spec("tensorflow") is None:
+        assert tf_check not in local.stdout
+        return
+    assert tf_check in local.stdout and tf_baseline in local.stdout, local.stdout
+    assert "HvdcoreMnistCheck %scale=1_node %baseline.framework=torch" in local.stdout
+    # An environment that declares torch only (CHECKS_VENV-style site config): no TF variant.
+    config = tmp_path / "torch_only.py"
+    config.write_text(
+        "import runpy\n"
+        f"site_configuration = runpy.run_path({str(CONFIGS / 'local.py')!r})"
+        "['site_configuration']\n"
+        "site_configuration['environments'][0]['features'] = ['hvdcore', 'torch']\n")
+    torch_only = run_reframe(["-C", str(config), "-c", str(CHECKS), "--list"], tmp_path)
+    assert torch_only.returncode == 0, torch_only.stdout + torch_only.stderr
+    assert "framework=tensorflow" not in torch_only.stdout
+    assert "%baseline.framework=torch" in torch_only.stdout
 
 
 def test_scale_selection_follows_the_partition(tmp_path: Path) -> None:

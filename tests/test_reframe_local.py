@@ -3,6 +3,7 @@ broken environment that the capability check must catch with hvdcore's reason.""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -24,6 +25,10 @@ from reframe_helpers import (
 pytestmark = [pytest.mark.reframe, pytest.mark.mpi, pytest.mark.torch, pytest.mark.slow]
 
 REPORT_TOOL = TOOLS / "report.py"
+#: The local venv environment declares tensorflow when it can import it: then the suite also
+#: runs the TensorFlow MNIST variant (examples/keras_mnist.py).
+HAVE_TF = importlib.util.find_spec("tensorflow") is not None
+FRAMEWORKS = ["torch", "tensorflow"] if HAVE_TF else ["torch"]
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +53,38 @@ def test_local_suite_passes(local_run: dict) -> None:
     cases = {tc["display_name"]: tc for run in data["runs"] for tc in run["testcases"]}
     names = " ".join(cases)
     for check in ("HvdcoreCapabilitiesCheck %framework=torch", "HvdcoreCollectivesCheck",
-                  "HvdcoreMnistTorch %scale=1_node", "MnistBaselineTorch"):
+                  "HvdcoreMnistCheck %scale=1_node %baseline.framework=torch",
+                  "MnistBaseline %framework=torch"):
         assert check in names, names
     assert all(tc["result"] == "pass" for tc in cases.values())
-    mnist = next(tc for n, tc in cases.items() if n.startswith("HvdcoreMnistTorch"))
+    mnist = cases["HvdcoreMnistCheck %scale=1_node %baseline.framework=torch "
+                  "%baseline.hvdcore_module=env"]
     assert mnist["num_tasks"] == 2
     # The suite must stay fast enough for the README's first command (< 10 minutes here).
     assert local_run["seconds"] < 600, f"local suite took {local_run['seconds']:.0f}s"
+
+
+@pytest.mark.tensorflow
+def test_tensorflow_mnist_variant_passes(local_run: dict) -> None:
+    """The Keras example, run by the same check: sanity (both ranks, accuracy) and efficiency
+    against its own 1-rank baseline."""
+    if not HAVE_TF:
+        pytest.skip("TensorFlow is not installed: the local suite has no tensorflow variant")
+    data = json.loads(local_run["report"].read_text())
+    cases = {tc["display_name"]: tc for run in data["runs"] for tc in run["testcases"]}
+    check = cases["HvdcoreMnistCheck %scale=1_node %baseline.framework=tensorflow "
+                  "%baseline.hvdcore_module=env"]
+    base = cases["MnistBaseline %framework=tensorflow %hvdcore_module=env "
+                 "~local:default+hvdcore-venv"]
+    assert check["result"] == base["result"] == "pass"
+    assert (check["num_tasks"], base["num_tasks"]) == (2, 1)
+    perf = {k.split(":")[-1]: v[0] for k, v in check["perfvalues"].items()}
+    base_ips = next(v[0] for k, v in base["perfvalues"].items() if k.endswith(":images_per_sec"))
+    assert perf["efficiency"] == pytest.approx(100 * perf["images_per_sec_per_rank"] / base_ips)
+    assert any("keras_mnist.py" in opt for opt in check["executable_opts"])
+    text = (Path(check["outputdir"]) / check["job_stdout"]).read_text()
+    match = re.search(r"hvdcore-mnist: ranks=2 epochs=1 test_accuracy=([0-9.]+) ", text)
+    assert match and float(match[1]) > 0.5, text[-2000:]
 
 
 def test_report_tool_summary_and_plot(local_run: dict, tmp_path: Path) -> None:
@@ -68,9 +98,12 @@ def test_report_tool_summary_and_plot(local_run: dict, tmp_path: Path) -> None:
     for word in ("HvdcoreCollectivesCheck", "busbw", "latency", "images_per_sec",
                  "efficiency", "## MNIST scaling", "local:default"):
         assert word in text, text
-    # The scaling table has the 1-rank baseline (100%) and the 2-rank point.
-    rows = re.findall(r"\| local:default\+hvdcore-venv torch \| (\d+) \| ([\d.]+) \|", text)
-    assert [int(r[0]) for r in rows] == [1, 2], text
+    # The scaling table has the 1-rank baseline (100%) and the 2-rank point, per framework.
+    for framework in FRAMEWORKS:
+        rows = re.findall(rf"\| local:default\+hvdcore-venv {framework} \| (\d+) \| ([\d.]+) \|"
+                          r" [\d.]+ \| ([\d.]+)%", text)
+        assert [int(r[0]) for r in rows] == [1, 2], text
+        assert float(rows[0][2]) == 100.0 and float(rows[1][2]) > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
     # The perflogs give the same cases (what a nightly job keeps between runs).
@@ -79,6 +112,8 @@ def test_report_tool_summary_and_plot(local_run: dict, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert res2.returncode == 0, res2.stderr
     assert "## MNIST scaling" in res2.stdout and "busbw" in res2.stdout
+    for framework in FRAMEWORKS:
+        assert f"| local:default+hvdcore-venv {framework} | 2 |" in res2.stdout, res2.stdout
 
 
 def test_broken_environment_fails_capability_check_with_reason(tmp_path: Path) -> None:

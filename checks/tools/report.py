@@ -8,8 +8,10 @@ The nightly job publishes both::
 
 The summary has one row per check and partition (pass/fail/skip and the failure reason), then
 every performance variable against its reference and bounds, then the MNIST scaling table
-(ranks, images/s, efficiency vs the 1-rank baseline). The plot shows total images/s and scaling
-efficiency against the number of ranks, one line per partition/environment/framework.
+(ranks, images/s, efficiency vs the 1-rank baseline), one series per partition+environment,
+framework (torch, tensorflow) and hvdcore module. The plot shows total images/s and scaling
+efficiency against the number of ranks: one colour per partition+environment (and module), one
+line style and marker per framework (torch: solid, circles; tensorflow: dashed, squares).
 Perflogs must use the line format of checks/config/common.py (``logging_config``).
 """
 
@@ -34,11 +36,14 @@ __all__ = [
     "load_perflogs",
     "markdown_summary",
     "scaling_points",
+    "series_framework",
     "plot_scaling",
     "main",
 ]
 
 MNIST_PREFIXES = ("HvdcoreMnist", "MnistBaseline")
+#: Line style and marker of each framework's series in the plot.
+FRAMEWORK_STYLES = {"torch": ("-", "o"), "tensorflow": ("--", "s")}
 
 
 @dataclass
@@ -94,6 +99,19 @@ class Case:
     def sysenv(self) -> str:
         return f"{self.system}:{self.partition}+{self.environ}"
 
+    def param(self, name: str) -> str | None:
+        """A parameter of the case, its own (``%framework=``) or its baseline fixture's
+        (``%baseline.framework=``)."""
+        return self.params.get(name) or self.params.get(f"baseline.{name}")
+
+    @property
+    def framework(self) -> str:
+        """The MNIST case's framework (older reports: from the class name)."""
+        found = self.param("framework")
+        if found:
+            return found
+        return "tensorflow" if "Tensorflow" in self.check else "torch"
+
     def perf(self, name: str) -> float | None:
         for pv in self.perfvars:
             if pv.name == name:
@@ -112,7 +130,7 @@ def _num(value: Any) -> float | None:
 
 
 def _params(name: str) -> dict[str, str]:
-    return dict(re.findall(r"%(\w+)=(\S+)", name))
+    return dict(re.findall(r"%([\w.]+)=(\S+)", name))
 
 
 def _perfvars_from_report(tc: dict[str, Any]) -> list[PerfVar]:
@@ -148,6 +166,9 @@ def load_report(path: str | os.PathLike[str]) -> list[Case]:
                 num_tasks=tc.get("num_tasks"), fixture=bool(tc.get("fixture")),
                 params=_params(name), perfvars=_perfvars_from_report(tc),
             )
+            for var in ("framework", "hvdcore_module"):  # the check's own fields, when logged
+                if isinstance(tc.get(var), str):
+                    case.params.setdefault(var, tc[var])
             cases[f"{name}@{case.sysenv}"] = case
     return list(cases.values())
 
@@ -191,9 +212,10 @@ def _md_escape(text: str) -> str:
 
 
 def scaling_points(cases: Iterable[Case]) -> dict[str, list[tuple[int, float, float | None]]]:
-    """MNIST series: ``{"<sys:part+env> <framework>": [(ranks, images/s, efficiency%), ...]}``.
+    """MNIST series: ``{"<sys:part+env> <framework>[ <module>]": [(ranks, images/s, eff%), ...]}``.
 
-    The 1-rank baseline is the point at 1 rank with 100% efficiency.
+    The 1-rank baseline is the point at 1 rank with 100% efficiency. The module is named when
+    the case ran a discovered hvdcore module (``hvdcore_module`` other than ``env``).
     """
     series: dict[str, list[tuple[int, float, float | None]]] = {}
     for case in cases:
@@ -202,12 +224,20 @@ def scaling_points(cases: Iterable[Case]) -> dict[str, list[tuple[int, float, fl
         ips = case.perf("images_per_sec")
         if ips is None or case.num_tasks is None:
             continue
-        framework = "tensorflow" if "Tensorflow" in case.check else "torch"
+        key = f"{case.sysenv} {case.framework}"
+        module = case.param("hvdcore_module")
+        if module and module != "env":
+            key += f" {module}"
         eff = 100.0 if case.check.startswith("MnistBaseline") else case.perf("efficiency")
-        series.setdefault(f"{case.sysenv} {framework}", []).append((case.num_tasks, ips, eff))
+        series.setdefault(key, []).append((case.num_tasks, ips, eff))
     for points in series.values():
         points.sort()
     return series
+
+
+def series_framework(key: str) -> str:
+    """The framework of a :func:`scaling_points` series key."""
+    return key.split()[1]
 
 
 def markdown_summary(cases: Sequence[Case], title: str = "hvdcore ReFrame validation",
@@ -266,11 +296,20 @@ def plot_scaling(cases: Sequence[Case], path: str | os.PathLike[str]) -> bool:
     import matplotlib.pyplot as plt
 
     fig, (ax_ips, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))
+    # one colour per partition+environment(+module), one line style/marker per framework
+    def place(key: str) -> str:
+        words = key.split()
+        return " ".join([words[0], *words[2:]])
+
+    colours = {p: f"C{i % 10}" for i, p in enumerate(sorted({place(k) for k in series}))}
     for key, points in sorted(series.items()):
         ranks = [p[0] for p in points]
-        ax_ips.plot(ranks, [p[1] for p in points], marker="o", label=key)
+        line, marker = FRAMEWORK_STYLES.get(series_framework(key), (":", "^"))
+        style = dict(linestyle=line, marker=marker, label=key,
+                     color=colours[place(key)])
+        ax_ips.plot(ranks, [p[1] for p in points], **style)
         effs = [(p[0], p[2]) for p in points if p[2] is not None]
-        ax_eff.plot([e[0] for e in effs], [e[1] for e in effs], marker="o", label=key)
+        ax_eff.plot([e[0] for e in effs], [e[1] for e in effs], **style)
     all_ranks = sorted({p[0] for pts in series.values() for p in pts})
     for ax in (ax_ips, ax_eff):
         ax.set_xscale("log", base=2)
@@ -279,6 +318,7 @@ def plot_scaling(cases: Sequence[Case], path: str | os.PathLike[str]) -> bool:
         ax.grid(True, alpha=0.3)
     ax_ips.set_ylabel("images/s (all ranks)")
     ax_ips.set_title("MNIST training throughput")
+    ax_ips.legend(fontsize=7, loc="best")
     ax_eff.axhline(88.0, color="grey", linestyle="--", linewidth=1, label="Horovod ~88%")
     ax_eff.set_ylabel("scaling efficiency (%)")
     top = max([120.0] + [p[2] * 1.1 for pts in series.values() for p in pts if p[2]])

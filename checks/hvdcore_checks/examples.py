@@ -1,0 +1,90 @@
+"""The MNIST examples the scaling check trains, their shared result line, and where a job finds them.
+
+Both examples (``examples/pytorch_mnist.py`` for ``torch``, ``examples/keras_mnist.py`` for
+``tensorflow``) end with one line from rank 0 in the same format::
+
+    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2
+
+:data:`RESULT_PATTERN` parses it. Which copy of an example a job runs is decided in the job
+script (:func:`locate_examples`): the examples an installed hvdcore module ships
+(``$EBROOTHVDCORE/share/hvdcore/examples``, ``modules/install.sh prefix`` installs them there;
+or ``$EBROOTHVDCORE/examples``), else the repository's copy that ReFrame stages with the check.
+
+    >>> MNIST_EXAMPLES["tensorflow"].script
+    'keras_mnist.py'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "EXAMPLES_DIR",
+    "EXAMPLES_VAR",
+    "INSTALLED_EXAMPLE_DIRS",
+    "MNIST_EXAMPLES",
+    "MnistExample",
+    "RESULT_PATTERN",
+    "locate_examples",
+]
+
+#: The repository's examples/ (staged into every MNIST job's stage directory).
+EXAMPLES_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples"
+)
+
+#: The result line of every MNIST example (named groups: ranks, epochs, acc, ips, ipr).
+RESULT_PATTERN = (r"hvdcore-mnist: ranks=(?P<ranks>\d+) epochs=(?P<epochs>\d+) "
+                  r"test_accuracy=(?P<acc>\S+) images_per_sec=(?P<ips>\S+) "
+                  r"images_per_sec_per_rank=(?P<ipr>\S+)")
+
+#: Shell variable of the job script holding the examples directory it runs from.
+EXAMPLES_VAR = "MNIST_EXAMPLES"
+
+#: Where an installed hvdcore (``$EBROOTHVDCORE``, set by its module) keeps examples, in order.
+INSTALLED_EXAMPLE_DIRS = ("share/hvdcore/examples", "examples")
+
+
+@dataclass(frozen=True)
+class MnistExample:
+    """One framework's MNIST example and the arguments the check gives it."""
+
+    script: str
+    #: Single-process learning rate (the example scales it by the number of ranks).
+    lr: float
+    #: Optimizer steps per epoch and rank (kept small: a check, not a training run).
+    max_steps_per_epoch: int
+    #: More arguments, always passed.
+    args: tuple[str, ...] = ()
+
+
+#: Framework (check parameter value) -> its example.
+MNIST_EXAMPLES: dict[str, MnistExample] = {
+    # SGD + momentum: 40 steps of 64 images reach ~0.85 (1 rank) here.
+    "torch": MnistExample("pytorch_mnist.py", lr=0.05, max_steps_per_epoch=40),
+    # Adadelta (the Keras example's optimizer): 30 steps of 64 reach ~0.75; TensorFlow's start
+    # dominates the run time, so the test set is cut to 2000 images.
+    "tensorflow": MnistExample("keras_mnist.py", lr=1.0, max_steps_per_epoch=30,
+                               args=("--mode=hvd", "--test-samples=2000")),
+}
+
+
+def locate_examples(script: str) -> list[str]:
+    """Job-script lines that set ``$MNIST_EXAMPLES`` to the directory to run ``script`` from.
+
+    The first of ``$EBROOTHVDCORE/<dir>`` (:data:`INSTALLED_EXAMPLE_DIRS`) that holds
+    ``script`` -- the examples of the installed hvdcore being tested -- else the job's working
+    directory (the stage directory, where ReFrame copied the repository's examples). The
+    choice is printed as ``hvdcore-mnist-examples: <dir>``.
+    """
+    if not re.fullmatch(r"[\w.-]+", script):
+        raise ValueError(f"example script name {script!r}: a file name in examples/ expected")
+    dirs = " ".join(f'"$EBROOTHVDCORE/{d}"' for d in INSTALLED_EXAMPLE_DIRS)
+    return [
+        f'{EXAMPLES_VAR}="$PWD"',
+        f'if [ -n "${{EBROOTHVDCORE:-}}" ]; then for d in {dirs}; do '
+        f'if [ -f "$d/{script}" ]; then {EXAMPLES_VAR}="$d"; break; fi; done; fi',
+        f'echo "hvdcore-mnist-examples: ${EXAMPLES_VAR}"',
+    ]

@@ -1,0 +1,116 @@
+"""The MNIST check through a discovered Lmod module, with no environment entry written for it.
+
+A small EESSI-layout tree is made with real Lmod: stand-ins for EESSI's Python, mpi4py and
+PyTorch modules (backed by the test's venv, since EESSI is not reachable here), and hvdcore
+installed into it with ``modules/install.sh prefix`` from a real sdist (the hand-written module
+``modules/all/hvdcore/0.1.0-foss-2023a.lua``). ReFrame then runs with a config whose only
+environment discovers ``hvdcore`` modules (``tests/reframe_configs/lmod_modules.py``): the check
+must find the module, load it in the job, run the examples the module installed under
+``$EBROOTHVDCORE/share/hvdcore/examples``, and pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from lmod_shell import LMOD_CMD, build_sdist_module, lmod_shell, require_lmod, require_venv
+from reframe_helpers import CHECKS, ROOT, reframe_exe
+
+pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.torch,
+              pytest.mark.slow]
+
+MODULE = "hvdcore/0.1.0-foss-2023a"
+#: Stand-ins for the EESSI modules hvdcore/0.1.0-foss-2023a depends on.
+STACK = {
+    "Python/3.11.3-GCCcore-12.3.0": [],
+    "mpi4py/3.1.4-gompi-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
+    "PyTorch/2.1.2-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
+}
+CONFIG = ROOT / "tests" / "reframe_configs" / "lmod_modules.py"
+
+
+def _stack_module(tree: Path, name: str) -> None:
+    path = tree / "modules" / "all" / f"{name}.lua"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f'whatis("{name}: stands in for the EESSI module, backed by {sys.prefix}")']
+    lines += [f'depends_on("{dep}")' for dep in STACK[name]]
+    if name.startswith("Python/"):
+        lines.append(f'prepend_path("PATH", "{Path(sys.prefix) / "bin"}")')
+    lines.append(f'setenv("EBROOT{name.split("/")[0].upper()}", "{sys.prefix}")')
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """<tree>/modules/all (stand-ins + hvdcore) and <tree>/software/hvdcore/0.1.0-foss-2023a."""
+    require_lmod()
+    require_venv()
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip(f"{MODULE} is for Python 3.11 (foss/2023a); tests run on "
+                    f"{sys.version.split()[0]}")
+    base = tmp_path_factory.mktemp("eessi-rfm")
+    sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
+    tree = base / "stack"
+    for name in STACK:
+        _stack_module(tree, name)
+    proc = lmod_shell(f"""set -e
+module use {tree / 'modules' / 'all'}
+module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
+{ROOT / 'modules' / 'install.sh'} prefix {tree} {sdist}
+""", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return tree
+
+
+def test_install_ships_the_examples(tree: Path) -> None:
+    shipped = tree / "software" / "hvdcore" / "0.1.0-foss-2023a" / "share" / "hvdcore" / "examples"
+    for script in ("pytorch_mnist.py", "keras_mnist.py"):
+        assert (shipped / script).read_text() == (ROOT / "examples" / script).read_text()
+
+
+def test_mnist_check_runs_with_a_discovered_module(tree: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    # A login shell with Lmod (its `module` function is exported to the job scripts), nothing of
+    # this checkout on PYTHONPATH: hvdcore can only come from the module.
+    env = {
+        "MODULEPATH": str(tree / "modules" / "all"),
+        "LMOD_CMD": LMOD_CMD,
+        "PYTHONUNBUFFERED": "1",
+        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+    }
+    cmd = " ".join([*reframe_exe(), "-C", str(CONFIG), "-c", str(CHECKS / "hvdcore_mnist.py"),
+                    "-r", "--prefix", str(tmp_path / "rfm"), "--report-file", str(report)])
+    t0 = time.monotonic()
+    proc = lmod_shell(cmd, extra_env=env, timeout=600, cwd=tmp_path)
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    cases = {tc["display_name"]: tc for run in json.loads(report.read_text())["runs"]
+             for tc in run["testcases"]}
+    # Discovery found the module; only its torch variants exist (the environment declares
+    # torch, and the module's name does not say otherwise).
+    assert sorted(cases) == [
+        f"HvdcoreMnistCheck %scale=1_node %baseline.framework=torch "
+        f"%baseline.hvdcore_module={MODULE}",
+        f"MnistBaseline %framework=torch %hvdcore_module={MODULE} "
+        "~lmodlocal:default+hvdcore-find",
+    ], out[-3000:]
+    assert all(tc["result"] == "pass" for tc in cases.values()), out[-4000:]
+    check = next(tc for name, tc in cases.items() if name.startswith("HvdcoreMnistCheck"))
+    assert check["num_tasks"] == 2
+    perf = {k.split(":")[-1]: v[0] for k, v in check["perfvalues"].items()}
+    assert perf["efficiency"] > 0 and perf["images_per_sec"] > 0
+
+    stage = tmp_path / "rfm" / "output" / "lmodlocal" / "default" / "hvdcore-find"
+    script = next(stage.rglob("HvdcoreMnistCheck_*/rfm_job.sh")).read_text()
+    assert f"module load {MODULE}" in script, script
+    job_out = next(stage.rglob("HvdcoreMnistCheck_*/rfm_job.out")).read_text()
+    root = tree / "software" / "hvdcore" / "0.1.0-foss-2023a"
+    assert f"hvdcore-mnist-examples: {root}/share/hvdcore/examples" in job_out, job_out[-2000:]
+    assert "hvdcore-mnist: ranks=2 " in job_out
+    assert seconds < 400, f"took {seconds:.0f}s"
