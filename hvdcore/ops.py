@@ -141,6 +141,13 @@ def _out(out: np.ndarray | None, like: np.ndarray, rank: int, what: str) -> np.n
     return out
 
 
+def _same_buffer(a: np.ndarray, b: np.ndarray) -> bool:
+    """True if two C-contiguous arrays of one shape and dtype are views of the same memory
+    (e.g. two ``Tensor.numpy()`` views of one torch tensor): then the reduction is in place."""
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.shape == b.shape and a.dtype == b.dtype)
+
+
 def _first(values: list[Any]) -> Any:
     return values[0]
 
@@ -227,9 +234,9 @@ def grouped_allreduce_async(
                 "or), Min/Product (logical and) or Max")
         o = _out(out[i] if out is not None else None, arr, st.rank, what)
         if o is not None:
-            if o is t:
+            if o is t or _same_buffer(o, arr):
                 arr = o  # in place: MPI_IN_PLACE
-            elif np.shares_memory(o, arr):
+            elif np.may_share_memory(o, arr):
                 arr = arr.copy()
         nm = base if len(tensors) == 1 else f"{base}.{i}"
         items.append((Meta(sid, nm, ALLREDUCE, _dtype_name(arr.dtype), arr.shape,
@@ -266,9 +273,9 @@ def allreduce_async(
             "or), Min/Product (logical and) or Max")
     if out is not None:
         out = _out(out, arr, st.rank, what)
-        if out is tensor:
+        if out is tensor or _same_buffer(out, arr):
             arr = out  # in place: MPI_IN_PLACE
-        elif np.shares_memory(out, arr):
+        elif np.may_share_memory(out, arr):
             arr = arr.copy()
     handle = Handle(1, _first, f"allreduce '{nm}'")
     meta = Meta(sid, nm, ALLREDUCE, _dtype_name(arr.dtype), arr.shape, int(rop), -1, pre, post)

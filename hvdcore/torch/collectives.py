@@ -18,7 +18,13 @@ import hvdcore as _core
 from hvdcore.errors import UnsupportedError
 from hvdcore.torch import gpu
 from hvdcore.torch.handles import Handle
-from hvdcore.torch.tensors import HostBuffer, bytes_buffer, reduce_buffer, result_tensor
+from hvdcore.torch.tensors import (
+    CORE_DTYPES,
+    HostBuffer,
+    bytes_buffer,
+    reduce_buffer,
+    result_tensor,
+)
 
 __all__ = [
     "resolve_op", "allreduce_async_impl", "grouped_allreduce_async_impl",
@@ -74,6 +80,15 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
                          inplace: bool) -> Handle:
     """Start an allreduce of ``tensor``; in-place when ``inplace``."""
     _check(tensor, "allreduce")
+    if (inplace and tensor.dtype in CORE_DTYPES and tensor.device.type == "cpu"
+            and tensor.layout == torch.strided and tensor.is_contiguous()):
+        # The DistributedOptimizer's case (a contiguous CPU gradient reduced in place): the
+        # engine reads and writes the tensor's own memory, with nothing to map back.
+        arr = tensor.detach().numpy()
+        h = _core.allreduce_async(arr, name=name, op=op, prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor, process_set=process_set,
+                                  out=arr)
+        return Handle(h, lambda _raw: tensor, f"allreduce {name or ''}")
     if gpu.routes(tensor, process_set, op):
         return gpu.allreduce_async(tensor, op, prescale_factor, postscale_factor, process_set,
                                    inplace)
