@@ -6,6 +6,7 @@ installed ``hvdcore`` package.
 
 from hvdcore_checks.capability_rules import evaluate_report, required_capabilities
 from hvdcore_checks.discovery import ENV_PROVIDED, hvdcore_modules
+from hvdcore_checks.failures import failure_reason
 from hvdcore_checks.jobsetup import HvdcoreJobMixin
 from hvdcore_checks.scales import SCALES, Scale, layout
 
@@ -15,6 +16,7 @@ __all__ = [
     "SCALES",
     "Scale",
     "evaluate_report",
+    "failure_reason",
     "hvdcore_modules",
     "layout",
     "required_capabilities",
