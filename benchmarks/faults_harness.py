@@ -52,17 +52,21 @@ def job_env(extra: dict[str, str] | None = None, launcher: str = "mpirun") -> di
     return env
 
 
-def launch_command(launcher: str, np: int, args: list[str], nodes: int | None = None
-                   ) -> list[str]:
+def launch_command(launcher: str, np: int, args: list[str], nodes: int | None = None,
+                   launcher_ends_job: bool = True) -> list[str]:
     """The command line that starts ``python <args>`` on ``np`` ranks with ``launcher``.
 
     ``nodes`` (srun only): default: spread over both nodes of the localhost cluster.
+    ``launcher_ends_job=False``: the launcher keeps the other ranks running when one dies
+    (``mpirun --enable-recovery``; ``srun`` without ``--kill-on-bad-exit``, Slurm's default),
+    so only hvdcore itself can end the job.
     """
     if launcher == "mpirun":
         mpirun = shutil.which("mpirun")
         if mpirun is None:
             raise RuntimeError("mpirun not found: install openmpi-bin (scripts/setup.sh does)")
-        return [mpirun, "-np", str(np), "--oversubscribe", sys.executable, *args]
+        return [mpirun, "-np", str(np), "--oversubscribe",
+                *([] if launcher_ends_job else ["--enable-recovery"]), sys.executable, *args]
     if launcher == "hvdcorerun":
         return [sys.executable, "-m", "hvdcore.runner", "-np", str(np), "--launcher", "mpirun",
                 "--", sys.executable, *args]
@@ -71,7 +75,8 @@ def launch_command(launcher: str, np: int, args: list[str], nodes: int | None = 
         if srun is None:
             raise RuntimeError("srun not found: install slurm-wlm")
         nodes = nodes if nodes is not None else min(np, 2)
-        return [srun, f"--nodes={nodes}", f"--ntasks={np}", "--mpi=pmix", "--kill-on-bad-exit=1",
+        return [srun, f"--nodes={nodes}", f"--ntasks={np}", "--mpi=pmix",
+                *(["--kill-on-bad-exit=1"] if launcher_ends_job else []),
                 "--overcommit", sys.executable, *args]
     raise ValueError(f"unknown launcher {launcher!r}; choose from {', '.join(LAUNCHERS)}")
 

@@ -14,7 +14,8 @@ The fuzzing rows count hypothesis examples instead of trials. Exit status 1 if a
 not clean; each failure is printed with its command and output.
 
 Launchers: ``mpirun`` (plain Open MPI mpirun), ``hvdcorerun`` (``python -m hvdcore.runner``),
-``srun`` (needs a running Slurm cluster: see --slurm).
+``srun`` (needs a running Slurm cluster: see --slurm). The ``8-reframe-*`` rows run ReFrame
+(``checks/faults/hvdcore_fault_job.py``) on that cluster: see faults_reframe.py.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from faults_harness import ROOT, Job, job_env, launch_command, program  # noqa: E402
+from faults_reframe import REFRAME_SCENARIOS  # noqa: E402
 from faults_scenarios import SCENARIOS, torch_ready  # noqa: E402
+
+SCENARIOS = (*SCENARIOS, *REFRAME_SCENARIOS)
 
 __all__ = ["Row", "run_scenario", "run_fuzz_collectives", "run_fuzz_launcher", "format_table",
            "main"]

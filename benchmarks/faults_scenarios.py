@@ -74,7 +74,15 @@ def torch_ready() -> str | None:
     return None
 
 
+def _hvdcore_names_dead(output: str, rank: int) -> bool:
+    """hvdcore's liveness watchdog logged that ``rank`` died (hvdcore/liveness.py)."""
+    return bool(re.search(rf"^\[hvdcore rank \d+\] ERROR rank {rank} \(pid \d+ on \S+\) is "
+                          r"gone", output, re.M))
+
+
 def _names_rank(launcher: str, output: str, rank: int) -> bool:
+    if _hvdcore_names_dead(output, rank):
+        return True
     if launcher == "mpirun":
         return bool(re.search(rf"process rank {rank} with PID|MPI_ABORT was invoked on rank "
                               rf"{rank}\b", output))
@@ -94,11 +102,16 @@ def _trial(problems: list[str], exit_s: float | None, leftovers: int, job: Job,
 # -- 1: SIGKILL of one rank ------------------------------------------------------------------
 
 def kill_one_rank(launcher: str, rng: random.Random, workdir: Path,
-                  framework: str = "numpy") -> Trial:
+                  framework: str = "numpy", launcher_ends_job: bool = True) -> Trial:
     """One rank is SIGKILLed during backward, inside the gradient allreduce, during the
     checkpoint write, or from outside at a random moment. Every other rank must be gone
     within 30 s with a non-zero job exit, the launcher must name the dead rank, no rank may
-    finish training and no process may be left."""
+    finish training and no process may be left.
+
+    ``launcher_ends_job=False`` (``mpirun --enable-recovery``, ``srun`` without
+    ``--kill-on-bad-exit``): the launcher leaves the other ranks running, so hvdcore's liveness
+    watchdog must end them, and its own message must name the dead rank (mpirun then
+    exits 0 after MPI_Abort, so only srun's exit status is judged)."""
     np_ = rng.choice((2, 2, 3))
     kind = rng.choice(("kill-backward", "kill-collective", "kill-checkpoint", "kill-external"))
     steps, every = 40, 4
@@ -110,7 +123,8 @@ def kill_one_rank(launcher: str, rng: random.Random, workdir: Path,
     if kind != "kill-external":
         args += ["--fault", kind, "--fault-rank", str(victim), "--fault-step", str(step),
                  "--fault-delay", f"{rng.uniform(0, 0.004):.4f}"]
-    job = Job(launch_command(launcher, np_, args), job_env(launcher=launcher))
+    job = Job(launch_command(launcher, np_, args, launcher_ends_job=launcher_ends_job),
+              job_env(launcher=launcher))
     problems: list[str] = []
     fault_t = None
     if kind == "kill-external":
@@ -133,18 +147,21 @@ def kill_one_rank(launcher: str, rng: random.Random, workdir: Path,
         else:
             fault_t = float(hits[0][1].group(3))
     exit_s = None if fault_t is None or job.end is None else job.end - fault_t
-    if rc == 0:
+    if rc == 0 and (launcher_ends_job or launcher != "mpirun"):
         problems.append("launcher exited 0 after a rank was killed")
     if exit_s is not None and exit_s > EXIT_BOUND_S:
         problems.append(f"job took {exit_s:.1f} s (> {EXIT_BOUND_S:.0f} s) to end")
-    if not _names_rank(launcher, job.output, victim):
+    if launcher_ends_job and not _names_rank(launcher, job.output, victim):
         problems.append(f"{launcher}'s output does not name the dead rank {victim}")
+    if not launcher_ends_job and not _hvdcore_names_dead(job.output, victim):
+        problems.append(f"no hvdcore watchdog line names the dead rank {victim}")
     done = job.matches(r"^DONE (\d+)")
     if done:
         problems.append(f"ranks {[int(m.group(1)) for _, m in done]} finished training")
     return _trial(problems, exit_s, left, job,
                   f"{framework} np={np_} {kind} rank={victim} "
-                  f"step={step if kind != 'kill-external' else '-'}")
+                  f"step={step if kind != 'kill-external' else '-'}"
+                  + ("" if launcher_ends_job else " (launcher keeps the job)"))
 
 
 # -- 2: exception in user code ---------------------------------------------------------------
@@ -439,6 +456,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              _signal_launcher(signal.SIGTERM)),
     Scenario("6-ckpt-kill", "checkpoint killed mid-write + resume",
              ("mpirun", "hvdcorerun", "srun"), checkpoint_killed),
+    Scenario("1-kill-watchdog", "SIGKILL one rank, launcher keeps the job: hvdcore ends it",
+             ("mpirun", "srun"), partial(kill_one_rank, launcher_ends_job=False)),
     Scenario("1-kill-torch", "SIGKILL one rank, torch DistributedOptimizer",
              ("mpirun", "hvdcorerun", "srun"), partial(kill_one_rank, framework="torch"),
              needs_torch=True),
@@ -470,22 +489,27 @@ def _slurm_job_gone(job_id: str, problems: list[str], bound: float = EXIT_BOUND_
     problems.append(f"Slurm job {job_id} still in squeue {bound:.0f} s after the job failed")
 
 
-def _slurm_start(rng: random.Random, workdir: Path) -> tuple[Job, int, dict[int, str], str]:
+def _slurm_start(rng: random.Random, workdir: Path, launcher_ends_job: bool = True
+                 ) -> tuple[Job, int, dict[int, str], str]:
     np_ = rng.choice((2, 4))
     args = [program("faults_train.py"), "--ckpt-dir", str(workdir), "--steps", "100000",
             "--ckpt-every", "5", "--step-sleep", "0.03"]
-    job = Job(launch_command("srun", np_, args, nodes=2), job_env(launcher="srun"))
+    job = Job(launch_command("srun", np_, args, nodes=2, launcher_ends_job=launcher_ends_job),
+              job_env(launcher="srun"))
     job.wait_for(r"^NODE ", count=np_, timeout=90)
     nodes = {int(m.group(1)): m.group(2) for _, m in job.matches(r"^NODE (\d+) (\S+) (\S+)$")}
     ids = {m.group(3) for _, m in job.matches(r"^NODE (\d+) (\S+) (\S+)$")}
     return job, np_, nodes, (ids.pop() if len(ids) == 1 else "")
 
 
-def slurm_node_killed(launcher: str, rng: random.Random, workdir: Path) -> Trial:
+def slurm_node_killed(launcher: str, rng: random.Random, workdir: Path,
+                      launcher_ends_job: bool = True) -> Trial:
     """All ranks of one node of the 2-node localhost cluster are SIGKILLed mid-job: srun fails
     (non-zero) naming the tasks, the ranks on the surviving node exit, the Slurm job leaves the
-    queue and no process is left."""
-    job, np_, nodes, job_id = _slurm_start(rng, workdir)
+    queue and no process is left. ``launcher_ends_job=False``: srun without
+    ``--kill-on-bad-exit`` (Slurm's default), so hvdcore's watchdog must end the survivors and
+    name a dead rank."""
+    job, np_, nodes, job_id = _slurm_start(rng, workdir, launcher_ends_job)
     problems: list[str] = []
     if len(set(nodes.values())) != 2 or not job_id:
         problems.append(f"ranks did not span 2 nodes of one job: {nodes} job {job_id!r}")
@@ -510,9 +534,12 @@ def slurm_node_killed(launcher: str, rng: random.Random, workdir: Path) -> Trial
         problems.append(f"job took {exit_s:.1f} s to end")
     if not any(_names_rank("srun", job.output, r) for r in victims):
         problems.append(f"srun's output names none of the killed tasks {victims}")
+    if not launcher_ends_job and not any(_hvdcore_names_dead(job.output, r) for r in victims):
+        problems.append(f"no hvdcore watchdog line names a killed rank {victims}")
     _slurm_job_gone(job_id, problems)
     return _trial(problems, exit_s, left, job, f"np={np_} killed node {victim_node} "
-                                                f"ranks {victims}")
+                                                f"ranks {victims}"
+                  + ("" if launcher_ends_job else " (no --kill-on-bad-exit)"))
 
 
 def slurm_scancel(launcher: str, rng: random.Random, workdir: Path) -> Trial:
@@ -544,4 +571,7 @@ def slurm_scancel(launcher: str, rng: random.Random, workdir: Path) -> Trial:
 SCENARIOS = (*SCENARIOS,
              Scenario("8-slurm-node-kill", "Slurm: one node's ranks SIGKILLed", ("srun",),
                       slurm_node_killed),
+             Scenario("8-slurm-node-kill-watchdog",
+                      "Slurm: one node's ranks SIGKILLed, srun without --kill-on-bad-exit",
+                      ("srun",), partial(slurm_node_killed, launcher_ends_job=False)),
              Scenario("8-scancel", "Slurm: scancel of a running job", ("srun",), slurm_scancel))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hvdcore import config as _config
-from hvdcore import errors
+from hvdcore import errors, liveness
 from hvdcore.engine.executor import SetState
 from hvdcore.engine.timeline import Timeline
 from hvdcore.process_sets import ProcessSet, global_process_set
@@ -39,6 +39,7 @@ class _State:
     sets: dict[int, ProcessSet] = field(default_factory=dict)
     counters: dict[tuple[str, int], int] = field(default_factory=dict)
     comms: list[Any] = field(default_factory=list)
+    watchdog: Any = None
 
 
 _state: _State | None = None
@@ -152,6 +153,7 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
                         caller_progress=_caller_progress(cfg.progress, local_size))
         _state = _State(cfg, world, rank, size, local_rank, local_size, cross_rank, cross_size,
                         engine, registry, comms=[local, cross])
+        _state.watchdog = liveness.start(world, rank, size, _peer_gone)
         path = Timeline.resolve(cfg.timeline, rank)
         if path:
             engine.set_timeline(Timeline(path, rank, cfg.timeline_mark_cycles))
@@ -179,6 +181,8 @@ def shutdown() -> None:
         tl = engine.set_timeline(None)
         if tl is not None:
             tl.close()
+        if st.watchdog is not None:
+            st.watchdog.close()
         for comm in [*st.comms, *(s.comm for s in engine.sets.values() if s.comm is not None),
                      engine.ctrl]:
             try:
@@ -289,6 +293,14 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
     sys.stderr.flush()
     _close_timeline()
     st.world.Abort(1)
+
+
+def _peer_gone(message: str) -> None:
+    """The liveness watchdog saw another rank's process end: end this rank's job too."""
+    st = _state
+    if st is None or _aborting:
+        return
+    liveness.abort_job(st.world, message, _close_timeline)
 
 
 def _install_sigterm() -> None:

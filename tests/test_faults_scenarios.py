@@ -24,6 +24,7 @@ pytestmark = pytest.mark.mpi
 QUICK_TRIALS = 3
 CASES = [
     ("1-kill", "mpirun"),
+    ("1-kill-watchdog", "mpirun"),
     ("2-exception", "mpirun"),
     ("3-mismatch", "mpirun"),
     ("4-stall", "mpirun"),

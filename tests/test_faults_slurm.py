@@ -1,5 +1,7 @@
 """Scenario 8 on a real 2-node localhost Slurm cluster (srun): a node's ranks SIGKILLed, and
-``scancel`` of a running job, end the job (non-zero, out of the queue, nothing left running)."""
+``scancel`` of a running job, end the job (non-zero, out of the queue, nothing left running).
+The ``-watchdog`` variants run srun without ``--kill-on-bad-exit`` (Slurm's default), so only
+hvdcore's liveness watchdog can end the surviving ranks."""
 
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def monkeypatch_module():  # type: ignore[no-untyped-def]
     mp.undo()
 
 
-@pytest.mark.parametrize("key", ["8-slurm-node-kill", "8-scancel", "1-kill"])
+@pytest.mark.parametrize("key", ["8-slurm-node-kill", "8-slurm-node-kill-watchdog", "8-scancel",
+                                 "1-kill", "1-kill-watchdog"])
 def test_slurm_fault(slurm, key: str) -> None:  # type: ignore[no-untyped-def]
     assert os.environ["SLURM_CONF"] == str(slurm.conf)
     row = run_scenario(key, "srun", 2, seed=1)

@@ -12,6 +12,7 @@ from hvdcore_checks.discovery import (
     module_frameworks,
 )
 from hvdcore_checks.examples import EXAMPLES_DIR, MNIST_EXAMPLES, MnistExample, locate_examples
+from hvdcore_checks.failures import failure_reason
 from hvdcore_checks.jobsetup import HvdcoreJobMixin
 from hvdcore_checks.scales import SCALES, Scale, layout
 
@@ -24,6 +25,7 @@ __all__ = [
     "SCALES",
     "Scale",
     "evaluate_report",
+    "failure_reason",
     "hvdcore_modules",
     "layout",
     "locate_examples",

@@ -1,0 +1,104 @@
+"""Opt-in fault-injection check: a 2-node hvdcore training job that must finish or fail clearly.
+
+Not part of the nightly suite: it lives in ``checks/faults/``, which ``checks/run_suite.sh``
+(``-c checks/``, not recursive: ``check_search_recursive`` is off in every config) does not
+search, and it carries the tag ``fault-injection``. Run it by naming the file::
+
+    reframe -C checks/config/slurm.py --system generic:cpu \\
+        -c checks/faults/hvdcore_fault_job.py -r
+
+It trains ``tests/programs/faults_train.py`` (hvdcore's NumPy API: a grouped allreduce of the
+gradients per step, a checkpoint every ``ckpt_every`` steps) on the partition's ``2_nodes``
+scale for ``steps`` steps of at least ``step_sleep`` seconds. Left alone it passes: every rank
+finishes with exactly the state a one-process run computes. ``benchmarks/faults_reframe.py``
+(issue 8, scenario 8) kills one node's ranks or ``scancel``s the job while it runs; the check
+must then end FAILED within seconds, not time out, with a reason that names the dead rank or the
+cancelled job (see ``hvdcore_checks/failures.py``).
+"""
+
+import os
+import re
+import sys
+
+import reframe as rfm
+from reframe.core.builtins import run_after, sanity_function, variable
+from reframe.core.exceptions import SanityError
+
+CHECKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS = os.path.join(os.path.dirname(CHECKS), "tests", "programs")
+sys.path.insert(0, CHECKS)
+
+from hvdcore_checks import HvdcoreJobMixin, failure_reason, layout  # noqa: E402
+
+DONE = re.compile(r"^DONE (\d+) ([0-9a-f]{64})$", re.M)
+
+
+def _reference_digest(steps, size):
+    """Digest of the same training in one process, or None without NumPy in ReFrame's Python."""
+    try:
+        sys.path.insert(0, PROGRAMS)
+        import faults_checkpoint
+        import faults_train
+    except ImportError:
+        return None
+    return faults_checkpoint.state_digest(faults_train.reference_state(steps, size))
+
+
+@rfm.simple_test
+class HvdcoreFaultJob(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
+    """2-node data-parallel training that every rank must finish with the reference state."""
+
+    #: Training steps (0.05 s sleep each: 300 steps run ~20-40 s on 4 ranks).
+    steps = variable(int, value=300)
+    step_sleep = variable(float, value=0.05)
+    ckpt_every = variable(int, value=10)
+    valid_systems = ["*"]
+    sourcesdir = PROGRAMS
+    executable = "python3"
+    time_limit = "10m"
+    tags = {"hvdcore", "fault-injection"}
+    prerun_cmds = ["mkdir -p ckpt"]
+
+    @run_after("init")
+    def _environments(self):
+        self.use_environments()
+        self.descr = "hvdcore 2-node training for fault injection (opt-in)"
+
+    @run_after("setup")
+    def _place(self):
+        fits = layout("2_nodes", self.ranks_per_node(),
+                      int(self.part_extras.get("max_nodes", 1)))
+        self.skip_if(isinstance(fits, str), str(fits))
+        self.num_tasks, self.num_tasks_per_node, _ = fits
+        self.request_node_resources(self.num_tasks_per_node)
+        self.executable_opts = [
+            "faults_train.py", "--ckpt-dir", "ckpt", f"--steps={self.steps}",
+            f"--ckpt-every={self.ckpt_every}", f"--step-sleep={self.step_sleep}",
+        ]
+        self.record_launcher_exit()
+
+    def _read(self, name):
+        path = os.path.join(self.stagedir, name)
+        try:
+            with open(path, errors="replace") as fh:
+                return fh.read()
+        except OSError:
+            return ""
+
+    @sanity_function
+    def validate(self):
+        out, err = self._read(self.job.stdout), self._read(self.job.stderr)
+        exits = re.findall(r"^hvdcore-launcher-exit: (\d+)$", out, re.M)
+        if not exits:
+            raise SanityError("the job script ended before the launcher returned (job "
+                              f"cancelled or killed): {failure_reason(err, out)}")
+        if int(exits[-1]) != 0:
+            raise SanityError(f"the launcher exited {exits[-1]}: {failure_reason(err, out)}")
+        done = {int(r): d for r, d in DONE.findall(out)}
+        if sorted(done) != list(range(self.num_tasks)):
+            raise SanityError(f"ranks {sorted(done)} of {self.num_tasks} finished training")
+        want = _reference_digest(self.steps, self.num_tasks)
+        if len(set(done.values())) != 1 or (want is not None and want not in done.values()):
+            raise SanityError(f"final states differ from the one-process reference {want}: "
+                              f"{done}")
+        return True
