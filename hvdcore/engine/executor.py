@@ -8,6 +8,7 @@ factors on integer tensors are computed in floating point and truncated back to 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,10 @@ import numpy as np
 
 from hvdcore.engine.messages import ReduceOp, Response
 from hvdcore.engine.timeline import Timeline
+
+_POOL_MIN_BYTES = 32 << 10
+_POOL_MAX_BYTES = 16 << 20
+_POOL_BLOCKS = 4
 
 
 @dataclass(slots=True)
@@ -90,6 +95,7 @@ class Executor:
         self.rank = rank
         self._fusion: dict[str, np.ndarray] = {}
         self._plans: dict[tuple[str, int], tuple] = {}
+        self._pool: dict[str, list[np.ndarray]] = {}
         self.timeline: Timeline | None = None
 
     def _buffer(self, dtype: np.dtype, count: int) -> np.ndarray:
@@ -98,6 +104,26 @@ class Executor:
             buf = np.empty(max(count, 1024), dtype=dtype)
             self._fusion[dtype.str] = buf
         return buf[:count]
+
+    def _result_block(self, dtype: np.dtype, count: int) -> np.ndarray:
+        """A fresh-looking 1-d array of ``count`` elements for results handed to the caller.
+
+        Blocks of at least ``_POOL_MIN_BYTES`` are pooled: a block is reused once no result
+        view of it is alive any more (its reference count shows that). Fresh memory is
+        page-faulted in on first touch, which on a VM costs more than reducing it.
+        """
+        nbytes = count * dtype.itemsize
+        if nbytes < _POOL_MIN_BYTES or nbytes > _POOL_MAX_BYTES:
+            return np.empty(count, dtype=dtype)
+        pool = self._pool.setdefault(dtype.str, [])
+        for blk in pool:
+            # references: the pool's list, the loop variable, getrefcount's argument
+            if blk.size >= count and sys.getrefcount(blk) <= 3:
+                return blk[:count]
+        blk = np.empty(count, dtype=dtype)
+        if len(pool) < _POOL_BLOCKS:
+            pool.append(blk)
+        return blk[:count]
 
     def _span(self, reqs: list[Request | None], names: list[str], phase: str, t0: float,
               **args: object) -> None:
@@ -142,7 +168,8 @@ class Executor:
         r0 = reqs[0]
         if len(reqs) == 1 and r0 is not None and same and pre == 1.0:
             src = r0.tensor
-            out = r0.out if r0.out is not None else np.empty_like(src)
+            out = r0.out if r0.out is not None else self._result_block(
+                dtype, src.size).reshape(src.shape)
             t0 = tl.now_us() if tl else 0.0
             self.backend.allreduce(pset.comm, src, out, op)
             self._span(reqs, resp.names, "MPI_ALLREDUCE", t0, bytes=src.nbytes)
@@ -153,7 +180,11 @@ class Executor:
         sizes = [math.prod(s) for s in resp.shapes]
         total = sum(sizes)
         t0 = tl.now_us() if tl else 0.0
-        buf = self._buffer(rdtype, total)
+        # Results that need no conversion and go to no caller-given array are handed out as
+        # views of a buffer of their own: one allocation instead of one per tensor (each of
+        # those page-faults its fresh memory in; that cost more than the whole reduction).
+        views = same and all(r is None or r.out is None for r in reqs)
+        buf = self._result_block(rdtype, total) if views else self._buffer(rdtype, total)
         off = 0
         for req, n in zip(reqs, sizes, strict=True):
             dst = buf[off:off + n]
@@ -173,6 +204,15 @@ class Executor:
                    tensors=len(reqs))
         t2 = tl.now_us() if tl else 0.0
         off = 0
+        if views:
+            if post != 1.0:
+                _scale_into(buf, buf, post)
+            for req, n, shape in zip(reqs, sizes, resp.shapes, strict=True):
+                if req is not None:
+                    req.handle.set_part(req.part, buf[off:off + n].reshape(shape))
+                off += n
+            self._span(reqs, resp.names, "UNFUSE", t2, bytes=0)
+            return
         for req, n, shape in zip(reqs, sizes, resp.shapes, strict=True):
             if req is not None:
                 out = req.out if req.out is not None else np.empty(shape, dtype=dtype)
