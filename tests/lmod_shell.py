@@ -213,3 +213,27 @@ def env_difference(before: dict[str, str], after: dict[str, str]) -> dict[str, t
     """Variables that differ (user-visible ones only), as name -> (before, after)."""
     b, a = user_visible(before), user_visible(after)
     return {k: (b.get(k), a.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
+
+
+#: Stand-ins for the EESSI modules hvdcore/0.1.0-foss-2023a depends on (name -> dependencies).
+EESSI_STAND_INS = {
+    "Python/3.11.3-GCCcore-12.3.0": [],
+    "mpi4py/3.1.4-gompi-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
+    "PyTorch/2.1.2-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
+}
+
+
+def write_stand_in_modules(tree: Path, deps: dict[str, list[str]] = EESSI_STAND_INS) -> None:
+    """Write ``<tree>/modules/all/<name>.lua`` for each stand-in: backed by this test's venv
+    (the Python one puts its ``bin/`` on PATH), each setting ``EBROOT<NAME>`` as EasyBuild's do."""
+    venv_bin = Path(sys.prefix) / "bin"
+    for name, needs in deps.items():
+        path = tree / "modules" / "all" / f"{name}.lua"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [f'whatis("{name}: stands in for the EESSI module, backed by {sys.prefix}")']
+        lines += [f'depends_on("{dep}")' for dep in needs]
+        if name.startswith("Python/"):
+            lines.append(f'prepend_path("PATH", "{venv_bin}")')
+            lines.append('setenv("EBVERSIONPYTHON", "3.11.3")')
+        lines.append(f'setenv("EBROOT{name.split("/")[0].upper()}", "{sys.prefix}")')
+        path.write_text("\n".join(lines) + "\n")

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from lmod_shell import (
     CHECK_SYNTAX,
+    EESSI_STAND_INS,
     ROOT,
     build_sdist_module,
     env_difference,
@@ -30,6 +31,7 @@ from lmod_shell import (
     module_table,
     require_lmod,
     require_venv,
+    write_stand_in_modules,
 )
 
 pytestmark = [pytest.mark.lmod]
@@ -37,11 +39,7 @@ pytestmark = [pytest.mark.lmod]
 MODULES = ROOT / "modules"
 PREFIX_MOD = "hvdcore/0.1.0-foss-2023a"
 APPTAINER_MOD = "hvdcore/0.1.0-apptainer"
-DEPS = {
-    "Python/3.11.3-GCCcore-12.3.0": [],
-    "mpi4py/3.1.4-gompi-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
-    "PyTorch/2.1.2-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
-}
+DEPS = EESSI_STAND_INS
 
 
 @dataclass
@@ -55,22 +53,6 @@ class Tree:
         return self.path / "modules" / "all"
 
 
-def _stack_modules(tree: Path, names: list[str]) -> None:
-    """Stand-ins for EESSI's dependency modules, backed by the test's venv."""
-    venv_bin = Path(sys.prefix) / "bin"
-    for name in names:
-        path = tree / "modules" / "all" / f"{name}.lua"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [f'whatis("{name}: the test virtualenv {sys.prefix}")']
-        lines += [f'depends_on("{dep}")' for dep in DEPS[name]]
-        if name.startswith("Python/"):
-            lines.append(f'prepend_path("PATH", "{venv_bin}")')
-            lines.append('setenv("EBVERSIONPYTHON", "3.11.3")')
-        root_var = "EBROOT" + name.split("/")[0].upper()
-        lines.append(f'setenv("{root_var}", "{sys.prefix}")')
-        path.write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
     require_lmod()
@@ -81,7 +63,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
     base = tmp_path_factory.mktemp("eessi")
     sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
     tree = Tree(base / "stack")
-    _stack_modules(tree.path, list(DEPS))
+    write_stand_in_modules(tree.path, DEPS)
     proc = lmod_shell(
         f"""set -e
 module use {tree.modules}
@@ -177,7 +159,8 @@ env > after.env
 
 def test_missing_dependency_is_lmods_error_not_a_half_load(tree: Tree, tmp_path: Path) -> None:
     partial = Tree(tmp_path / "stack")
-    _stack_modules(partial.path, ["Python/3.11.3-GCCcore-12.3.0", "mpi4py/3.1.4-gompi-2023a"])
+    write_stand_in_modules(partial.path, {n: DEPS[n] for n in (
+        "Python/3.11.3-GCCcore-12.3.0", "mpi4py/3.1.4-gompi-2023a")})
     shutil.copytree(tree.modules / "hvdcore", partial.modules / "hvdcore")
     shutil.copytree(tree.path / "software", partial.path / "software")
     proc = lmod_shell(

@@ -18,31 +18,23 @@ import time
 from pathlib import Path
 
 import pytest
-from lmod_shell import LMOD_CMD, build_sdist_module, lmod_shell, require_lmod, require_venv
+from lmod_shell import (
+    EESSI_STAND_INS,
+    LMOD_CMD,
+    build_sdist_module,
+    lmod_shell,
+    require_lmod,
+    require_venv,
+    write_stand_in_modules,
+)
 from reframe_helpers import CHECKS, ROOT, reframe_exe
 
 pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.torch,
               pytest.mark.slow]
 
 MODULE = "hvdcore/0.1.0-foss-2023a"
-#: Stand-ins for the EESSI modules hvdcore/0.1.0-foss-2023a depends on.
-STACK = {
-    "Python/3.11.3-GCCcore-12.3.0": [],
-    "mpi4py/3.1.4-gompi-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
-    "PyTorch/2.1.2-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
-}
+STACK = EESSI_STAND_INS
 CONFIG = ROOT / "tests" / "reframe_configs" / "lmod_modules.py"
-
-
-def _stack_module(tree: Path, name: str) -> None:
-    path = tree / "modules" / "all" / f"{name}.lua"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f'whatis("{name}: stands in for the EESSI module, backed by {sys.prefix}")']
-    lines += [f'depends_on("{dep}")' for dep in STACK[name]]
-    if name.startswith("Python/"):
-        lines.append(f'prepend_path("PATH", "{Path(sys.prefix) / "bin"}")')
-    lines.append(f'setenv("EBROOT{name.split("/")[0].upper()}", "{sys.prefix}")')
-    path.write_text("\n".join(lines) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +48,7 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("eessi-rfm")
     sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
     tree = base / "stack"
-    for name in STACK:
-        _stack_module(tree, name)
+    write_stand_in_modules(tree, STACK)
     proc = lmod_shell(f"""set -e
 module use {tree / 'modules' / 'all'}
 module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
