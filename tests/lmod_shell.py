@@ -237,3 +237,25 @@ def write_stand_in_modules(tree: Path, deps: dict[str, list[str]] = EESSI_STAND_
             lines.append('setenv("EBVERSIONPYTHON", "3.11.3")')
         lines.append(f'setenv("EBROOT{name.split("/")[0].upper()}", "{sys.prefix}")')
         path.write_text("\n".join(lines) + "\n")
+
+
+def install_hvdcore_tree(base: Path, module: str = "hvdcore/0.1.0-foss-2023a") -> Path:
+    """An EESSI-layout tree under ``base/stack``: the stand-ins, plus hvdcore installed by
+    ``modules/install.sh prefix`` from a real sdist of this checkout. Skips where Lmod or the
+    venv are missing, or on a Python other than the 3.11 of foss/2023a."""
+    require_lmod()
+    require_venv()
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip(f"{module} is for the Python 3.11 of foss/2023a; tests run on "
+                    f"{sys.version.split()[0]}")
+    sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
+    tree = base / "stack"
+    write_stand_in_modules(tree)
+    proc = lmod_shell(f"""set -e
+module use {tree / 'modules' / 'all'}
+module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
+{ROOT / 'modules' / 'install.sh'} prefix {tree} {sdist}
+""", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"module load {module}" in proc.stdout
+    return tree

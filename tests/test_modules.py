@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +23,12 @@ from lmod_shell import (
     CHECK_SYNTAX,
     EESSI_STAND_INS,
     ROOT,
-    build_sdist_module,
     env_difference,
     env_file,
+    install_hvdcore_tree,
     lmod_shell,
     module_table,
     require_lmod,
-    require_venv,
     write_stand_in_modules,
 )
 
@@ -55,26 +53,7 @@ class Tree:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
-    require_lmod()
-    require_venv()
-    if sys.version_info[:2] != (3, 11):
-        pytest.skip(f"{PREFIX_MOD} is for the Python 3.11 of foss/2023a; tests run on "
-                    f"{sys.version.split()[0]}")
-    base = tmp_path_factory.mktemp("eessi")
-    sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
-    tree = Tree(base / "stack")
-    write_stand_in_modules(tree.path, DEPS)
-    proc = lmod_shell(
-        f"""set -e
-module use {tree.modules}
-module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
-{MODULES / 'install.sh'} prefix {tree.path} {sdist}
-""",
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"module load {PREFIX_MOD}" in proc.stdout
-    return tree
+    return Tree(install_hvdcore_tree(tmp_path_factory.mktemp("eessi"), PREFIX_MOD))
 
 
 def test_module_tree_syntax_is_clean() -> None:

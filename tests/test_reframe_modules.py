@@ -13,49 +13,24 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from lmod_shell import (
-    EESSI_STAND_INS,
-    LMOD_CMD,
-    build_sdist_module,
-    lmod_shell,
-    require_lmod,
-    require_venv,
-    write_stand_in_modules,
-)
+from lmod_shell import LMOD_CMD, install_hvdcore_tree, lmod_shell
 from reframe_helpers import CHECKS, ROOT, reframe_exe
 
 pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.torch,
               pytest.mark.slow]
 
 MODULE = "hvdcore/0.1.0-foss-2023a"
-STACK = EESSI_STAND_INS
 CONFIG = ROOT / "tests" / "reframe_configs" / "lmod_modules.py"
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """<tree>/modules/all (stand-ins + hvdcore) and <tree>/software/hvdcore/0.1.0-foss-2023a."""
-    require_lmod()
-    require_venv()
-    if sys.version_info[:2] != (3, 11):
-        pytest.skip(f"{MODULE} is for Python 3.11 (foss/2023a); tests run on "
-                    f"{sys.version.split()[0]}")
-    base = tmp_path_factory.mktemp("eessi-rfm")
-    sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
-    tree = base / "stack"
-    write_stand_in_modules(tree, STACK)
-    proc = lmod_shell(f"""set -e
-module use {tree / 'modules' / 'all'}
-module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
-{ROOT / 'modules' / 'install.sh'} prefix {tree} {sdist}
-""", timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return tree
+    return install_hvdcore_tree(tmp_path_factory.mktemp("eessi-rfm"), MODULE)
 
 
 def test_install_ships_the_examples(tree: Path) -> None:
