@@ -13,8 +13,9 @@ pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.mpi]
 
 
-def _run_ok(np: int, name: str, marker: str, timeout: float) -> list[str]:
-    proc = run_mpi(np, [program(name)], timeout=timeout)
+def _run_ok(np: int, name: str, marker: str, timeout: float,
+            env: dict[str, str] | None = None) -> list[str]:
+    proc = run_mpi(np, [program(name)], env=env, timeout=timeout)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{name} at np={np} failed (rc {proc.returncode}):\n{out[-6000:]}"
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(marker)]
@@ -37,10 +38,19 @@ def test_distributed_optimizer_matches_single_process(world_size: int) -> None:
     assert all("checks=" in ln for ln in lines)
 
 
+@pytest.mark.parametrize("mode", ["thread", "caller"])
+def test_distributed_optimizer_in_each_progress_mode(mode: str) -> None:
+    """Gradients moved by the engine thread while backward runs (thread) and by the thread
+    that calls step() (caller) both train exactly like one process on the whole batch."""
+    lines = _run_ok(2, "torch_optimizer.py", "torch-optimizer", timeout=300,
+                    env={"HVDCORE_PROGRESS": mode})
+    assert all("checks=" in ln for ln in lines)
+
+
 def test_errors_are_clear_and_catchable(world_size: int) -> None:
     lines = _run_ok(world_size, "torch_errors.py", "torch-errors", timeout=120)
     if world_size > 1:
-        assert all("shape-mismatch,model-mismatch" in ln for ln in lines), lines
+        assert all("shape-mismatch,model-mismatch,zero-grad-in-flight" in ln for ln in lines), lines
 
 
 def test_import_does_not_pull_tensorflow() -> None:

@@ -55,6 +55,21 @@ if N > 1:
         assert "'head.weight' exists on rank" in msg and f"rank {N - 1}" in msg, msg
         seen.append("model-mismatch")
 
+    # zero_grad() between backward() and step() would race with the gradient allreduces in
+    # flight: a clear error instead; step() still works after it
+    lin = torch.nn.Linear(3, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(lin.parameters(), lr=0.1),
+                                   named_parameters=lin.named_parameters())
+    lin(torch.ones(2, 3)).sum().backward()
+    try:
+        opt.zero_grad()
+        raise AssertionError("zero_grad() with gradients in flight must raise")
+    except hvd.HorovodInternalError as e:
+        assert "before optimizer.step()" in str(e), e
+        seen.append("zero-grad-in-flight")
+    opt.step()
+    assert lin.weight.grad is not None and torch.allclose(lin.weight.grad, torch.ones(1, 3) * 2)
+
 # join: the last rank keeps reducing while the others have joined (they contribute zeros)
 if ME == N - 1:
     got = hvd.allreduce(torch.full((2,), 3.0), name="after_join", op=hvd.Sum)
