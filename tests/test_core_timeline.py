@@ -82,3 +82,31 @@ def test_start_stop_timeline_api(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     rows = {e["args"]["name"] for e in _events(path) if e.get("name") == "thread_name"}
     assert "x" in rows and "y" not in rows
+
+
+def test_close_from_a_signal_handler_mid_event_leaves_valid_json(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """SIGTERM's handler closes the timeline on the thread that may be writing an event: here
+    it runs right after that event's write, before the writer advanced its offset."""
+    from hvdcore.engine import timeline as tl_mod
+
+    path = tmp_path / "tl.json"
+    tl = tl_mod.Timeline(str(path), rank=0)
+    tl.span("a-rather-long-tensor-name-" + "x" * 200, "MPI_ALLREDUCE", 0.0, 5.0, bytes=1 << 20)
+    real_pwrite = os.pwrite
+    interrupted = []
+
+    def pwrite_then_signal(fd: int, data: bytes, offset: int) -> int:
+        n = real_pwrite(fd, data, offset)
+        if not interrupted:
+            interrupted.append(True)
+            tl.close()  # what the SIGTERM handler does (same thread: the lock is reentrant)
+        return n
+
+    monkeypatch.setattr(tl_mod.os, "pwrite", pwrite_then_signal)
+    tl.span("another-long-tensor-name-" + "y" * 300, "UNFUSE", 5.0, 9.0, bytes=1 << 20)
+    monkeypatch.undo()
+    events = _events(path)
+    assert interrupted and tl.closed
+    assert events[-1]["name"] == "timeline_end", events[-1]

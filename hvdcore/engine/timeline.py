@@ -17,6 +17,8 @@ import os
 import threading
 import time
 
+_CLOSE = b"\n]\n"
+
 
 class Timeline:
     """A streaming Chrome-trace writer; thread-safe, idempotent close."""
@@ -55,7 +57,7 @@ class Timeline:
             return
         data = (b",\n" if self._events else b"") + json.dumps(
             event, separators=(",", ":")).encode()
-        os.pwrite(self._fd, data + b"\n]\n", self._tail)  # valid JSON after every event
+        os.pwrite(self._fd, data + _CLOSE, self._tail)  # valid JSON after every event
         self._tail += len(data)
         self._events += 1
 
@@ -90,6 +92,10 @@ class Timeline:
             if self._fd is None:
                 return
             self._emit({"name": "timeline_end", "ph": "M", "pid": self.rank, "args": {}})
+            # A signal handler (SIGTERM) may close the timeline on the thread that was writing
+            # an event, after its pwrite but before it advanced the tail: the end marker then
+            # overwrote that event, and the file must end right after the marker's ']'.
+            os.ftruncate(self._fd, self._tail + len(_CLOSE))
             os.close(self._fd)
             self._fd = None
 
