@@ -1,10 +1,13 @@
-"""The background engine: one thread per process owns all communication.
+"""The engine of one rank: announce, negotiate, execute, complete.
 
-User threads call :meth:`Engine.enqueue`; the engine thread announces new requests to the
-coordinator (world rank 0), which answers with an ordered list of responses that every rank
-executes. An idle engine sleeps on a condition variable and is woken by the first submission,
-so a lone request starts at once (no fixed cycle). While requests are outstanding the thread
-polls with a short back-off.
+User threads call :meth:`Engine.enqueue`; engine cycles (:meth:`Engine._step`) announce new
+requests to the coordinator (world rank 0), which answers with an ordered list of responses that
+every rank executes. One lock lets one thread at a time run cycles: either the background engine
+thread or a user thread that waits for a result and *drives* the engine itself
+(:meth:`Engine.drive`, no thread hand-off). With thread progress every submission wakes the
+engine thread (an idle one sleeps on a condition variable, so a lone request starts at once);
+with caller progress submissions only queue until someone waits, and the engine thread steps in
+only after ``_CALLER_GRACE_S`` without a driver (see ``HVDCORE_PROGRESS``).
 """
 
 from __future__ import annotations
