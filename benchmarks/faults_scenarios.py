@@ -526,12 +526,7 @@ def slurm_node_killed(launcher: str, rng: random.Random, workdir: Path,
             os.kill(pids[r], signal.SIGKILL)
         except (KeyError, ProcessLookupError):
             problems.append(f"rank {r} had no live pid to kill")
-    rc, _, left = _finish(job, problems, None)
-    exit_s = None if job.end is None else job.end - fault_t
-    if rc == 0:
-        problems.append("srun exited 0 after a node's ranks were killed")
-    if exit_s is not None and exit_s > EXIT_BOUND_S:
-        problems.append(f"job took {exit_s:.1f} s to end")
+    exit_s, left = _srun_ended(job, problems, fault_t, "after a node's ranks were killed")
     if not any(_names_rank("srun", job.output, r) for r in victims):
         problems.append(f"srun's output names none of the killed tasks {victims}")
     if not launcher_ends_job and not any(_hvdcore_names_dead(job.output, r) for r in victims):
@@ -540,6 +535,19 @@ def slurm_node_killed(launcher: str, rng: random.Random, workdir: Path,
     return _trial(problems, exit_s, left, job, f"np={np_} killed node {victim_node} "
                                                 f"ranks {victims}"
                   + ("" if launcher_ends_job else " (no --kill-on-bad-exit)"))
+
+
+def _srun_ended(job: Job, problems: list[str], fault_t: float,
+                what: str) -> tuple[float | None, int]:
+    """Wait for srun after a fault; it must fail, within the bound. Returns (time to exit,
+    leftover processes)."""
+    rc, _, left = _finish(job, problems, None)
+    exit_s = None if job.end is None else job.end - fault_t
+    if rc == 0:
+        problems.append(f"srun exited 0 {what}")
+    if exit_s is not None and exit_s > EXIT_BOUND_S:
+        problems.append(f"job took {exit_s:.1f} s to end {what}")
+    return exit_s, left
 
 
 def slurm_scancel(launcher: str, rng: random.Random, workdir: Path) -> Trial:
@@ -558,12 +566,7 @@ def slurm_scancel(launcher: str, rng: random.Random, workdir: Path) -> Trial:
     res = subprocess.run(["scancel", job_id], capture_output=True, text=True, timeout=30)
     if res.returncode != 0:
         problems.append(f"scancel {job_id} failed: {res.stderr.strip()}")
-    rc, _, left = _finish(job, problems, None)
-    exit_s = None if job.end is None else job.end - fault_t
-    if rc == 0:
-        problems.append("srun exited 0 after scancel")
-    if exit_s is not None and exit_s > EXIT_BOUND_S:
-        problems.append(f"job took {exit_s:.1f} s to end after scancel")
+    exit_s, left = _srun_ended(job, problems, fault_t, "after scancel")
     _slurm_job_gone(job_id, problems)
     return _trial(problems, exit_s, left, job, f"np={np_} job {job_id}")
 
