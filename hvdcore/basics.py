@@ -184,7 +184,7 @@ def shutdown() -> None:
         if st.watchdog is not None:
             st.watchdog.close()
         for comm in [*st.comms, *(s.comm for s in engine.sets.values() if s.comm is not None),
-                     engine.ctrl]:
+                     engine.ctrl, *([engine.round_comm] if engine.round_comm else [])]:
             try:
                 comm.Free()
             except Exception as exc:  # noqa: BLE001 - freeing during teardown is best effort

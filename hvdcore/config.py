@@ -121,6 +121,11 @@ KNOBS: tuple[Knob, ...] = (
          "Longest time the coordinator holds ready tensors to fuse them with tensors that "
          "other ranks are about to submit. An idle engine starts a request at once.",
          horovod_alias=True, cli_flag="--cycle-time-ms", parse=_parse_nonneg_float),
+    Knob("CACHE_CAPACITY", "int", 1024,
+         "How many allreduce responses every rank caches. A tensor submitted again with the "
+         "same name, shape, dtype and op skips the coordinator: the ranks agree in one small "
+         "non-blocking allreduce of bits instead of a round trip to rank 0. 0 disables.",
+         horovod_alias=True, cli_flag="--cache-capacity", parse=_parse_nonneg_int),
     Knob("PROGRESS", "choice", "auto",
          "Who moves requests along: thread (the background engine thread, woken by every "
          "submission: communication overlaps computation when each rank has a spare core), "

@@ -148,10 +148,27 @@ class Coordinator:
         self._last_stall_scan = 0.0
         self._aborted = False
         self._dirty = False
+        # Response cache (see hvdcore.engine.cache): the rounds a list holding a JOIN or
+        # SHUTDOWN response must come after (the most any rank had posted), and the cached
+        # allreduces ranks reported waiting on for a long time (for the stall check).
+        self.fence_floor = 0
+        self._join_fence = 0
+        self.hit_waits: dict[str, dict[int, float]] = {}
+        self._hit_warned: set[str] = set()
 
     def busy(self) -> bool:
         """True while some request is announced but not answered."""
-        return bool(self.table) or bool(self._held)
+        return bool(self.table) or bool(self._held) or bool(self.hit_waits)
+
+    def note_waiting(self, rank: int, name: str, age: float) -> None:
+        """``rank`` has waited ``age`` s for cached allreduce ``name`` (for the stall check)."""
+        self.hit_waits.setdefault(name, {})[rank] = self.clock() - age
+        self._dirty = True
+
+    def hit_done(self, name: str) -> None:
+        """Cached allreduce ``name`` ran: no rank waits for it any more."""
+        if self.hit_waits.pop(name, None) is not None:
+            self._hit_warned.discard(name)
 
     def add(self, rank: int, metas: list[Meta]) -> None:
         """Record the requests announced by ``rank``."""
@@ -161,7 +178,10 @@ class Coordinator:
             if m.kind == JOIN:
                 if rank not in self.joined:
                     self.joined.append(rank)
+                self._join_fence = max(self._join_fence, m.root)
                 continue
+            if self.hit_waits and m.name in self.hit_waits:
+                self.hit_waits[m.name].pop(rank, None)  # now announced: the table has it
             entry = self.table.get((m.set_id, m.name))
             if entry is None:
                 entry = self.table[(m.set_id, m.name)] = _Entry(now)
@@ -173,7 +193,8 @@ class Coordinator:
         """Return the responses that can be sent now (possibly empty)."""
         now = self.clock()
         if not self._dirty and not self._held and (
-                not self.table or self.stall_disabled or now - self._last_stall_scan < 0.2):
+                (not self.table and not self.hit_waits) or self.stall_disabled
+                or now - self._last_stall_scan < 0.2):
             return []  # nothing new since the last poll: nothing can have become ready
         self._dirty = False
         out: list[Response] = []
@@ -208,6 +229,7 @@ class Coordinator:
         if len(self.joined) == self.world_size and not self.table:
             out.append(Response(kind=JOIN, set_id=0, names=["join"], value=self.joined[-1]))
             self.joined = []
+            self.fence_floor = max(self.fence_floor, self._join_fence)
         if not self.stall_disabled and now - self._last_stall_scan >= 0.2:
             self._last_stall_scan = now
             out.extend(self._stall_check(now))
@@ -286,6 +308,8 @@ class Coordinator:
         elif ref.kind == REMOVE_SET:
             resp.value = ref.root
             self.sets.pop(ref.root, None)
+        elif ref.kind == SHUTDOWN:
+            self.fence_floor = max(self.fence_floor, *(m.root for m in metas.values()))
         return resp
 
     def _fuse(self, items: list[tuple[tuple[int, str], _Entry]]) -> list[Response]:
@@ -318,29 +342,36 @@ class Coordinator:
         fatal: list[str] = []
         stalled: list[str] = []
         missing_by_rank: dict[int, list[str]] = {}
-        for (set_id, name), entry in self.table.items():
-            age = now - entry.first
+        # (set, name, kind, first submission, ranks that submitted, table entry or None)
+        items: list[tuple[int, str, str, float, list[int], _Entry | None]] = [
+            (sid, name, e.metas[min(e.metas)].kind, e.first, sorted(e.metas), e)
+            for (sid, name), e in self.table.items()]
+        items += [(0, name, ALLREDUCE, min(w.values()), sorted(w), None)
+                  for name, w in self.hit_waits.items() if w]
+        for set_id, name, kind, first, have, entry in items:
+            age = now - first
             if age < self.stall_check_s:
                 continue
             members = self._members(set_id) or ()
-            ref = entry.metas[min(entry.metas)]
-            need = [r for r in members if not (ref.kind == ALLREDUCE and r in self.joined)]
-            missing = [r for r in need if r not in entry.metas]
+            need = [r for r in members if not (kind == ALLREDUCE and r in self.joined)]
+            missing = [r for r in need if r not in have]
             if not missing:
                 continue
             for r in missing:
                 missing_by_rank.setdefault(r, []).append(name)
-            have = sorted(entry.metas)
             where = "" if set_id == 0 else f" (process set {set_id})"
-            line = (f"{ref.kind} '{name}'{where}: submitted by {_fmt_ranks(have)} "
+            line = (f"{kind} '{name}'{where}: submitted by {_fmt_ranks(have)} "
                     f"{age:.0f} s ago, still missing on {_fmt_ranks(missing)}")
             stalled.append(line)
             # Shutdown only warns: ranks may legitimately finish long after others (rank-0
             # evaluation or checkpointing at the end of a job).
-            if self.stall_shutdown_s > 0 and age >= self.stall_shutdown_s and ref.kind != SHUTDOWN:
+            if self.stall_shutdown_s > 0 and age >= self.stall_shutdown_s and kind != SHUTDOWN:
                 fatal.append(line)
-            elif not entry.warned:
+            elif entry is not None and not entry.warned:
                 entry.warned = True
+                warn.append(line)
+            elif entry is None and name not in self._hit_warned:
+                self._hit_warned.add(name)
                 warn.append(line)
         out: list[Response] = []
         if warn:

@@ -18,12 +18,14 @@ import pickle
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from mpi4py import MPI
 
 from hvdcore import errors
+from hvdcore.engine.cache import FLAG_JOINING, HIT, STALE, ResponseCache, RoundVector
 from hvdcore.engine.coordinator import Coordinator
 from hvdcore.engine.executor import Executor, Request, SetState
 from hvdcore.engine.messages import (
@@ -56,6 +58,7 @@ _DRIVER_SLEEP_S = 100e-6
 _SPIN_S = 250e-6
 _MAX_BACKOFF_S = 1e-3
 _CALLER_GRACE_S = 0.5
+_ROUND_SPIN_S = 30e-6
 _FATAL_GRACE_S = 5.0
 
 
@@ -92,6 +95,33 @@ class Engine:
         self._queue: list[Request] = []
         self._inflight: dict[tuple[int, str], Request] = {}
         self._sends: list[Any] = []
+        # Ordered execution (see hvdcore.engine.cache): coordinator response lists with their
+        # fences, completed rounds, and how many of each this rank has executed.
+        self._lists: deque[tuple[int, list[Response]]] = deque()
+        self._lists_executed = 0
+        self._rounds_ready: deque[tuple[int, int, list[int], list[int]]] = deque()
+        self._rounds_executed = 0
+        self._last_fence = 0
+        self._sent_fences: deque[int] = deque()
+        self._lists_counted = 0
+        # Response cache and its rounds (only with more than one rank).
+        capacity = cfg.cache_capacity if self.size > 1 else 0
+        self.cache = ResponseCache(capacity)
+        self._rv = RoundVector(capacity) if capacity else None
+        self.round_comm = comm.Dup() if capacity else None
+        self._hits: dict[int, Request] = {}
+        self._hit_since: dict[int, float] = {}
+        self._hit_reported: set[int] = set()
+        self._last_hit_scan = 0.0
+        self._invalid: set[int] = set()
+        self._join_flag = False
+        self._closing = False
+        self._round_req: Any = None
+        self._round_hits: list[int] = []
+        self._posted = 0
+        if self._rv is not None:
+            self._round_send = self._rv.buffer()
+            self._round_recv = self._rv.buffer()
         self._stop = False
         self.fatal: BaseException | None = None
         self.timeline: Timeline | None = None
@@ -146,7 +176,8 @@ class Engine:
             self._abort_after_grace()
 
     def _busy(self) -> bool:
-        return bool(self._inflight) or bool(self.coordinator and self.coordinator.busy())
+        return (bool(self._inflight) or bool(self.coordinator and self.coordinator.busy())
+                or self._round_req is not None or bool(self._lists) or bool(self._rounds_ready))
 
     def _step(self) -> bool:
         """One engine cycle (announce, negotiate/receive, execute); True if anything moved.
@@ -164,6 +195,15 @@ class Engine:
             progressed |= self._coordinate()
         else:
             progressed |= self._receive()
+        if self._rv is not None and self._round_req is not None:
+            progressed |= self._test_round()
+        if self._lists or self._rounds_ready:
+            progressed |= self._drain()
+        if self._rv is not None:
+            if self._round_req is None and not self._rounds_ready and not self._stop:
+                progressed |= self._maybe_post()
+            if self._hits and not self.cfg.stall_check_disable:
+                self._report_waiting_hits()
         if self._sends:
             self._sends = [s for s in self._sends if not s[0].Test()]
         return progressed
@@ -282,9 +322,27 @@ class Engine:
                     "first one before submitting the second"))
                 continue
             self._inflight[key] = req
-            metas.append(req.meta)
-        if not metas:
-            return
+            meta = req.meta
+            if self._rv is not None:
+                if meta.kind == ALLREDUCE:
+                    state, cid = self.cache.lookup(meta)
+                    if state == HIT and cid not in self._invalid:
+                        self._hits[cid] = req
+                        self._hit_since[cid] = time.perf_counter()
+                        continue
+                    if state == STALE:
+                        self._invalid.add(cid)  # every rank drops it after the next round
+                elif meta.kind == JOIN:
+                    meta.root = self._posted + 1  # the round that tells the others
+                    self._join_flag = True
+                elif meta.kind == SHUTDOWN:
+                    meta.root = self._posted
+                    self._closing = True
+            metas.append(meta)
+        if metas:
+            self._announce_metas(metas)
+
+    def _announce_metas(self, metas: list[Meta]) -> None:
         if self.coordinator is not None:
             self.coordinator.add(0, metas)
         else:
@@ -308,18 +366,32 @@ class Engine:
             msg = self.ctrl.improbe(source=MPI.ANY_SOURCE, tag=TAG_ANNOUNCE, status=status)
             if msg is None:
                 break
-            coord.add(status.Get_source(), [Meta(*t) for t in self._recv(msg, status)])
+            payload = self._recv(msg, status)
+            if isinstance(payload, dict):  # cached allreduces a rank has long waited for
+                for name, age in payload["waiting"]:
+                    coord.note_waiting(status.Get_source(), name, age)
+            else:
+                coord.add(status.Get_source(), [Meta(*t) for t in payload])
             got = True
         responses = coord.poll()
         if not responses:
             return got
         if self.timeline is not None and self.timeline.mark_cycles:
             self.timeline.mark("CYCLE", responses=len(responses))
+        # Stall warnings and aborts run at once; everything else in the fenced order.
+        oob = [r for r in responses if r.kind == STALL_WARNING or r.kind == ABORT]
+        ordered = [r for r in responses if r.kind != STALL_WARNING and r.kind != ABORT]
+        fence = max(self._posted, coord.fence_floor, self._last_fence)
         if self.size > 1:
-            payload = pickle.dumps([r.wire() for r in responses], 5)
+            payload = pickle.dumps(
+                (fence, [r.wire() for r in ordered], [r.wire() for r in oob]), 5)
             for dest in range(1, self.size):
                 self._send(payload, dest, TAG_RESPONSE)
-        self._execute_all(responses)
+        if ordered:
+            self._last_fence = fence
+            self._sent_fences.append(fence)
+            self._lists.append((fence, ordered))
+        self._execute_all(oob)
         return True
 
     def _receive(self) -> bool:
@@ -329,9 +401,130 @@ class Engine:
             msg = self.ctrl.improbe(source=0, tag=TAG_RESPONSE, status=status)
             if msg is None:
                 break
-            self._execute_all([Response(*t) for t in self._recv(msg, status)])
+            fence, ordered, oob = self._recv(msg, status)
+            if ordered:
+                self._lists.append((fence, [Response(*t) for t in ordered]))
+            self._execute_all([Response(*t) for t in oob])
             got = True
         return got
+
+    # -- ordered execution and cache rounds ----------------------------------------------
+
+    def _drain(self) -> bool:
+        """Execute queued lists and completed rounds in the order every rank agrees on.
+
+        A list with fence ``f`` runs after round ``f`` and before round ``f + 1``; round
+        ``m`` runs after the first ``lists`` lists (rank 0's count in the round's header).
+        """
+        did = False
+        while not self._stop and self.fatal is None:
+            if self._lists and self._lists[0][0] <= self._rounds_executed:
+                _, responses = self._lists.popleft()
+                self._lists_executed += 1
+                self._execute_all(responses)
+            elif self._rounds_ready and self._lists_executed >= self._rounds_ready[0][0]:
+                self._execute_round(*self._rounds_ready.popleft())
+                self._rounds_executed += 1
+            else:
+                break
+            did = True
+        return did
+
+    def _maybe_post(self) -> bool:
+        """Post the next round when this rank has hits to offer or a list needs one."""
+        assert self._rv is not None and self.round_comm is not None
+        need = ((self._lists and self._lists[0][0] > self._posted) or self._join_flag
+                or (not self._closing and (self._hits or self._invalid)))
+        if not need:
+            return False
+        m = self._posted + 1
+        lists = 0
+        if self.coordinator is not None:
+            while self._sent_fences and self._sent_fences[0] < m:
+                self._sent_fences.popleft()
+                self._lists_counted += 1
+            lists = self._lists_counted
+        flags = FLAG_JOINING if self._join_flag else 0
+        self._join_flag = False
+        self._round_hits = list(self._hits)
+        self._rv.pack(self._round_send, lists, flags, self._round_hits, self._invalid)
+        self._round_req = self.round_comm.Iallreduce(
+            [self._round_send, MPI.UINT64_T], [self._round_recv, MPI.UINT64_T], op=MPI.BOR)
+        self._posted = m
+        # A peer that posted first makes this round complete at once.
+        did = self._test_round()
+        if self._rounds_ready:
+            did |= self._drain()
+        return did
+
+    def _test_round(self) -> bool:
+        """Collect the outstanding round if it completed; True when it carries anything."""
+        assert self._rv is not None
+        req = self._round_req
+        if not req.Test():
+            # The peers are usually microseconds behind, and a non-blocking collective only
+            # advances inside MPI calls: poll it in a tight loop for a moment before going
+            # back to the (much slower) engine cycle.
+            t_end = time.perf_counter() + _ROUND_SPIN_S
+            while not req.Test():
+                if time.perf_counter() > t_end:
+                    return False
+        self._round_req = None
+        result = self._rv.unpack(self._round_recv, self._round_hits)
+        self._rounds_ready.append(result)
+        return bool(result[1] or result[2] or result[3])
+
+    def _execute_round(self, _lists: int, flags: int, ready: list[int],
+                       invalid: list[int]) -> None:
+        if ready:
+            coord = self.coordinator
+            for cid in ready:
+                self._hits.pop(cid)
+                self._hit_since.pop(cid, None)
+                self._hit_reported.discard(cid)
+            for resp in self.cache.responses(ready, self.cfg.fusion_threshold):
+                if coord is not None and coord.hit_waits:
+                    for name in resp.names:
+                        coord.hit_done(name)
+                self._execute(resp, cached=True)
+                if self._stop or self.fatal is not None:
+                    return
+        demote: list[Request] = []
+        for cid in invalid:
+            self.cache.invalidate(cid)
+            self._invalid.discard(cid)
+            req = self._hits.pop(cid, None)
+            if req is not None:
+                demote.append(req)
+        if flags & FLAG_JOINING:
+            self.cache.disable()
+            demote.extend(self._hits.values())
+            self._hits.clear()
+        if demote:
+            # Every rank drops these ids at this same point, so every rank that holds one
+            # of them announces it now: the coordinator decides (and reports mismatches).
+            self._hit_since = {c: t for c, t in self._hit_since.items() if c in self._hits}
+            self._hit_reported &= set(self._hits)
+            self._announce_metas([req.meta for req in demote])
+
+    def _report_waiting_hits(self) -> None:
+        """Tell the coordinator about cached allreduces waited on for half the stall time."""
+        now = time.perf_counter()
+        if now - self._last_hit_scan < 0.2:
+            return
+        self._last_hit_scan = now
+        late = [(cid, now - t) for cid, t in self._hit_since.items()
+                if now - t >= self.cfg.stall_check_time_seconds / 2
+                and cid not in self._hit_reported]
+        if not late:
+            return
+        waiting = [(self._hits[cid].meta.name, age) for cid, age in late]
+        self._hit_reported.update(cid for cid, _ in late)
+        if self.coordinator is not None:
+            for name, age in waiting:
+                self.coordinator.note_waiting(0, name, age)
+        else:
+            self._send(pickle.dumps({"waiting": waiting}, 5), 0, TAG_ANNOUNCE)
 
     def _execute_all(self, responses: list[Response]) -> None:
         for resp in responses:
@@ -342,7 +535,7 @@ class Engine:
     def _take(self, resp: Response, name: str) -> Request | None:
         return self._inflight.pop((resp.set_id, name), None)
 
-    def _execute(self, resp: Response) -> None:
+    def _execute(self, resp: Response, cached: bool = False) -> None:
         kind = resp.kind
         if kind == ERROR:
             req = self._take(resp, resp.names[0])
@@ -364,6 +557,7 @@ class Engine:
             return
         if kind == JOIN:
             req = self._take(resp, "join")
+            self.cache.enable()
             if req is not None:
                 req.handle.set_part(req.part, resp.value)
             return
@@ -402,6 +596,8 @@ class Engine:
         if kind == ALLREDUCE:
             reqs = [self._take(resp, n) for n in resp.names]
             self.executor.allreduce(resp, reqs, pset)
+            if not cached:
+                self.cache.insert(resp)
             return
         req = self._take(resp, resp.names[0])
         if req is None:
@@ -422,6 +618,7 @@ class Engine:
         with self._cv:
             pending = list(self._inflight.values()) + self._queue
             self._inflight.clear()
+            self._hits.clear()
             self._queue = []
         for req in pending:
             req.handle.fail(err)

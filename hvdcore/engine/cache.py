@@ -1,0 +1,179 @@
+"""Response cache: repeated allreduces skip the coordinator's round trip.
+
+A training loop submits the same named tensors every step. The first time, a name goes
+through the coordinator (announce to rank 0, wait for its response). Every rank then stores
+that response under a *cache id*; ids are handed out while responses are executed, which
+happens in the same order on every rank, so an id means the same tensor everywhere.
+
+The next time a rank submits the name with the same meta (shape, dtype, op, scales) it is a
+*hit*: instead of announcing it, the rank sets the id's bit in its contribution to a *round*,
+one non-blocking bitwise-or allreduce (``MPI_Iallreduce``) of a small vector over the world.
+A hit is ready when no rank left its bit unset; every rank then executes the ready ids'
+cached responses (fused by dtype/op) in id order. A rank whose request no longer matches the
+cached meta sets the id's *invalid* bit and announces the request normally; every rank then
+drops the id and sends its own pending hit of it to the coordinator, which reports the
+mismatch as usual.
+
+Coordinator responses and rounds are executed in one order on every rank: each response list
+carries a *fence* (the rounds rank 0 had posted when it sent the list), and rank 0's part of
+round ``m`` carries how many lists have a fence below ``m``; see :meth:`RoundVector.pack`.
+Only global-process-set allreduces are cached. Ids are never reused (an invalidated id stays
+dead), so a stale lookup can never name another tensor; when ``capacity`` ids have been used,
+new names simply stay on the coordinator path.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable
+
+import numpy as np
+
+from hvdcore.engine.messages import ALLREDUCE, Meta, Response
+
+#: A flag in a round's header: the sender called join(); every rank disables the cache.
+FLAG_JOINING = 1
+
+HIT = 0
+MISS = 1
+STALE = 2
+
+
+class ResponseCache:
+    """The cached allreduce responses of one rank (identical on every rank)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.enabled = capacity > 0
+        self._ids: dict[str, int] = {}
+        self._metas: list[Meta | None] = []
+        self._single: list[Response | None] = []
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def lookup(self, meta: Meta) -> tuple[int, int]:
+        """``(HIT, id)``, ``(STALE, id)`` when the name is cached with another meta, or
+        ``(MISS, -1)``."""
+        if not self.enabled or meta.set_id != 0 or meta.kind != ALLREDUCE:
+            return MISS, -1
+        cid = self._ids.get(meta.name)
+        if cid is None:
+            return MISS, -1
+        return (HIT, cid) if self._metas[cid] == meta else (STALE, cid)
+
+    def insert(self, resp: Response) -> None:
+        """Cache each tensor of an executed allreduce response (in execution order)."""
+        if (not self.enabled or resp.kind != ALLREDUCE or resp.set_id != 0 or resp.joined):
+            return
+        for name, shape in zip(resp.names, resp.shapes, strict=True):
+            if name in self._ids or len(self._metas) >= self.capacity:
+                continue
+            self._ids[name] = len(self._metas)
+            self._metas.append(Meta(0, name, ALLREDUCE, resp.dtype, tuple(shape), resp.op,
+                                    -1, resp.prescale, resp.postscale))
+            self._single.append(Response(kind=ALLREDUCE, set_id=0, names=[name],
+                                         dtype=resp.dtype, shapes=[tuple(shape)], op=resp.op,
+                                         prescale=resp.prescale, postscale=resp.postscale))
+
+    def invalidate(self, cid: int) -> None:
+        """Drop id ``cid`` for good (ids are never reused)."""
+        meta = self._metas[cid]
+        if meta is not None:
+            self._metas[cid] = None
+            self._single[cid] = None
+            if self._ids.get(meta.name) == cid:
+                del self._ids[meta.name]
+
+    def disable(self) -> None:
+        """Stop caching (a rank joined): every allreduce goes through the coordinator."""
+        self.enabled = False
+
+    def enable(self) -> None:
+        """Resume caching (the join finished)."""
+        self.enabled = self.capacity > 0
+
+    def name_of(self, cid: int) -> str | None:
+        """The tensor name of a live id."""
+        meta = self._metas[cid] if 0 <= cid < len(self._metas) else None
+        return None if meta is None else meta.name
+
+    def responses(self, cids: list[int], fusion_threshold: int) -> list[Response]:
+        """The responses for ready ids, fused like the coordinator fuses (in id order).
+
+        Callers must not modify them (a lone id's response is shared between rounds)."""
+        if len(cids) == 1:
+            single = self._single[cids[0]]
+            assert single is not None, f"ready cache id {cids[0]} is not live"
+            return [single]
+        out: list[Response] = []
+        open_resp: dict[tuple, tuple[Response, int]] = {}
+        for cid in sorted(cids):
+            meta = self._metas[cid]
+            assert meta is not None, f"ready cache id {cid} is not live"
+            nbytes = math.prod(meta.shape) * np.dtype(meta.dtype).itemsize
+            key = (meta.dtype, meta.op, meta.prescale, meta.postscale)
+            cur = open_resp.get(key)
+            if cur is not None and cur[1] + nbytes <= fusion_threshold:
+                cur[0].names.append(meta.name)
+                cur[0].shapes.append(meta.shape)
+                open_resp[key] = (cur[0], cur[1] + nbytes)
+                continue
+            resp = Response(kind=ALLREDUCE, set_id=0, names=[meta.name], dtype=meta.dtype,
+                            shapes=[meta.shape], op=meta.op, prescale=meta.prescale,
+                            postscale=meta.postscale)
+            out.append(resp)
+            open_resp[key] = (resp, nbytes)
+        return out
+
+
+class RoundVector:
+    """Layout of one round's contribution: ``[lists, flags, miss bits..., invalid bits...]``,
+    little-endian 64-bit words in a ``bytearray`` (``MPI.UINT64_T``).
+
+    Reduced with bitwise or: a hit is ready when no rank set its *miss* bit; an id is invalid
+    when any rank set its *invalid* bit. Only rank 0 puts a non-zero ``lists`` (the number of
+    coordinator lists that go before this round), so the or of it is rank 0's value. Plain
+    Python ints and bytes: cheaper than NumPy for a vector this small on the latency path.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.words = max(1, (capacity + 63) // 64)
+        self.size = 2 + 2 * self.words
+        self.nbytes = 8 * self.size
+        self._ones = (1 << (64 * self.words)) - 1
+
+    def buffer(self) -> bytearray:
+        """A zeroed buffer of the right size."""
+        return bytearray(self.nbytes)
+
+    def pack(self, out: bytearray, lists: int, flags: int, hits: Iterable[int],
+             invalid: Iterable[int]) -> None:
+        """Fill ``out`` with this rank's contribution."""
+        n = 8 * self.words
+        miss = self._ones
+        for cid in hits:
+            miss &= ~(1 << cid)
+        inv = 0
+        for cid in invalid:
+            inv |= 1 << cid
+        _HEADER.pack_into(out, 0, lists, flags)
+        out[16:16 + n] = miss.to_bytes(n, "little")
+        out[16 + n:] = inv.to_bytes(n, "little")
+
+    def unpack(self, res: bytearray, hits: Iterable[int]) -> tuple[int, int, list[int], list[int]]:
+        """``(lists, flags, ready ids among hits, invalid ids)`` of a reduced round."""
+        n = 8 * self.words
+        lists, flags = _HEADER.unpack_from(res, 0)
+        miss = int.from_bytes(res[16:16 + n], "little")
+        ready = [cid for cid in hits if not (miss >> cid) & 1]
+        inv = int.from_bytes(res[16 + n:], "little")
+        invalid = [] if not inv else [i for i in range(64 * self.words) if (inv >> i) & 1]
+        return lists, flags, ready, invalid
+
+
+_HEADER = struct.Struct("<QQ")
+
+
+__all__ = ["ResponseCache", "RoundVector", "FLAG_JOINING", "HIT", "MISS", "STALE"]

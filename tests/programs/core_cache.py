@@ -1,0 +1,106 @@
+"""The response cache with real ranks: repeated tensors take the cached path (argv[1] = case).
+
+Cases: repeat (results vs a NumPy reference over many steps, submission order varying by rank),
+mismatch (a cached name submitted with another shape on one rank), reshape (every rank changes
+the shape), join (a rank joins while the others repeat cached allreduces), stall (a cached
+tensor that one rank never submits), capacity (more names than the cache holds).
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+import hvdcore as hvd
+from hvdcore import basics
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+engine = basics.state().engine
+
+
+def say(text: str) -> None:
+    """One write per line, so lines of different ranks never interleave in mpirun's output."""
+    os.write(1, (text + "\n").encode())
+
+
+def value(step: int, rank: int, shape: tuple[int, ...], salt: int) -> np.ndarray:
+    rng = np.random.default_rng(1000 * step + 10 * rank + salt)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+        raise AssertionError(f"rank {R}: {what}: got {got.ravel()[:4]}, want {want.ravel()[:4]}")
+
+
+case = sys.argv[1]
+shapes = {"a": (7,), "b": (3, 5), "c": (1000,)}
+if case == "repeat":
+    for step in range(60):
+        names = list(shapes)
+        if (step + R) % 2:  # ranks submit in different orders: the rounds must still agree
+            names.reverse()
+        salt = {nm: i for i, nm in enumerate(shapes)}
+        handles = {nm: hvd.allreduce_async(value(step, R, shapes[nm], salt[nm]), name=nm,
+                                           op=hvd.Sum if nm == "b" else hvd.Average)
+                   for nm in names}
+        for nm in names:
+            want = sum(value(step, r, shapes[nm], salt[nm]) for r in range(N))
+            if nm != "b":
+                want = want / N
+            check(hvd.synchronize(handles[nm]), want, f"step {step} tensor {nm}")
+        got = hvd.allreduce(np.full(4, float(R + step)), op=hvd.Max, name="max",
+                            prescale_factor=2.0)
+        check(got, np.full(4, 2.0 * (N - 1 + step)), f"step {step} max")
+    say(f"rank {R} repeat ok: {len(engine.cache)} cached, {engine._posted} rounds")
+elif case in ("mismatch", "reshape"):
+    for _ in range(3):
+        hvd.allreduce(np.ones(4, np.float32), name="w")
+    grow = (R == 1) if case == "mismatch" else True
+    try:
+        out = hvd.allreduce(np.ones(4 + grow, np.float32), op=hvd.Sum, name="w")
+    except hvd.MismatchError as exc:
+        say(f"rank {R} caught MismatchError: {exc}")
+    else:
+        check(out, np.full(4 + grow, float(N)), "reshaped")
+        say(f"rank {R} reshaped ok")
+    for _ in range(3):  # the name is cached again with whatever shape comes next
+        out = hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum, name="w")
+        check(out, np.full(4, float(N)), "after")
+    say(f"rank {R} healthy after: {len(engine.cache)} cached")
+elif case == "join":
+    steps = 3 if R == 1 else 20
+    for step in range(steps):
+        out = hvd.allreduce(np.full(3, 1.0), op=hvd.Sum, name="j")
+        expect = N if step < 3 else N - 1  # the joined rank adds nothing
+        check(out, np.full(3, float(expect)), f"join step {step}")
+    last = hvd.join()
+    say(f"rank {R} join returned {last}")
+    out = hvd.allreduce(np.full(3, 1.0), op=hvd.Sum, name="j")
+    check(out, np.full(3, float(N)), "after join")
+    say(f"rank {R} healthy after join")
+elif case == "stall":
+    for _ in range(3):
+        hvd.allreduce(np.ones(2), name="skipped")
+    if R == 1:
+        time.sleep(float(sys.argv[2]))
+        say("rank 1 woke up")
+        hvd.allreduce(np.ones(2), name="skipped")
+        say("rank 1 submitted late")
+    else:
+        try:
+            hvd.allreduce(np.ones(2), name="skipped")
+        except hvd.StallError as exc:
+            say(f"rank {R} got StallError: {exc}")
+            raise
+elif case == "capacity":
+    for step in range(4):
+        for k in range(6):
+            out = hvd.allreduce(np.full(2, float(R + k)), op=hvd.Sum, name=f"t{k}")
+            check(out, np.full(2, float(sum(range(N)) + N * k)), f"t{k}")
+    say(f"rank {R} capacity ok: {len(engine.cache)} cached")
+else:
+    raise SystemExit(f"unknown case {case}")
+hvd.shutdown()

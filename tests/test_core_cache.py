@@ -1,0 +1,148 @@
+"""Response cache: its pure parts, then real ranks taking the cached path."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import program, run_mpi
+from hvdcore.engine.cache import HIT, MISS, STALE, ResponseCache, RoundVector
+from hvdcore.engine.coordinator import Coordinator
+from hvdcore.engine.messages import ALLREDUCE, Meta, Response
+
+
+def _resp(*names: str, shape: tuple[int, ...] = (4,), dtype: str = "float32",
+          set_id: int = 0, joined: tuple[int, ...] = ()) -> Response:
+    return Response(kind=ALLREDUCE, set_id=set_id, names=list(names), dtype=dtype,
+                    shapes=[shape] * len(names), op=0, joined=joined)
+
+
+def _meta(name: str, shape: tuple[int, ...] = (4,), dtype: str = "float32") -> Meta:
+    return Meta(0, name, ALLREDUCE, dtype, shape, 0)
+
+
+def test_cache_ids_follow_execution_order_and_are_never_reused() -> None:
+    c = ResponseCache(8)
+    c.insert(_resp("a", "b"))  # a fused response caches each tensor
+    c.insert(_resp("a"))  # already cached: keeps its id
+    assert c.lookup(_meta("a")) == (HIT, 0) and c.lookup(_meta("b")) == (HIT, 1)
+    assert c.lookup(_meta("a", shape=(5,))) == (STALE, 0)
+    assert c.lookup(_meta("zz")) == (MISS, -1)
+    c.invalidate(0)
+    assert c.lookup(_meta("a")) == (MISS, -1) and c.name_of(0) is None
+    c.insert(_resp("a", shape=(5,)))
+    assert c.lookup(_meta("a", shape=(5,))) == (HIT, 2)  # a fresh id, 0 stays dead
+
+
+def test_cache_skips_what_it_cannot_share() -> None:
+    c = ResponseCache(2)
+    c.insert(_resp("ps", set_id=1))  # process sets other than the global one
+    c.insert(_resp("joined", joined=(1,)))  # a response with neutral contributions
+    c.insert(_resp("x", "y", "z"))  # beyond capacity
+    assert len(c) == 2 and c.lookup(_meta("z")) == (MISS, -1)
+    c.disable()
+    assert c.lookup(_meta("x")) == (MISS, -1)
+    c.enable()
+    assert c.lookup(_meta("x")) == (HIT, 0)
+    assert ResponseCache(0).lookup(_meta("x")) == (MISS, -1)
+
+
+def test_cached_responses_fuse_by_dtype_within_the_threshold() -> None:
+    c = ResponseCache(8)
+    for nm, dt in (("a", "float32"), ("b", "float64"), ("c", "float32"), ("d", "float32")):
+        c.insert(_resp(nm, dtype=dt, shape=(256,)))  # 1 KiB each as float32
+    out = c.responses([3, 0, 1, 2], fusion_threshold=2048)
+    assert [(r.dtype, r.names) for r in out] == [
+        ("float32", ["a", "c"]), ("float64", ["b"]), ("float32", ["d"])]
+    assert c.responses([1], 0)[0].names == ["b"]
+
+
+def test_round_vector_or_semantics() -> None:
+    rv = RoundVector(130)
+    a, b = rv.buffer(), rv.buffer()
+    rv.pack(a, 5, 0, hits=[0, 64, 129], invalid=[])
+    rv.pack(b, 0, 1, hits=[64, 129, 3], invalid=[7])
+    red = bytes(x | y for x, y in zip(a, b, strict=True))  # what MPI_BOR makes of them
+    lists, flags, ready, invalid = rv.unpack(bytearray(red), hits=[0, 64, 129])
+    assert (lists, flags, ready, invalid) == (5, 1, [64, 129], [7])
+
+
+def test_coordinator_reports_cached_tensors_waited_on() -> None:
+    now = [100.0]
+    co = Coordinator(3, {0: (0, 1, 2)}, 1 << 20, 0.0, stall_check_s=10.0,
+                     stall_shutdown_s=30.0, clock=lambda: now[0])
+    co.note_waiting(0, "w", age=6.0)
+    co.note_waiting(2, "w", age=5.0)
+    now[0] += 5.0
+    warn = [r for r in co.poll() if r.kind == "stall_warning"]
+    assert warn and "allreduce 'w': submitted by ranks [0, 2]" in warn[0].message
+    assert "missing on rank 1" in warn[0].message
+    co.hit_done("w")
+    assert not co.busy()
+
+
+# -- real ranks ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("progress", ["caller", "thread"])
+@pytest.mark.parametrize("np_", [2, 3])
+def test_repeated_allreduces_take_the_cache_and_stay_correct(np_: int, progress: str) -> None:
+    res = run_mpi(np_, [program("core_cache.py"), "repeat"],
+                  env={"HVDCORE_PROGRESS": progress}, timeout=90)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(np_):
+        line = next(ln for ln in res.stdout.splitlines() if ln.startswith(f"rank {r} repeat ok"))
+        cached, rounds = int(line.split(": ")[1].split()[0]), int(line.split(", ")[1].split()[0])
+        assert cached == 4 and rounds >= 59, line  # every step after the first used rounds
+
+
+def test_cached_name_with_another_shape_on_one_rank_is_a_mismatch_everywhere() -> None:
+    res = run_mpi(3, [program("core_cache.py"), "mismatch"], timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(3):
+        caught = [ln for ln in res.stdout.splitlines() if ln.startswith(f"rank {r} caught")]
+        assert caught and "mismatched shape for allreduce 'w'" in caught[0], res.stdout
+        assert "rank 1 submitted [5]" in caught[0] and "ranks [0, 2] submitted [4]" in caught[0]
+        assert f"rank {r} healthy after: 1 cached" in res.stdout
+
+
+def test_cached_name_reshaped_on_every_rank_just_works() -> None:
+    res = run_mpi(3, [program("core_cache.py"), "reshape"], timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("reshaped ok") == 3 and "MismatchError" not in res.stdout
+
+
+def test_join_while_others_repeat_cached_allreduces() -> None:
+    res = run_mpi(3, [program("core_cache.py"), "join"], timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("join returned") == 3
+    assert res.stdout.count("healthy after join") == 3
+
+
+def test_more_names_than_capacity_stay_on_the_coordinator_path() -> None:
+    res = run_mpi(2, [program("core_cache.py"), "capacity"],
+                  env={"HVDCORE_CACHE_CAPACITY": "3"}, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("capacity ok: 3 cached") == 2
+
+
+def test_stall_on_a_cached_tensor_warns_then_shuts_down() -> None:
+    start = time.monotonic()
+    res = run_mpi(3, [program("core_cache.py"), "stall", "60"],
+                  env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
+                       "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "4"}, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert time.monotonic() - start < 40
+    assert "allreduce 'skipped': submitted by ranks [0, 2]" in out and "missing on rank 1" in out
+    assert "This rank (1) has not submitted: skipped" in out
+    assert "StallError" in out and "rank 1 woke up" not in out
+
+
+def test_late_rank_on_a_cached_tensor_completes_after_the_warning() -> None:
+    res = run_mpi(2, [program("core_cache.py"), "stall", "3"],
+                  env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
+                       "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "0"}, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "WARNING stalled collectives" in out and "rank 1 submitted late" in out
