@@ -124,7 +124,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("CACHE_CAPACITY", "int", 1024,
          "How many allreduce responses every rank caches. A tensor submitted again with the "
          "same name, shape, dtype and op skips the coordinator: the ranks agree in one small "
-         "non-blocking allreduce of bits instead of a round trip to rank 0. 0 disables.",
+         "non-blocking allreduce of bits instead of a round trip to rank 0. Only named tensors "
+         "of the global process set are cached (unnamed calls get a new name each time). "
+         "0 disables.",
          horovod_alias=True, cli_flag="--cache-capacity", parse=_parse_nonneg_int),
     Knob("PROGRESS", "choice", "auto",
          "Who moves requests along: thread (the background engine thread, woken by every "

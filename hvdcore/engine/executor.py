@@ -170,11 +170,14 @@ class Executor:
             src = r0.tensor
             out = r0.out if r0.out is not None else self._result_block(
                 dtype, src.size).reshape(src.shape)
-            t0 = tl.now_us() if tl else 0.0
-            self.backend.allreduce(pset.comm, src, out, op)
-            self._span(reqs, resp.names, "MPI_ALLREDUCE", t0, bytes=src.nbytes)
+            if tl is None:
+                self.backend.allreduce(pset.comm, src, out, op)
+            else:
+                t0 = tl.now_us()
+                self.backend.allreduce(pset.comm, src, out, op)
+                self._span(reqs, resp.names, "MPI_ALLREDUCE", t0, bytes=src.nbytes)
             if post != 1.0:
-                _scale_into(out, out, post)
+                np.multiply(out, post, out=out, casting="unsafe")
             r0.handle.set_part(r0.part, out)
             return
         sizes = [math.prod(s) for s in resp.shapes]

@@ -185,10 +185,10 @@ class Engine:
         Runs on the engine thread, or on a caller's thread that drives the engine while it
         waits for a blocking call (see :meth:`drive`); ``_run_lock`` keeps the two apart.
         """
-        with self._cv:
-            batch, self._queue = self._queue, []
         progressed = False
-        if batch:
+        if self._queue:  # unlocked peek: only this cycle's thread empties the queue
+            with self._cv:
+                batch, self._queue = self._queue, []
             self._announce(batch)
             progressed = True
         if self.coordinator is not None:
@@ -537,6 +537,16 @@ class Engine:
 
     def _execute(self, resp: Response, cached: bool = False) -> None:
         kind = resp.kind
+        if kind == ALLREDUCE:  # the common case first
+            pset = self.sets.get(resp.set_id)
+            if pset is None or pset.comm is None:
+                return  # a response for a set this rank is not in
+            inflight = self._inflight
+            reqs = [inflight.pop((resp.set_id, n), None) for n in resp.names]
+            self.executor.allreduce(resp, reqs, pset)
+            if not cached:
+                self.cache.insert(resp)
+            return
         if kind == ERROR:
             req = self._take(resp, resp.names[0])
             if req is not None:
@@ -593,12 +603,6 @@ class Engine:
         pset = self.sets.get(resp.set_id)
         if pset is None or pset.comm is None:
             return  # a response for a set this rank is not in
-        if kind == ALLREDUCE:
-            reqs = [self._take(resp, n) for n in resp.names]
-            self.executor.allreduce(resp, reqs, pset)
-            if not cached:
-                self.cache.insert(resp)
-            return
         req = self._take(resp, resp.names[0])
         if req is None:
             return

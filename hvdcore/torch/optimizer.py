@@ -112,7 +112,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                          ) -> dict[torch.Tensor, str]:
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named is None:
-            return {p: f"allreduce.noname.{i}" for i, p in enumerate(all_params)}
+            return {p: f"allreduce.param.{i}" for i, p in enumerate(all_params)}
         named = list(named)
         if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
             raise ValueError("named_parameters must be (name, parameter) tuples, as produced "
@@ -351,7 +351,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.wrapped_optimizer.add_param_group(param_group)
         start = len(self._names)
         for i, p in enumerate(self.param_groups[-1]["params"]):
-            self._names.setdefault(p, f"allreduce.noname.{start + i}")
+            self._names.setdefault(p, f"allreduce.param.{start + i}")
             if p.requires_grad and p not in self._delay:
                 self._params.append(p)
                 self._delay[p] = self.backward_passes_per_step
