@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from conftest import program, run_mpi
+
 from hvdcore.engine.cache import HIT, MISS, STALE, ResponseCache, RoundVector
 from hvdcore.engine.coordinator import Coordinator
 from hvdcore.engine.messages import ALLREDUCE, Meta, Response

@@ -366,12 +366,12 @@ class Engine:
             msg = self.ctrl.improbe(source=MPI.ANY_SOURCE, tag=TAG_ANNOUNCE, status=status)
             if msg is None:
                 break
-            payload = self._recv(msg, status)
-            if isinstance(payload, dict):  # cached allreduces a rank has long waited for
-                for name, age in payload["waiting"]:
+            got_msg = self._recv(msg, status)
+            if isinstance(got_msg, dict):  # cached allreduces a rank has long waited for
+                for name, age in got_msg["waiting"]:
                     coord.note_waiting(status.Get_source(), name, age)
             else:
-                coord.add(status.Get_source(), [Meta(*t) for t in payload])
+                coord.add(status.Get_source(), [Meta(*t) for t in got_msg])
             got = True
         responses = coord.poll()
         if not responses:

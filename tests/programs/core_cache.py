@@ -96,7 +96,7 @@ elif case == "stall":
             say(f"rank {R} got StallError: {exc}")
             raise
 elif case == "capacity":
-    for step in range(4):
+    for _ in range(4):
         for k in range(6):
             out = hvd.allreduce(np.full(2, float(R + k)), op=hvd.Sum, name=f"t{k}")
             check(out, np.full(2, float(sum(range(N)) + N * k)), f"t{k}")
