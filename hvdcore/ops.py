@@ -245,18 +245,12 @@ def grouped_allreduce_async(
     return _submit(st, items, list, f"grouped_allreduce '{base}'")
 
 
-def allreduce_async(
-    tensor: np.ndarray, average: bool | None = None, name: str | None = None, op: Any = None,
-    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-    process_set: ProcessSet = global_process_set, out: np.ndarray | None = None,
-) -> Handle:
-    """Start an allreduce of ``tensor``; ``synchronize(handle)`` returns the reduced array.
-
-    ``op``: Average (default), Sum, Min, Max, Product. Average of integers truncates.
-    ``out``: optional array that receives the result (may be ``tensor`` itself: in place).
-    """
-    # The single-tensor path of grouped_allreduce_async, written out: it is the hot path of
-    # small-message latency.
+def _allreduce_request(
+    tensor: np.ndarray, average: bool | None, name: str | None, op: Any,
+    prescale_factor: float, postscale_factor: float, process_set: ProcessSet,
+    out: np.ndarray | None,
+) -> tuple[Any, Meta, np.ndarray, np.ndarray | None]:
+    """Check an allreduce's arguments: (state, meta, input array, output array or None)."""
     st = basics.state()
     what = "allreduce"
     ps, sid = _pset(process_set, st, what)
@@ -272,15 +266,39 @@ def allreduce_async(
             f"rank {st.rank}: Average of a bool tensor is undefined; use op=Sum (logical "
             "or), Min/Product (logical and) or Max")
     if out is not None:
-        out = _out(out, arr, st.rank, what)
+        checked = _out(out, arr, st.rank, what)
+        assert checked is not None
+        out = checked
         if out is tensor or _same_buffer(out, arr):
             arr = out  # in place: MPI_IN_PLACE
         elif np.may_share_memory(out, arr):
             arr = arr.copy()
-    handle = Handle(1, _first, f"allreduce '{nm}'")
     meta = Meta(sid, nm, ALLREDUCE, _dtype_name(arr.dtype), arr.shape, int(rop), -1, pre, post)
-    st.engine.enqueue([Request(meta, arr, out, handle, 0)])
-    return handle
+    return st, meta, arr, out
+
+
+def _allreduce_submit(st: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
+                      enqueue: bool = True) -> Request:
+    handle = Handle(1, _first, f"allreduce '{meta.name}'")
+    req = Request(meta, arr, out, handle, 0)
+    if enqueue:
+        st.engine.enqueue([req])
+    return req
+
+
+def allreduce_async(
+    tensor: np.ndarray, average: bool | None = None, name: str | None = None, op: Any = None,
+    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+    process_set: ProcessSet = global_process_set, out: np.ndarray | None = None,
+) -> Handle:
+    """Start an allreduce of ``tensor``; ``synchronize(handle)`` returns the reduced array.
+
+    ``op``: Average (default), Sum, Min, Max, Product. Average of integers truncates.
+    ``out``: optional array that receives the result (may be ``tensor`` itself: in place).
+    """
+    st, meta, arr, out = _allreduce_request(tensor, average, name, op, prescale_factor,
+                                            postscale_factor, process_set, out)
+    return _allreduce_submit(st, meta, arr, out).handle
 
 
 def allreduce(
@@ -292,8 +310,25 @@ def allreduce(
 
     >>> hvd.allreduce(np.array([hvd.rank()], np.float64))      # mean of the ranks
     """
-    return _blocking(lambda: allreduce_async(tensor, average, name, op, prescale_factor,
-                                             postscale_factor, process_set, out))
+    st, meta, arr, out = _allreduce_request(tensor, average, name, op, prescale_factor,
+                                            postscale_factor, process_set, out)
+    engine = st.engine
+    if not engine.begin_drive():
+        return engine.drive(_allreduce_submit(st, meta, arr, out).handle)
+    try:
+        # A tensor the ranks reduced before skips the queue (see HVDCORE_CACHE_CAPACITY).
+        got = engine.fast_allreduce(meta, arr, out,
+                                    lambda: _allreduce_submit(st, meta, arr, out, False))
+        if got is None:
+            handle = _allreduce_submit(st, meta, arr, out).handle
+        elif isinstance(got, Handle):
+            handle = got
+        else:
+            return got
+        engine.drive_until(handle)
+    finally:
+        engine.end_drive()
+    return handle.wait()
 
 
 def grouped_allreduce(

@@ -143,6 +143,7 @@ class RoundVector:
         self.size = 2 + 2 * self.words
         self.nbytes = 8 * self.size
         self._ones = (1 << (64 * self.words)) - 1
+        self._memo: dict[tuple[int, ...], bytes] = {}  # bits of recurring hit sets
 
     def buffer(self) -> bytearray:
         """A zeroed buffer of the right size."""
@@ -151,6 +152,20 @@ class RoundVector:
     def pack(self, out: bytearray, lists: int, flags: int, hits: Iterable[int],
              invalid: Iterable[int]) -> None:
         """Fill ``out`` with this rank's contribution."""
+        _HEADER.pack_into(out, 0, lists, flags)
+        if not invalid:
+            # A training loop offers the same hit sets step after step.
+            key = tuple(hits)
+            bits = self._memo.get(key)
+            if bits is None:
+                bits = self._bits(hits, ())
+                if len(self._memo) < 256:
+                    self._memo[key] = bits
+            out[16:] = bits
+            return
+        out[16:] = self._bits(hits, invalid)
+
+    def _bits(self, hits: Iterable[int], invalid: Iterable[int]) -> bytes:
         n = 8 * self.words
         miss = self._ones
         for cid in hits:
@@ -158,14 +173,17 @@ class RoundVector:
         inv = 0
         for cid in invalid:
             inv |= 1 << cid
-        _HEADER.pack_into(out, 0, lists, flags)
-        out[16:16 + n] = miss.to_bytes(n, "little")
-        out[16 + n:] = inv.to_bytes(n, "little")
+        return miss.to_bytes(n, "little") + inv.to_bytes(n, "little")
 
-    def unpack(self, res: bytearray, hits: Iterable[int]) -> tuple[int, int, list[int], list[int]]:
-        """``(lists, flags, ready ids among hits, invalid ids)`` of a reduced round."""
+    def unpack(self, res: bytearray, hits: list[int], sent: bytearray | None = None
+               ) -> tuple[int, int, list[int], list[int]]:
+        """``(lists, flags, ready ids among hits, invalid ids)`` of a reduced round
+        (``sent``: this rank's contribution, for the common case that every rank sent
+        the same bits)."""
         n = 8 * self.words
         lists, flags = _HEADER.unpack_from(res, 0)
+        if sent is not None and res[16:] == sent[16:] and not any(sent[16 + n:]):
+            return lists, flags, list(hits), []
         miss = int.from_bytes(res[16:16 + n], "little")
         ready = [cid for cid in hits if not (miss >> cid) & 1]
         inv = int.from_bytes(res[16 + n:], "little")

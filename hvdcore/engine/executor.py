@@ -145,6 +145,26 @@ class Executor:
 
     # -- allreduce ---------------------------------------------------------------------------
 
+    def allreduce_single(self, resp: Response, arr: np.ndarray, out: np.ndarray | None,
+                         pset: SetState) -> np.ndarray | None:
+        """One tensor's allreduce with nothing to convert, straight to the result array;
+        None (nothing done) when the tensor needs the general path (float16, bool, prescale,
+        joined ranks, a timeline)."""
+        if resp.prescale != 1.0 or resp.joined or self.timeline is not None:
+            return None
+        plan = self._plans.get((resp.dtype, resp.op))
+        if plan is None or plan[3] or not plan[4]:
+            return None  # (the first call of a dtype/op builds its plan on the general path)
+        if out is None:
+            out = self._result_block(plan[0], arr.size).reshape(arr.shape)
+        self.backend.allreduce(pset.comm, arr, out, plan[2])
+        post = resp.postscale
+        if resp.op == ReduceOp.AVERAGE:
+            post /= len(pset.ranks)
+        if post != 1.0:
+            np.multiply(out, post, out=out, casting="unsafe")
+        return out
+
     def allreduce(self, resp: Response, reqs: list[Request | None], pset: SetState) -> None:
         """Execute a (possibly fused) allreduce; ``None`` entries are joined-rank neutrals."""
         if self.timeline is not None:

@@ -119,9 +119,12 @@ class Engine:
         self._round_req: Any = None
         self._round_hits: list[int] = []
         self._posted = 0
+        self.fast_count = 0  # blocking allreduces done by fast_allreduce (for tests)
         if self._rv is not None:
             self._round_send = self._rv.buffer()
             self._round_recv = self._rv.buffer()
+            self._round_msgs = ([self._round_send, MPI.UINT64_T],
+                                [self._round_recv, MPI.UINT64_T])
         self._stop = False
         self.fatal: BaseException | None = None
         self.timeline: Timeline | None = None
@@ -438,24 +441,81 @@ class Engine:
         if not need:
             return False
         m = self._posted + 1
-        lists = 0
-        if self.coordinator is not None:
-            while self._sent_fences and self._sent_fences[0] < m:
-                self._sent_fences.popleft()
-                self._lists_counted += 1
-            lists = self._lists_counted
+        lists = self._lists_before(m)
         flags = FLAG_JOINING if self._join_flag else 0
         self._join_flag = False
         self._round_hits = list(self._hits)
         self._rv.pack(self._round_send, lists, flags, self._round_hits, self._invalid)
-        self._round_req = self.round_comm.Iallreduce(
-            [self._round_send, MPI.UINT64_T], [self._round_recv, MPI.UINT64_T], op=MPI.BOR)
+        self._round_req = self.round_comm.Iallreduce(self._round_msgs[0], self._round_msgs[1],
+                                                     op=MPI.BOR)
         self._posted = m
         # A peer that posted first makes this round complete at once.
         did = self._test_round()
         if self._rounds_ready:
             did |= self._drain()
         return did
+
+    def _lists_before(self, m: int) -> int:
+        """Rank 0: how many lists it sent go before round ``m`` (0 on other ranks)."""
+        if self.coordinator is None:
+            return 0
+        while self._sent_fences and self._sent_fences[0] < m:
+            self._sent_fences.popleft()
+            self._lists_counted += 1
+        return self._lists_counted
+
+    def fast_allreduce(self, meta: Meta, arr: Any, out: Any,
+                       make_request: Callable[[], Request]) -> Any:
+        """A blocking allreduce of a cached tensor on an idle engine, without the queue.
+
+        The caller drives the engine (:meth:`begin_drive`). Returns the result array; or a
+        handle when the tensor became an ordinary pending hit (a peer is late, or the round
+        must wait for something: drive it); or None when the fast path does not apply.
+        """
+        if (self._rv is None or self.timeline is not None or self._queue or self._inflight
+                or self._hits or self._invalid or self._round_req is not None
+                or self._rounds_ready or self._lists or self._join_flag or self._closing
+                or self.fatal is not None or self._stop):
+            return None
+        state, cid = self.cache.lookup(meta)
+        if state != HIT:
+            return None
+        m = self._posted + 1
+        self._round_hits = [cid]
+        self._rv.pack(self._round_send, self._lists_before(m), 0, self._round_hits, ())
+        req = self.round_comm.Iallreduce(self._round_msgs[0], self._round_msgs[1], op=MPI.BOR)
+        self._posted = m
+        done = req.Test()
+        if not done:
+            t_end = time.perf_counter() + _ROUND_SPIN_S
+            while not done and time.perf_counter() < t_end:
+                done = req.Test()
+        if done:
+            result = self._rv.unpack(self._round_recv, self._round_hits, self._round_send)
+            lists, flags, ready, invalid = result
+            if ready and not flags and not invalid and self._lists_executed >= lists:
+                self._rounds_executed += 1
+                coord = self.coordinator
+                if coord is not None and coord.hit_waits:
+                    coord.hit_done(meta.name)
+                resp = self.cache.responses(ready, 0)[0]
+                pset = self.sets[0]
+                value = self.executor.allreduce_single(resp, arr, out, pset)
+                if value is not None:
+                    self.fast_count += 1
+                    return value
+                request = make_request()
+                self.executor.allreduce(resp, [request], pset)
+                return request.handle
+            self._rounds_ready.append(result)
+        else:
+            self._round_req = req
+        # Not done at once: the request becomes an ordinary hit of the posted round.
+        request = make_request()
+        self._inflight[(0, meta.name)] = request
+        self._hits[cid] = request
+        self._hit_since[cid] = time.perf_counter()
+        return request.handle
 
     def _test_round(self) -> bool:
         """Collect the outstanding round if it completed; True when it carries anything."""
@@ -470,7 +530,7 @@ class Engine:
                 if time.perf_counter() > t_end:
                     return False
         self._round_req = None
-        result = self._rv.unpack(self._round_recv, self._round_hits)
+        result = self._rv.unpack(self._round_recv, self._round_hits, self._round_send)
         self._rounds_ready.append(result)
         return bool(result[1] or result[2] or result[3])
 

@@ -54,7 +54,23 @@ if case == "repeat":
         got = hvd.allreduce(np.full(4, float(R + step)), op=hvd.Max, name="max",
                             prescale_factor=2.0)
         check(got, np.full(4, 2.0 * (N - 1 + step)), f"step {step} max")
-    say(f"rank {R} repeat ok: {len(engine.cache)} cached, {engine._posted} rounds")
+        # blocking calls of every kind of tensor: the fast path and its general fallback
+        for dt in (np.float16, np.int32, np.bool_, np.float64):
+            x = ((np.arange(5) + R + step) % 3).astype(dt)
+            op = hvd.Max if dt == np.bool_ else hvd.Sum
+            want = sum(((np.arange(5) + r + step) % 3).astype(np.float64) for r in range(N))
+            if dt == np.bool_:
+                want = np.max([((np.arange(5) + r + step) % 3).astype(dt) for r in range(N)], 0)
+            got = hvd.allreduce(x, op=op, name=f"dt.{np.dtype(dt).name}")
+            assert got.dtype == dt, got.dtype
+            check(got.astype(np.float64), np.asarray(want, np.float64), f"step {step} {dt}")
+        buf = np.full(6, float(R + step))
+        hvd.allreduce(buf, op=hvd.Sum, name="inplace", out=buf)
+        check(buf, np.full(6, float(sum(range(N)) + N * step)), f"step {step} in place")
+        avg = hvd.allreduce(np.full(3, float(R)), name="avg")
+        check(avg, np.full(3, (N - 1) / 2), f"step {step} average")
+    say(f"rank {R} repeat ok: {len(engine.cache)} cached, {engine._posted} rounds, "
+        f"{engine.fast_count} fast")
 elif case in ("mismatch", "reshape"):
     for _ in range(3):
         hvd.allreduce(np.ones(4, np.float32), name="w")
