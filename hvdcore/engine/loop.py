@@ -8,6 +8,10 @@ thread or a user thread that waits for a result and *drives* the engine itself
 engine thread (an idle one sleeps on a condition variable, so a lone request starts at once);
 with caller progress submissions only queue until someone waits, and the engine thread steps in
 only after ``_CALLER_GRACE_S`` without a driver (see ``HVDCORE_PROGRESS``).
+
+Allreduces the ranks ran before are *hits* of the response cache: they skip the coordinator and
+are agreed in non-blocking rounds (:mod:`hvdcore.engine.cache`); :meth:`Engine._drain` runs
+coordinator lists and completed rounds in the one order every rank agrees on.
 """
 
 from __future__ import annotations
