@@ -112,7 +112,7 @@ class ResponseCache:
         for cid in sorted(cids):
             meta = self._metas[cid]
             assert meta is not None, f"ready cache id {cid} is not live"
-            nbytes = math.prod(meta.shape) * np.dtype(meta.dtype).itemsize
+            nbytes = math.prod(meta.shape) * _itemsize(meta.dtype)
             key = (meta.dtype, meta.op, meta.prescale, meta.postscale)
             cur = open_resp.get(key)
             if cur is not None and cur[1] + nbytes <= fusion_threshold:
@@ -192,6 +192,14 @@ class RoundVector:
 
 
 _HEADER = struct.Struct("<QQ")
+_ITEMSIZE: dict[str, int] = {}
+
+
+def _itemsize(dtype: str) -> int:
+    size = _ITEMSIZE.get(dtype)
+    if size is None:
+        size = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
+    return size
 
 
 __all__ = ["ResponseCache", "RoundVector", "FLAG_JOINING", "HIT", "MISS", "STALE"]

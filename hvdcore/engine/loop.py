@@ -320,6 +320,8 @@ class Engine:
 
     def _announce(self, batch: list[Request]) -> None:
         metas: list[Meta] = []
+        now = time.perf_counter()
+        lookup = self.cache.lookup if self._rv is not None else None
         for req in batch:
             key = (req.meta.set_id, req.meta.name)
             if key in self._inflight:
@@ -330,12 +332,12 @@ class Engine:
                 continue
             self._inflight[key] = req
             meta = req.meta
-            if self._rv is not None:
+            if lookup is not None:
                 if meta.kind == ALLREDUCE:
-                    state, cid = self.cache.lookup(meta)
+                    state, cid = lookup(meta)
                     if state == HIT and cid not in self._invalid:
                         self._hits[cid] = req
-                        self._hit_since[cid] = time.perf_counter()
+                        self._hit_since[cid] = now
                         continue
                     if state == STALE:
                         self._invalid.add(cid)  # every rank drops it after the next round
@@ -542,10 +544,12 @@ class Engine:
                        invalid: list[int]) -> None:
         if ready:
             coord = self.coordinator
+            hits, since = self._hits, self._hit_since
             for cid in ready:
-                self._hits.pop(cid)
-                self._hit_since.pop(cid, None)
-                self._hit_reported.discard(cid)
+                del hits[cid]
+                del since[cid]
+            if self._hit_reported:
+                self._hit_reported.difference_update(ready)
             for resp in self.cache.responses(ready, self.cfg.fusion_threshold):
                 if coord is not None and coord.hit_waits:
                     for name in resp.names:
