@@ -106,7 +106,9 @@ class Engine:
         self._rounds_ready: deque[tuple[int, int, list[int], list[int]]] = deque()
         self._rounds_executed = 0
         self._last_fence = 0
-        self._sent_fences: deque[int] = deque()
+        # fences of the lists rank 0 sent and no round has counted yet, run-length encoded
+        # ([fence, lists]; fences never decrease): constant size while no round is posted
+        self._sent_fences: deque[list[int]] = deque()
         self._lists_counted = 0
         # Response cache and its rounds (only with more than one rank).
         capacity = cfg.cache_capacity if self.size > 1 else 0
@@ -398,7 +400,10 @@ class Engine:
                 self._send(payload, dest, TAG_RESPONSE)
         if ordered:
             self._last_fence = fence
-            self._sent_fences.append(fence)
+            if self._sent_fences and self._sent_fences[-1][0] == fence:
+                self._sent_fences[-1][1] += 1
+            else:
+                self._sent_fences.append([fence, 1])
             self._lists.append((fence, ordered))
         self._execute_all(oob)
         return True
@@ -465,9 +470,8 @@ class Engine:
         """Rank 0: how many lists it sent go before round ``m`` (0 on other ranks)."""
         if self.coordinator is None:
             return 0
-        while self._sent_fences and self._sent_fences[0] < m:
-            self._sent_fences.popleft()
-            self._lists_counted += 1
+        while self._sent_fences and self._sent_fences[0][0] < m:
+            self._lists_counted += self._sent_fences.popleft()[1]
         return self._lists_counted
 
     def fast_allreduce(self, meta: Meta, arr: Any, out: Any,
