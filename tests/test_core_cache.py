@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from conftest import program, run_mpi
 
@@ -127,25 +125,3 @@ def test_more_names_than_capacity_stay_on_the_coordinator_path() -> None:
                   env={"HVDCORE_CACHE_CAPACITY": "3"}, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("capacity ok: 3 cached") == 2
-
-
-def test_stall_on_a_cached_tensor_warns_then_shuts_down() -> None:
-    start = time.monotonic()
-    res = run_mpi(3, [program("core_cache.py"), "stall", "60"],
-                  env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
-                       "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "4"}, timeout=60)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0
-    assert time.monotonic() - start < 40
-    assert "allreduce 'skipped': submitted by ranks [0, 2]" in out and "missing on rank 1" in out
-    assert "This rank (1) has not submitted: skipped" in out
-    assert "StallError" in out and "rank 1 woke up" not in out
-
-
-def test_late_rank_on_a_cached_tensor_completes_after_the_warning() -> None:
-    res = run_mpi(2, [program("core_cache.py"), "stall", "3"],
-                  env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
-                       "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "0"}, timeout=60)
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out
-    assert "WARNING stalled collectives" in out and "rank 1 submitted late" in out

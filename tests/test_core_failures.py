@@ -33,9 +33,10 @@ def test_mismatch_is_an_error_on_every_rank(case: str, needle: str) -> None:
         assert f"rank {r} healthy after mismatch" in res.stdout
 
 
-def test_stall_warns_then_shuts_down_every_rank() -> None:
+@pytest.mark.parametrize("cached", [[], ["cached"]], ids=["negotiated", "cache-hit"])
+def test_stall_warns_then_shuts_down_every_rank(cached: list[str]) -> None:
     start = time.monotonic()
-    res = run_mpi(3, [program("core_stall.py"), "60"],
+    res = run_mpi(3, [program("core_stall.py"), "60", *cached],
                   env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
                        "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "4"}, timeout=60)
     elapsed = time.monotonic() - start
@@ -48,9 +49,10 @@ def test_stall_warns_then_shuts_down_every_rank() -> None:
     assert "StallError" in out and "rank 1 woke up" not in out
 
 
-def test_stall_warning_only_when_shutdown_disabled() -> None:
+@pytest.mark.parametrize("cached", [[], ["cached"]], ids=["negotiated", "cache-hit"])
+def test_stall_warning_only_when_shutdown_disabled(cached: list[str]) -> None:
     """A slow rank triggers the warning; when it finally submits, the job completes normally."""
-    res = run_mpi(2, [program("core_stall.py"), "3", "late"],
+    res = run_mpi(2, [program("core_stall.py"), "3", "late", *cached],
                   env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
                        "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "0"}, timeout=60)
     out = res.stdout + res.stderr

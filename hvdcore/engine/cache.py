@@ -28,9 +28,7 @@ import math
 import struct
 from collections.abc import Iterable
 
-import numpy as np
-
-from hvdcore.engine.messages import ALLREDUCE, Meta, Response
+from hvdcore.engine.messages import ALLREDUCE, Meta, Response, itemsize
 
 #: A flag in a round's header: the sender called join(); every rank disables the cache.
 FLAG_JOINING = 1
@@ -112,7 +110,7 @@ class ResponseCache:
         for cid in sorted(cids):
             meta = self._metas[cid]
             assert meta is not None, f"ready cache id {cid} is not live"
-            nbytes = math.prod(meta.shape) * _itemsize(meta.dtype)
+            nbytes = math.prod(meta.shape) * itemsize(meta.dtype)
             key = (meta.dtype, meta.op, meta.prescale, meta.postscale)
             cur = open_resp.get(key)
             if cur is not None and cur[1] + nbytes <= fusion_threshold:
@@ -192,14 +190,6 @@ class RoundVector:
 
 
 _HEADER = struct.Struct("<QQ")
-_ITEMSIZE: dict[str, int] = {}
-
-
-def _itemsize(dtype: str) -> int:
-    size = _ITEMSIZE.get(dtype)
-    if size is None:
-        size = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
-    return size
 
 
 __all__ = ["ResponseCache", "RoundVector", "FLAG_JOINING", "HIT", "MISS", "STALE"]

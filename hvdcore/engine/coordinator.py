@@ -17,8 +17,6 @@ import math
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from hvdcore.engine.messages import (
     ABORT,
     ADD_SET,
@@ -36,6 +34,7 @@ from hvdcore.engine.messages import (
     Meta,
     ReduceOp,
     Response,
+    itemsize,
 )
 
 _ADVICE = (
@@ -44,14 +43,6 @@ _ADVICE = (
 )
 
 
-_ITEMSIZE: dict[str, int] = {}
-
-
-def _itemsize(dtype: str) -> int:
-    size = _ITEMSIZE.get(dtype)
-    if size is None:
-        size = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
-    return size
 
 
 class _Entry:
@@ -320,7 +311,7 @@ class Coordinator:
             members = self.sets.get(set_id, ())
             # ranks that joined without submitting this tensor contribute neutral values
             joined = tuple(r for r in members if r in self.joined and r not in entry.metas)
-            nbytes = math.prod(ref.shape) * _itemsize(ref.dtype)
+            nbytes = math.prod(ref.shape) * itemsize(ref.dtype)
             key = (set_id, ref.dtype, ref.op, ref.prescale, ref.postscale, joined)
             cur = open_resp.get(key)
             if cur is not None and cur[1] + nbytes <= self.fusion_threshold:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 class ReduceOp(enum.IntEnum):
     """Reduction operations, numbered as Horovod numbers them."""
@@ -15,6 +17,17 @@ class ReduceOp(enum.IntEnum):
     MIN = 3
     MAX = 4
     PRODUCT = 5
+
+
+_ITEMSIZE: dict[str, int] = {}
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of the dtype called ``dtype`` (cached: on the hot path)."""
+    size = _ITEMSIZE.get(dtype)
+    if size is None:
+        size = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
+    return size
 
 
 # Request kinds.

@@ -2,13 +2,12 @@
 
 Cases: repeat (results vs a NumPy reference over many steps, submission order varying by rank),
 mismatch (a cached name submitted with another shape on one rank), reshape (every rank changes
-the shape), join (a rank joins while the others repeat cached allreduces), stall (a cached
-tensor that one rank never submits), capacity (more names than the cache holds).
+the shape), join (a rank joins while the others repeat cached allreduces), capacity (more names
+than the cache holds). Stalls of cached tensors: tests/programs/core_stall.py ... cached.
 """
 
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -97,20 +96,6 @@ elif case == "join":
     out = hvd.allreduce(np.full(3, 1.0), op=hvd.Sum, name="j")
     check(out, np.full(3, float(N)), "after join")
     say(f"rank {R} healthy after join")
-elif case == "stall":
-    for _ in range(3):
-        hvd.allreduce(np.ones(2), name="skipped")
-    if R == 1:
-        time.sleep(float(sys.argv[2]))
-        say("rank 1 woke up")
-        hvd.allreduce(np.ones(2), name="skipped")
-        say("rank 1 submitted late")
-    else:
-        try:
-            hvd.allreduce(np.ones(2), name="skipped")
-        except hvd.StallError as exc:
-            say(f"rank {R} got StallError: {exc}")
-            raise
 elif case == "capacity":
     for _ in range(4):
         for k in range(6):
