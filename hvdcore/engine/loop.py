@@ -695,6 +695,7 @@ class Engine:
             pending = list(self._inflight.values()) + self._queue
             self._inflight.clear()
             self._hits.clear()
+            self._hit_since.clear()
             self._queue = []
         for req in pending:
             req.handle.fail(err)
