@@ -91,10 +91,16 @@ def test_repeated_allreduces_take_the_cache_and_stay_correct(np_: int, progress:
     assert res.returncode == 0, res.stdout + res.stderr
     for r in range(np_):
         line = next(ln for ln in res.stdout.splitlines() if ln.startswith(f"rank {r} repeat ok"))
-        cached, rounds, fast = (int(x.split()[0]) for x in line.split(": ")[1].split(", "))
-        # every step after the first used rounds; blocking calls took the fast path (how often
-        # depends on whether the peers were already there: oversubscribed ranks often are not)
-        assert cached == 10 and rounds >= 59 * 8 and fast >= 30, line
+        cached, rounds, _fast = (int(x.split()[0]) for x in line.split(": ")[1].split(", "))
+        # Both bounds hold under any scheduling. The 10 names are cached in step 0 (every rank
+        # executes the same responses in the same order). Every later cached allreduce needs a
+        # round of this rank's in which its id is ready, and a rank submits the next blocking
+        # call only after the previous one finished: each of the 7 blocking calls of a step
+        # needs a round of its own, the 3 async tensors at least one more. Hits that arrive
+        # at different times on different ranks only add rounds. How many blocking calls took
+        # the fast path depends on whether the peers were already there: printed, never
+        # asserted (benchmarks/cache_hits.py reports it).
+        assert cached == 10 and rounds >= 59 * 8, line
 
 
 def test_cached_name_with_another_shape_on_one_rank_is_a_mismatch_everywhere() -> None:
