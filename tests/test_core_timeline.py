@@ -28,7 +28,8 @@ def test_timeline_file_written_by_rank0(tmp_path: Path) -> None:
     events = _events(path)
     phases = {e["name"] for e in events if e.get("ph") == "X"}
     assert {"NEGOTIATE", "MPI_ALLREDUCE", "MPI_ALLGATHER", "MPI_BCAST"} <= phases, phases
-    assert "FUSE" in phases and "UNFUSE" in phases, "4 async allreduces should have fused"
+    # the grouped allreduce fuses whatever the timing (the 4 async ones only may)
+    assert "FUSE" in phases and "UNFUSE" in phases, "a group of 4 allreduces should have fused"
     rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     assert {"t0", "t1", "gather", "bcast"} <= rows
     assert any(e.get("name") == "CYCLE" for e in events)
