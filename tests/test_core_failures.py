@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import ROOT, mpi_env, program, run_mpi
@@ -35,14 +34,13 @@ def test_mismatch_is_an_error_on_every_rank(case: str, needle: str) -> None:
 
 @pytest.mark.parametrize("cached", [[], ["cached"]], ids=["negotiated", "cache-hit"])
 def test_stall_warns_then_shuts_down_every_rank(cached: list[str]) -> None:
-    start = time.monotonic()
+    # Rank 1 sleeps 60 s: only the stall shutdown (at 4 s) can end the job before run_mpi's
+    # 60 s timeout, the hang guard; how long the shutdown took is not asserted.
     res = run_mpi(3, [program("core_stall.py"), "60", *cached],
                   env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
                        "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "4"}, timeout=60)
-    elapsed = time.monotonic() - start
     out = res.stdout + res.stderr
     assert res.returncode != 0
-    assert elapsed < 40, f"stall shutdown took {elapsed:.0f} s"
     assert "WARNING stalled collectives" in out
     assert "allreduce 'skipped': submitted by ranks [0, 2]" in out and "missing on rank 1" in out
     assert "This rank (1) has not submitted: skipped" in out
@@ -51,8 +49,11 @@ def test_stall_warns_then_shuts_down_every_rank(cached: list[str]) -> None:
 
 @pytest.mark.parametrize("cached", [[], ["cached"]], ids=["negotiated", "cache-hit"])
 def test_stall_warning_only_when_shutdown_disabled(cached: list[str]) -> None:
-    """A slow rank triggers the warning; when it finally submits, the job completes normally."""
-    res = run_mpi(2, [program("core_stall.py"), "3", "late", *cached],
+    """A slow rank triggers the warning; when it finally submits, the job completes normally.
+
+    Rank 1 submits once it has logged the warning itself (waiting at most 30 s), so the
+    warning is there whatever the timing."""
+    res = run_mpi(2, [program("core_stall.py"), "30", "late", *cached],
                   env={"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
                        "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "0"}, timeout=60)
     out = res.stdout + res.stderr
@@ -60,25 +61,22 @@ def test_stall_warning_only_when_shutdown_disabled(cached: list[str]) -> None:
     assert "WARNING stalled collectives" in out
     assert "This rank (1) has not submitted: skipped" in out
     assert "rank 1 submitted late" in out and "StallError" not in out
+    assert "rank 1 saw no stall warning" not in out
 
 
 def test_exception_on_one_rank_aborts_job_with_labelled_traceback() -> None:
-    start = time.monotonic()
+    # the other ranks would wait forever: run_mpi's timeout is the hang guard (not a speed check)
     res = run_mpi(3, [program("core_crash.py"), "exception"], timeout=60)
-    elapsed = time.monotonic() - start
     assert res.returncode != 0
-    assert elapsed < 30
     err = res.stderr
     assert err.count("uncaught ValueError on rank 1 of 3") == 1, err
     assert "[hvdcore rank 1] ValueError: boom in user code on purpose" in err
 
 
 def test_sigkilled_rank_ends_job_and_is_named() -> None:
-    start = time.monotonic()
+    # the other ranks would wait forever: run_mpi's timeout is the hang guard (not a speed check)
     res = run_mpi(3, [program("core_crash.py"), "kill"], timeout=60)
-    elapsed = time.monotonic() - start
     assert res.returncode != 0
-    assert elapsed < 30, f"job took {elapsed:.0f} s to end after a rank died"
     assert "rank 1" in res.stdout + res.stderr and "signal 9" in res.stdout + res.stderr
 
 

@@ -1,9 +1,13 @@
 """Rank 1 never submits 'skipped' (it sleeps instead): stall warning, then StallError.
 
-argv: sleep seconds, then optional words: "late" (rank 1 submits after its sleep), "cached"
-('skipped' runs three times first, so the stalled call is a response-cache hit)."""
+argv: seconds, then optional words: "late" (rank 1 submits after it has logged the stall
+warning itself, waiting at most that many seconds for it: no guess at how long the warning
+takes), "cached" ('skipped' runs three times first, so the stalled call is a response-cache
+hit). Without "late", rank 1 sleeps that many seconds and then submits nothing."""
 
+import logging
 import sys
+import threading
 import time
 
 import numpy as np
@@ -12,12 +16,26 @@ import hvdcore as hvd
 
 hvd.init()
 R = hvd.rank()
+warned = threading.Event()
+
+
+class _SeenWarning(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if "stalled collectives" in record.getMessage():
+            warned.set()
+
+
+logging.getLogger("hvdcore").addHandler(_SeenWarning())
 hvd.allreduce(np.ones(2), name="warmup")
 if "cached" in sys.argv[2:]:
     for _ in range(3):
         hvd.allreduce(np.ones(2), name="skipped")
 if R == 1:
-    time.sleep(float(sys.argv[1]))
+    if "late" in sys.argv[2:]:
+        if not warned.wait(float(sys.argv[1])):
+            print("rank 1 saw no stall warning", flush=True)
+    else:
+        time.sleep(float(sys.argv[1]))
     print("rank 1 woke up", flush=True)
     if "late" in sys.argv[2:]:
         hvd.allreduce(np.ones(2), name="skipped")
