@@ -19,10 +19,12 @@ Output: Keras' per-epoch lines, then from rank 0 (or the single process) ``test 
 and the result line shared with ``examples/pytorch_mnist.py`` (what the ReFrame MNIST check
 parses; see checks/README.md)::
 
-    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2
+    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2 timed_steps=40 timed_seconds=6.312
 
-Images/s count the images every rank trained in the timed steps: each epoch's first step
-(graph tracing) is not timed.
+Images/s count the images every rank trained in the timed steps: the first
+``--timing-warmup-steps`` steps (graph tracing, warm-up) are left out, each epoch's timed part
+starts and ends on a barrier, and the slowest rank's time counts. ``--threads`` is part of the
+experiment: give runs you compare the same value.
 """
 
 from __future__ import annotations
@@ -51,37 +53,56 @@ class TrainResult:
     epochs: int
     test_accuracy: float
     images_per_sec: float
+    timed_steps: int = 0
+    timed_seconds: float = 0.0
 
     def result_line(self) -> str:
         """The result line every MNIST example prints (parsed by checks/hvdcore_mnist.py)."""
         return (f"hvdcore-mnist: ranks={self.ranks} epochs={self.epochs} "
                 f"test_accuracy={self.test_accuracy:.4f} "
                 f"images_per_sec={self.images_per_sec:.1f} "
-                f"images_per_sec_per_rank={self.images_per_sec / self.ranks:.1f}")
+                f"images_per_sec_per_rank={self.images_per_sec / self.ranks:.1f} "
+                f"timed_steps={self.timed_steps} timed_seconds={self.timed_seconds:.3f}")
 
 
 class StepTimer(K.callbacks.Callback):
-    """Training throughput: wall time of every step but each epoch's first (tracing)."""
+    """Training throughput over a window that leaves out the first ``warmup`` steps.
 
-    def __init__(self) -> None:
+    Each epoch's timed part starts before its first timed step and ends after its last;
+    with ``barrier`` (an hvdcore job) both ends wait for every rank, so ranks time the same
+    window and the slowest rank's time is the job's.
+    """
+
+    def __init__(self, warmup: int = 10, barrier=None) -> None:
         super().__init__()
+        self.warmup = warmup
+        self.barrier = barrier
         self.seconds = 0.0
         self.steps = 0
-        self._last: float | None = None
+        self._seen = 0
+        self._t0: float | None = None
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._last = None
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._t0 is None and self._seen >= self.warmup:
+            if self.barrier is not None:
+                self.barrier()
+            self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
-        now = time.perf_counter()
-        if self._last is not None:
-            self.seconds += now - self._last
-            self.steps += 1
-        self._last = now
+        self._seen += 1
+        if self._t0 is None:
+            return
+        self.steps += 1
+        if batch == self.params["steps"] - 1:  # the epoch's last step: close its window
+            if self.barrier is not None:
+                self.barrier()
+            self.seconds += time.perf_counter() - self._t0
+            self._t0 = None
 
-    def images_per_sec(self, images_per_step: int) -> float:
-        """Images/s over the timed steps (0 when fewer than 2 steps ran in every epoch)."""
-        return images_per_step * self.steps / self.seconds if self.seconds else 0.0
+    def images_per_sec(self, images_per_step: int, seconds: float | None = None) -> float:
+        """Images/s over the timed steps (0 when none was timed)."""
+        seconds = self.seconds if seconds is None else seconds
+        return images_per_step * self.steps / seconds if seconds else 0.0
 
 
 def limit_steps(x, y, batch_size: int, max_steps_per_epoch: int):
@@ -122,7 +143,8 @@ def build_model():
 def train(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
           data: str | None = None, train_samples: int | None = None,
           checkpoint_dir: str = "checkpoints", test_samples: int | None = None,
-          max_steps_per_epoch: int = 0, seed: int | None = None) -> TrainResult:
+          max_steps_per_epoch: int = 0, seed: int | None = None,
+          timing_warmup_steps: int = 10) -> TrainResult:
     """Single-process training; returns the test accuracy and the training throughput."""
     if seed is not None:
         K.utils.set_random_seed(seed)
@@ -132,20 +154,21 @@ def train(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
     opt = K.optimizers.Adadelta(learning_rate)
     model.compile(loss="sparse_categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
     os.makedirs(checkpoint_dir, exist_ok=True)
-    timer = StepTimer()
+    timer = StepTimer(timing_warmup_steps)
     callbacks = [K.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "mnist-best.keras"),
                                              save_best_only=True), timer]
     model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, verbose=2,
               validation_data=(x_test, y_test), callbacks=callbacks)
     accuracy = float(model.evaluate(x_test, y_test, verbose=0)[1])
-    return TrainResult(1, epochs, accuracy, timer.images_per_sec(batch_size))
+    return TrainResult(1, epochs, accuracy, timer.images_per_sec(batch_size), timer.steps,
+                       timer.seconds)
 
 
 def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
                data: str | None = None, train_samples: int | None = None,
                checkpoint_dir: str = "checkpoints", test_samples: int | None = None,
                max_steps_per_epoch: int = 0, seed: int | None = None,
-               threads: int = 0) -> TrainResult:
+               threads: int = 0, timing_warmup_steps: int = 10) -> TrainResult:
     """The same training on every rank of an hvdcore job; returns what rank 0 measured."""
     hvd.init()  # hvd: 1. initialize
     # this rank's share of the node's cores (ranks on one node would oversubscribe them)
@@ -184,7 +207,7 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
         hvd.callbacks.LearningRateWarmupCallback(initial_lr=learning_rate * hvd.size(),
                                                  warmup_epochs=3, verbose=1),
     ]
-    timer = StepTimer()
+    timer = StepTimer(timing_warmup_steps, barrier=hvd.barrier)
     callbacks.append(timer)
     # hvd: 9. only rank 0 writes checkpoints
     if hvd.rank() == 0:
@@ -196,9 +219,11 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
               verbose=2 if hvd.rank() == 0 else 0,  # hvd: 10. one rank prints
               validation_data=(x_test, y_test), callbacks=callbacks)
     accuracy = float(model.evaluate(x_test, y_test, verbose=0)[1])
-    # every rank trains batch_size images per step; the slowest rank sets the pace
-    slowest = min(hvd.allgather_object(timer.images_per_sec(batch_size)))
-    return TrainResult(hvd.size(), epochs, accuracy, slowest * hvd.size())
+    # every rank trains batch_size images per step; the slowest rank's time is the job's
+    slowest = max(hvd.allgather_object(timer.seconds))
+    return TrainResult(hvd.size(), epochs, accuracy,
+                       timer.images_per_sec(batch_size, slowest) * hvd.size(),
+                       timer.steps, slowest)
 
 
 def main() -> None:
@@ -218,13 +243,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="TensorFlow intra-op threads per rank (0: cores / ranks on the "
                              "node; --mode hvd)")
+    parser.add_argument("--timing-warmup-steps", type=int, default=10,
+                        help="training steps left out of the throughput measurement")
     parser.add_argument("--checkpoint-dir", default="checkpoints")
     args = parser.parse_args()
     start = time.perf_counter()
     common = dict(learning_rate=args.lr, batch_size=args.batch_size, epochs=args.epochs,
                   data=args.data, train_samples=args.train_samples,
                   checkpoint_dir=args.checkpoint_dir, test_samples=args.test_samples,
-                  max_steps_per_epoch=args.max_steps_per_epoch, seed=args.seed)
+                  max_steps_per_epoch=args.max_steps_per_epoch, seed=args.seed,
+                  timing_warmup_steps=args.timing_warmup_steps)
     if args.mode == "single":
         result = train(**common)
     else:

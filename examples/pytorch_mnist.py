@@ -21,7 +21,12 @@ is downloaded.
 
 Output: per-epoch lines from rank 0 with loss, accuracy and throughput, then one summary line::
 
-    hvdcore-mnist: ranks=2 epochs=3 test_accuracy=0.9871 images_per_sec=2345.6 images_per_sec_per_rank=1172.8
+    hvdcore-mnist: ranks=2 epochs=3 test_accuracy=0.9871 images_per_sec=2345.6 images_per_sec_per_rank=1172.8 timed_steps=2790 timed_seconds=152.3
+
+Throughput (the summary line) is measured the way the ReFrame scaling check needs it: the first
+``--timing-warmup-steps`` optimizer steps are left out; every epoch's timed part starts and ends
+on a barrier, and the slowest rank's time counts, so a 1-rank and an N-rank run measure the same
+thing (with ``--threads`` set equal in both: threads per rank are part of the experiment).
 """
 
 from __future__ import annotations
@@ -79,7 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint if it exists")
     p.add_argument("--fp16-allreduce", action="store_true", help="fp16 gradient compression")
     p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads per rank (0: cores / ranks on this node)")
+                   help="torch CPU threads per rank (0: cores / ranks on this node); give the "
+                        "same value to runs whose throughput you compare")
+    p.add_argument("--timing-warmup-steps", type=int, default=10,
+                   help="optimizer steps left out of the throughput measurement")
     args = p.parse_args(argv)
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint PATH")
@@ -117,6 +125,40 @@ def check_same_state(model: torch.nn.Module, opt: torch.optim.Optimizer) -> None
         raise RuntimeError(f"rank {hvd.rank()}: state after resume differs between ranks")
     log(f"resume: parameters and optimizer state identical on all {hvd.size()} ranks "
         f"(checksum {float(mine.sum()):.6f})")
+
+
+class WindowTimer:
+    """Training time after ``warmup`` steps, each epoch's part between two barriers.
+
+    The barriers align the ranks at both ends of every timed part, so no rank's time includes
+    waiting for a late start; :meth:`slowest_seconds` is the slowest rank's total.
+    """
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.steps = 0
+        self.seconds = 0.0
+        self._t0: float | None = None
+
+    def before_step(self, global_step: int) -> None:
+        if self._t0 is None and global_step >= self.warmup:
+            hvd.barrier()
+            self._t0 = time.perf_counter()
+        if self._t0 is not None:
+            self.steps += 1
+
+    def end_epoch(self, device: torch.device) -> None:
+        if self._t0 is None:
+            return
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        hvd.barrier()
+        self.seconds += time.perf_counter() - self._t0
+        self._t0 = None
+
+    def slowest_seconds(self) -> float:
+        return float(hvd.allreduce(torch.tensor(self.seconds, dtype=torch.float64), op=hvd.Max,
+                                   name="timed_seconds"))
 
 
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
@@ -183,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         f"per rank, lr {args.lr} x {size}, {threads} thread(s)/rank, device {device}, "
         f"device path {hvd.gpu_operations()}")
 
-    images = 0
-    train_time = 0.0
+    timer = WindowTimer(args.timing_warmup_steps)
     accuracy = float("nan")
     for epoch in range(start_epoch, args.epochs):
         model.train()
@@ -195,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         for step in range(steps):
             global_step = epoch * steps + step
+            timer.before_step(global_step)
             if global_step < warmup_steps:  # linear warm-up from lr to lr * size
                 scale = 1.0 + (size - 1.0) * global_step / warmup_steps
                 for group in opt.param_groups:
@@ -209,10 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             opt.step()
             loss_sum += loss.detach().double().cpu()
+        timer.end_epoch(device)
         elapsed = time.perf_counter() - t0
         epoch_images = steps * args.batch_size * size
-        images += epoch_images
-        train_time += elapsed
         train_loss = float(hvd.allreduce(loss_sum / max(steps, 1), name="train_loss"))
         test_loss, accuracy = evaluate(model, x_test, y_test)
         log(f"epoch {epoch + 1}/{args.epochs}: train_loss={train_loss:.4f} "
@@ -223,9 +264,14 @@ def main(argv: list[str] | None = None) -> int:
             save_checkpoint(ckpt, model, opt, epoch + 1, args)
     if math.isnan(accuracy):  # nothing left to train (resumed at the last epoch): score anyway
         _, accuracy = evaluate(model, x_test, y_test)
-    ips = images / train_time if train_time else 0.0
+    seconds = timer.slowest_seconds()
+    ips = timer.steps * args.batch_size * size / seconds if seconds else 0.0
+    if not timer.steps:
+        log(f"warning: no step was timed ({args.timing_warmup_steps} warm-up steps of "
+            f"{steps * (args.epochs - start_epoch)}): images_per_sec is 0")
     log(f"hvdcore-mnist: ranks={size} epochs={args.epochs} test_accuracy={accuracy:.4f} "
-        f"images_per_sec={ips:.1f} images_per_sec_per_rank={ips / size:.1f}")
+        f"images_per_sec={ips:.1f} images_per_sec_per_rank={ips / size:.1f} "
+        f"timed_steps={timer.steps} timed_seconds={seconds:.3f}")
     hvd.shutdown()
     return 0
 

@@ -116,6 +116,7 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
         os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
         from mpi4py import MPI
 
+        from hvdcore.backends.degraded import wrap_from_env
         from hvdcore.backends.mpi import MPIBackend
         from hvdcore.engine.loop import Engine
 
@@ -149,7 +150,8 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
             sets[sid] = SetState(sid, tuple(ps.ranks), sub if member else None)
             ps._bind(sid, rank)
             registry[sid] = ps
-        engine = Engine(world, cfg, MPIBackend(), sets,
+        backend = wrap_from_env(MPIBackend(), os.environ, rank)
+        engine = Engine(world, cfg, backend, sets,
                         caller_progress=_caller_progress(cfg.progress, local_size))
         _state = _State(cfg, world, rank, size, local_rank, local_size, cross_rank, cross_size,
                         engine, registry, comms=[local, cross])

@@ -3,7 +3,7 @@
 Both examples (``examples/pytorch_mnist.py`` for ``torch``, ``examples/keras_mnist.py`` for
 ``tensorflow``) end with one line from rank 0 in the same format::
 
-    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2
+    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2 timed_steps=70 timed_seconds=5.516
 
 :data:`RESULT_PATTERN` parses it. Which copy of an example a job runs is decided in the job
 script (:func:`locate_examples`): the examples an installed hvdcore module ships
@@ -26,6 +26,7 @@ __all__ = [
     "INSTALLED_EXAMPLE_DIRS",
     "MNIST_EXAMPLES",
     "MnistExample",
+    "PEER_PATTERN",
     "RESULT_PATTERN",
     "locate_examples",
 ]
@@ -35,10 +36,18 @@ EXAMPLES_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples"
 )
 
-#: The result line of every MNIST example (named groups: ranks, epochs, acc, ips, ipr).
+#: The result line of every MNIST example (named groups: ranks, epochs, acc, ips, ipr, steps,
+#: secs: the timed steps and the slowest rank's timed seconds).
 RESULT_PATTERN = (r"hvdcore-mnist: ranks=(?P<ranks>\d+) epochs=(?P<epochs>\d+) "
                   r"test_accuracy=(?P<acc>\S+) images_per_sec=(?P<ips>\S+) "
-                  r"images_per_sec_per_rank=(?P<ipr>\S+)")
+                  r"images_per_sec_per_rank=(?P<ipr>\S+) timed_steps=(?P<steps>\d+) "
+                  r"timed_seconds=(?P<secs>\S+)")
+
+#: The result line of the torch DDP peer (``examples/pytorch_mnist_ddp.py``).
+PEER_PATTERN = (r"ddp-mnist: backend=(?P<backend>\S+) ranks=(?P<ranks>\d+) "
+                r"test_accuracy=(?P<acc>\S+) images_per_sec=(?P<ips>\S+) "
+                r"images_per_sec_per_rank=(?P<ipr>\S+) timed_steps=(?P<steps>\d+) "
+                r"timed_seconds=(?P<secs>\S+)")
 
 #: Shell variable of the job script holding the examples directory it runs from.
 EXAMPLES_VAR = "MNIST_EXAMPLES"
@@ -54,19 +63,28 @@ class MnistExample:
     script: str
     #: Single-process learning rate (the example scales it by the number of ranks).
     lr: float
-    #: Optimizer steps per epoch and rank (kept small: a check, not a training run).
+    #: Optimizer steps per epoch and rank.
     max_steps_per_epoch: int
+    #: Epochs (each epoch's timed part is barrier to barrier; evaluation is not timed).
+    epochs: int = 1
+    #: Steps left out of the throughput measurement (tracing, allocator and cache warm-up).
+    timing_warmup_steps: int = 10
+    #: The torch.distributed peer trained in the same job (``ddp_ratio``), if any.
+    peer_script: str | None = None
     #: More arguments, always passed.
     args: tuple[str, ...] = ()
 
 
 #: Framework (check parameter value) -> its example.
 MNIST_EXAMPLES: dict[str, MnistExample] = {
-    # SGD + momentum: 40 steps of 64 images reach ~0.85 (1 rank) here.
-    "torch": MnistExample("pytorch_mnist.py", lr=0.05, max_steps_per_epoch=40),
-    # Adadelta (the Keras example's optimizer): 30 steps of 64 reach ~0.75; TensorFlow's start
-    # dominates the run time, so the test set is cut to 2000 images.
-    "tensorflow": MnistExample("keras_mnist.py", lr=1.0, max_steps_per_epoch=30,
+    # SGD + momentum, 2 x 450 steps of 64 images (2 ranks' shards hold 468 batches): a timed
+    # window of ~5 s at 1 thread per rank on a 2-core VM (10.5k img/s per rank), ~0.95 accuracy.
+    "torch": MnistExample("pytorch_mnist.py", lr=0.05, max_steps_per_epoch=450, epochs=2,
+                          peer_script="pytorch_mnist_ddp.py"),
+    # Adadelta (the Keras example's optimizer): 80 steps of 64, 70 timed (~3-4 s at 1 thread
+    # per rank), ~0.9 accuracy; TensorFlow's start dominates the run time, so the test set is
+    # cut to 2000 images.
+    "tensorflow": MnistExample("keras_mnist.py", lr=1.0, max_steps_per_epoch=80,
                                args=("--mode=hvd", "--test-samples=2000")),
 }
 

@@ -13,6 +13,8 @@ What the partition declares (see checks/config/common.py) decides the job:
 
 from __future__ import annotations
 
+import copy
+
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import run_after, run_before
@@ -61,6 +63,28 @@ class HvdcoreJobMixin(_Plugin):
             want = min(gpus, tasks_per_node)
             if want or self.part_extras.get("gpu_always"):
                 self.extra_resources = {"gpu": {"num_gpus_per_node": max(1, want)}}
+
+    def apply_recorded_references(self, scale: str | None = None,
+                                  framework: str | None = None) -> None:
+        """Judge absolute variables against the partition's recorded references.
+
+        ``extras['references']`` (written by ``checks/tools/record_references.py`` from a
+        known-good run, loaded by the site config) maps reference keys to
+        ``{variable: [ref, lower, upper, unit]}``. Recorded entries win over the check's own
+        for this partition; variables without one keep the check's references (the
+        machine-independent ratios are judged everywhere).
+        """
+        from hvdcore_checks.references import lookup, reference_key
+
+        recorded = lookup(self.part_extras.get("references") or {},
+                          reference_key(type(self).__name__, scale, framework))
+        if not recorded:
+            return
+        part = self.current_partition.fullname
+        reference = copy.deepcopy(self.reference)  # never the class-level default's object
+        for var, entry in recorded.items():
+            reference[f"{part}:{var}"] = tuple(entry)
+        self.reference = reference
 
     def record_launcher_exit(self) -> None:
         """Print the launcher's exit status right after it (``hvdcore-launcher-exit: N``).

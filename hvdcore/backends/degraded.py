@@ -1,0 +1,133 @@
+"""A deliberately slowed data plane, for proving that performance checks can fail.
+
+Tests only. ``FAULTS_DATA_PATH`` (outside the ``HVDCORE_`` knob table on purpose: it is not a
+tuning knob) wraps the real backend so that every collective does real extra work:
+
+``repeat=N``
+    every data collective runs N times: N-1 extra calls on a scratch copy of the input, then
+    the real one (results unchanged, bandwidth divided by about N);
+``delay_us=D``
+    sleep D microseconds before every data collective (latency and training throughput).
+
+Both may be combined: ``FAULTS_DATA_PATH="repeat=3,delay_us=2000"``. The variable is read once,
+at ``init()``; a malformed value is a :class:`~hvdcore.errors.ConfigError`.
+
+    >>> parse("repeat=2,delay_us=50")
+    DataPathFault(repeat=2, delay_s=5e-05)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hvdcore import errors
+
+__all__ = ["ENV_VAR", "DataPathFault", "DegradedBackend", "parse", "wrap_from_env"]
+
+ENV_VAR = "FAULTS_DATA_PATH"
+_log = logging.getLogger("hvdcore")
+
+
+@dataclass(frozen=True)
+class DataPathFault:
+    """How much slower the data path is made."""
+
+    repeat: int = 1
+    delay_s: float = 0.0
+
+
+def parse(text: str) -> DataPathFault:
+    """``"repeat=N,delay_us=D"`` (either part optional) -> :class:`DataPathFault`."""
+    repeat, delay_s = 1, 0.0
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = item.partition("=")
+        try:
+            if key == "repeat":
+                repeat = int(value)
+                ok = repeat >= 1
+            elif key == "delay_us":
+                delay_s = float(value) * 1e-6
+                ok = delay_s >= 0
+            else:
+                ok = False
+        except ValueError:
+            ok = False
+        if not ok:
+            raise errors.ConfigError(
+                f"{ENV_VAR}={text!r}: expected comma-separated repeat=N (N >= 1) and/or "
+                f"delay_us=D (D >= 0), got {item!r}")
+    return DataPathFault(repeat, delay_s)
+
+
+class DegradedBackend:
+    """Wraps a :class:`~hvdcore.backends.base.Backend`; same results, more time."""
+
+    def __init__(self, inner: Any, fault: DataPathFault) -> None:
+        self.inner = inner
+        self.fault = fault
+        self.name = inner.name
+        self._scratch: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _scratch_pair(self, buf: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Reused, so that the cost added is the extra collectives, not fresh-page faults.
+        key = (buf.shape, buf.dtype.str, out.shape, out.dtype.str)
+        pair = self._scratch.get(key)
+        if pair is None:
+            pair = self._scratch[key] = (np.empty_like(buf), np.empty_like(out))
+        np.copyto(pair[0], buf)
+        return pair
+
+    def _waste(self, call: Any, *args: Any) -> None:
+        if self.fault.delay_s:
+            time.sleep(self.fault.delay_s)
+        for _ in range(self.fault.repeat - 1):
+            call(*args)
+
+    def allreduce(self, comm: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
+        """Extra allreduces of a scratch copy (in-place results must not be reduced twice)."""
+        if self.fault.delay_s:
+            time.sleep(self.fault.delay_s)
+        if self.fault.repeat > 1:
+            src, dst = self._scratch_pair(buf, out)
+            for _ in range(self.fault.repeat - 1):
+                self.inner.allreduce(comm, src, dst, op)
+        self.inner.allreduce(comm, buf, out, op)
+
+    def allgatherv(self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
+        self._waste(self.inner.allgatherv, comm, buf, out, counts)
+        self.inner.allgatherv(comm, buf, out, counts)
+
+    def broadcast(self, comm: Any, buf: np.ndarray, root: int) -> None:
+        scratch = buf.copy()
+        self._waste(self.inner.broadcast, comm, scratch, root)
+        self.inner.broadcast(comm, buf, root)
+
+    def alltoallv(self, comm: Any, buf: np.ndarray, send_bytes: list[int], out: np.ndarray,
+                  recv_bytes: list[int]) -> None:
+        self._waste(self.inner.alltoallv, comm, buf, send_bytes, out, recv_bytes)
+        self.inner.alltoallv(comm, buf, send_bytes, out, recv_bytes)
+
+    def reduce_scatter(self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int],
+                       op: str) -> None:
+        self._waste(self.inner.reduce_scatter, comm, buf, out, counts, op)
+        self.inner.reduce_scatter(comm, buf, out, counts, op)
+
+    def barrier(self, comm: Any) -> None:
+        self.inner.barrier(comm)
+
+
+def wrap_from_env(backend: Any, environ: Any, rank: int) -> Any:
+    """``backend``, wrapped in a :class:`DegradedBackend` when ``FAULTS_DATA_PATH`` is set."""
+    text = environ.get(ENV_VAR, "")
+    if not text:
+        return backend
+    fault = parse(text)
+    if rank == 0:
+        _log.warning("%s=%s: the data path is deliberately slowed (fault injection)",
+                     ENV_VAR, text)
+    return DegradedBackend(backend, fault)
