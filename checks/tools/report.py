@@ -7,11 +7,17 @@ The nightly job publishes both::
     python checks/tools/report.py --latest -o summary.md     # newest ~/.reframe/reports/*.json
 
 The summary has one row per check and partition (pass/fail/skip and the failure reason), then
-every performance variable against its reference and bounds, then the MNIST scaling table
-(ranks, images/s, efficiency vs the 1-rank baseline), one series per partition+environment,
-framework (torch, tensorflow) and hvdcore module. The plot shows total images/s and scaling
-efficiency against the number of ranks: one colour per partition+environment (and module), one
-line style and marker per framework (torch: solid, circles; tensorflow: dashed, squares).
+every performance variable of every test case, failed ones included, with its reference, its
+absolute bounds and a verdict: ``pass``, ``**FAIL**``, ``**invalid**`` (an efficiency above
+105 %, or a case whose sanity failure says "invalid"), ``not judged (no reference)`` (no
+reference, or ReFrame's 0 without bounds), ``not judged (no bounds)`` (a reference with both
+bounds unbounded: reported, never failed), or ``no value`` (the case failed before its
+performance stage). Then the MNIST scaling table (ranks, images/s, efficiency vs the 1-rank
+baseline, verdict), one series per partition+environment, framework (torch, tensorflow) and
+hvdcore module. The plot shows total images/s and scaling efficiency against the number of
+ranks: one colour per partition+environment (and module), one line style and marker per
+framework (torch: solid, circles; tensorflow: dashed, squares); failed points get a red x,
+invalid ones a hollow marker labelled "invalid" off the line (never drawn as a result).
 Perflogs must use the line format of checks/config/common.py (``logging_config``).
 """
 
@@ -35,13 +41,22 @@ __all__ = [
     "load_report",
     "load_perflogs",
     "markdown_summary",
+    "ScalingPoint",
+    "perf_verdict",
+    "scaling_rows",
     "scaling_points",
     "series_framework",
     "plot_scaling",
+    "scaling_figure",
     "main",
 ]
 
 MNIST_PREFIXES = ("HvdcoreMnist", "MnistBaseline")
+#: A scaling efficiency above this (%) is an invalid measurement, never a result.
+MAX_VALID_EFFICIENCY = 105.0
+#: Verdicts of a performance variable that mean it was not judged.
+NOT_JUDGED = ("not judged (no reference)", "not judged (no bounds)")
+FAILED_RESULTS = ("fail", "failure", "error", "abort", "aborted")
 #: Line style and marker of each framework's series in the plot.
 FRAMEWORK_STYLES = {"torch": ("-", "o"), "tensorflow": ("--", "s")}
 
@@ -56,19 +71,31 @@ class PerfVar:
     reference: float | None = None
     lower: float | None = None  # relative thresholds, as ReFrame stores them (e.g. -0.1)
     upper: float | None = None
+    result: str | None = None  # ReFrame's own verdict of this variable, when the report has it
 
     def bounds(self) -> tuple[float | None, float | None]:
-        """Absolute (low, high) bounds; None where unbounded."""
+        """Absolute (low, high) bounds, as ReFrame computes them; None where unbounded."""
         if self.reference is None:
             return None, None
         ref = self.reference
-        low = ref * (1 + self.lower) if self.lower is not None else None
-        high = ref * (1 + self.upper) if self.upper is not None else None
-        return low, high
+
+        def bound(thres: float | None) -> float | None:
+            if thres is None:
+                return None
+            if ref == 0:  # ReFrame: thresholds around a 0 reference are absolute
+                return thres
+            return ref * (1 + (-thres if ref < 0 else thres))
+
+        return bound(self.lower), bound(self.upper)
+
+    @property
+    def judged(self) -> bool:
+        """Whether a reference with at least one bound applies."""
+        return self.reference is not None and (self.lower is not None or self.upper is not None)
 
     def within(self) -> bool | None:
-        """Whether the value is inside its bounds (None when there is no value)."""
-        if self.value is None:
+        """Whether the value is inside its bounds (None: no value, or nothing to judge by)."""
+        if self.value is None or not self.judged:
             return None
         low, high = self.bounds()
         return (low is None or self.value >= low) and (high is None or self.value <= high)
@@ -112,11 +139,23 @@ class Case:
             return found
         return "tensorflow" if "Tensorflow" in self.check else "torch"
 
+    @property
+    def failed(self) -> bool:
+        return self.result in FAILED_RESULTS
+
+    @property
+    def invalid(self) -> bool:
+        """The case failed as an invalid measurement (its sanity message says "invalid")."""
+        return self.failed and "invalid" in self.fail_reason.lower()
+
     def perf(self, name: str) -> float | None:
         for pv in self.perfvars:
             if pv.name == name:
                 return pv.value
         return None
+
+    def perfvar(self, name: str) -> PerfVar | None:
+        return next((pv for pv in self.perfvars if pv.name == name), None)
 
 
 def _num(value: Any) -> float | None:
@@ -143,7 +182,8 @@ def _perfvars_from_report(tc: dict[str, Any]) -> list[PerfVar]:
         ref, low, high = _num(seq[1]), _num(seq[2]), _num(seq[3])
         if ref == 0 and low is None and high is None:
             ref = None  # ReFrame stores "no reference" as 0 without bounds
-        out.append(PerfVar(name, _num(seq[0]), seq[4] or "", ref, low, high))
+        result = seq[5] if seq[5] in ("pass", "fail") else None
+        out.append(PerfVar(name, _num(seq[0]), seq[4] or "", ref, low, high, result))
     for pv in tc.get("perfvars") or []:  # older report layouts
         out.append(PerfVar(pv.get("name", "?"), _num(pv.get("value")), pv.get("unit") or "",
                            _num(pv.get("reference")), _num(pv.get("thres_lower")),
@@ -211,28 +251,130 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+_NUMBER = r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+
+
+def _value_in_reason(reason: str, var: str) -> float | None:
+    """A number the failure reason gives for ``var`` (``efficiency 130.0% > 105%``)."""
+    match = re.search(rf"\b{re.escape(var)}\b\s*[=:]?\s*{_NUMBER}", reason)
+    return float(match[1]) if match else None
+
+
+def _invalid_var(case: Case, pv: PerfVar) -> bool:
+    """Whether ``pv`` is what made the case an invalid measurement."""
+    if pv.name == "efficiency" and pv.value is not None and pv.value > MAX_VALID_EFFICIENCY:
+        return True
+    if not case.invalid:
+        return False
+    named = [v.name for v in case.perfvars if re.search(rf"\b{v.name}\b", case.fail_reason)]
+    return pv.name in named or not named  # the reason names no variable: all of them
+
+
+def perf_verdict(case: Case, pv: PerfVar) -> str:
+    """``pass``, ``**FAIL**``, ``**invalid**``, ``not judged (...)`` or ``no value (...)``."""
+    if _invalid_var(case, pv):
+        return "**invalid**"
+    if pv.value is None:
+        return f"no value ({case.fail_phase or case.result} failed)" if case.failed else "no value"
+    if pv.reference is None:
+        return NOT_JUDGED[0]
+    if not pv.judged:
+        return NOT_JUDGED[1]
+    ok = {"pass": True, "fail": False}.get(pv.result or "", pv.within())
+    return "pass" if ok else "**FAIL**"
+
+
+def _perf_rows(cases: Sequence[Case]) -> list[tuple[Case, PerfVar]]:
+    """Every performance variable of every case; a failed case without any (older reports,
+    perflogs) gets one row from its failure reason when its check reports performance."""
+    perf_checks = {c.check for c in cases if c.perfvars}
+    rows = [(c, pv) for c in cases for pv in c.perfvars]
+    for c in cases:
+        if c.perfvars or not c.failed or not (c.invalid or c.check in perf_checks):
+            continue
+        known = sorted({pv.name for o in cases if o.check == c.check for pv in o.perfvars})
+        named = [v for v in known if re.search(rf"\b{v}\b", c.fail_reason)]
+        if not named and "efficiency" in c.fail_reason:
+            named = ["efficiency"]
+        for var in named or ["-"]:
+            rows.append((c, PerfVar(var, _value_in_reason(c.fail_reason, var))))
+    return rows
+
+
+@dataclass
+class ScalingPoint:
+    """One MNIST test case on the scaling plot: ``status`` is pass, fail or invalid."""
+
+    ranks: int
+    images_per_sec: float | None
+    efficiency: float | None
+    status: str
+    verdict: str
+
+
+def _scaling_key(case: Case) -> str:
+    key = f"{case.sysenv} {case.framework}"
+    module = case.param("hvdcore_module")
+    if module and module != "env":
+        key += f" {module}"
+    return key
+
+
+def _scaling_point(case: Case) -> ScalingPoint | None:
+    if case.num_tasks is None or case.result == "skip":
+        return None
+    baseline = case.check.startswith("MnistBaseline")
+    ips = case.perf("images_per_sec")
+    eff_var = case.perfvar("efficiency")
+    eff = eff_var.value if eff_var else None
+    if eff is None and case.failed:
+        eff = _value_in_reason(case.fail_reason, "efficiency")
+    if baseline and not case.failed and ips is not None:
+        eff = 100.0
+    verdicts = [(pv.name, perf_verdict(case, pv)) for pv in case.perfvars]
+    if case.invalid or (eff is not None and eff > MAX_VALID_EFFICIENCY):
+        why = f": efficiency {eff:.1f}% > {MAX_VALID_EFFICIENCY:.0f}%" if eff else ""
+        return ScalingPoint(case.num_tasks, ips, eff, "invalid", f"**invalid**{why}")
+    if case.failed:
+        failed = [name for name, v in verdicts if v == "**FAIL**"]
+        what = ", ".join(failed) if failed else (case.fail_phase or case.result)
+        return ScalingPoint(case.num_tasks, ips, eff, "fail", f"**FAIL** ({what})")
+    if ips is None:
+        return None
+    unjudged = [name for name, v in verdicts if v in NOT_JUDGED and name == "efficiency"]
+    verdict = "pass" + (" (efficiency not judged)" if unjudged and not baseline else "")
+    return ScalingPoint(case.num_tasks, ips, eff, "pass", verdict)
+
+
+def scaling_rows(cases: Iterable[Case]) -> dict[str, list[ScalingPoint]]:
+    """Every MNIST case as a point of its series (see :func:`scaling_points`), failed and
+    invalid ones included, sorted by ranks."""
+    series: dict[str, list[ScalingPoint]] = {}
+    for case in cases:
+        if not case.check.startswith(MNIST_PREFIXES):
+            continue
+        point = _scaling_point(case)
+        if point is not None:
+            series.setdefault(_scaling_key(case), []).append(point)
+    for points in series.values():
+        points.sort(key=lambda p: (p.ranks, ("pass", "fail", "invalid").index(p.status)))
+    return series
+
+
 def scaling_points(cases: Iterable[Case]) -> dict[str, list[tuple[int, float, float | None]]]:
     """MNIST series: ``{"<sys:part+env> <framework>[ <module>]": [(ranks, images/s, eff%), ...]}``.
 
-    The 1-rank baseline is the point at 1 rank with 100% efficiency. The module is named when
-    the case ran a discovered hvdcore module (``hvdcore_module`` other than ``env``).
+    The measurements a line goes through: passed and failed cases with a value, never an
+    invalid one. The 1-rank baseline is the point at 1 rank with 100% efficiency. The module is
+    named when the case ran a discovered hvdcore module (``hvdcore_module`` other than ``env``).
     """
-    series: dict[str, list[tuple[int, float, float | None]]] = {}
-    for case in cases:
-        if not case.check.startswith(MNIST_PREFIXES) or case.result != "pass":
-            continue
-        ips = case.perf("images_per_sec")
-        if ips is None or case.num_tasks is None:
-            continue
-        key = f"{case.sysenv} {case.framework}"
-        module = case.param("hvdcore_module")
-        if module and module != "env":
-            key += f" {module}"
-        eff = 100.0 if case.check.startswith("MnistBaseline") else case.perf("efficiency")
-        series.setdefault(key, []).append((case.num_tasks, ips, eff))
-    for points in series.values():
-        points.sort()
-    return series
+    out: dict[str, list[tuple[int, float, float | None]]] = {}
+    for key, points in scaling_rows(cases).items():
+        valid = [(p.ranks, p.images_per_sec, p.efficiency) for p in points
+                 if p.status != "invalid" and p.images_per_sec is not None]
+        if valid:
+            out[key] = valid
+    return out
 
 
 def series_framework(key: str) -> str:
@@ -240,18 +382,40 @@ def series_framework(key: str) -> str:
     return key.split()[1]
 
 
+def _bounds_text(pv: PerfVar) -> str:
+    if not pv.judged:
+        return "-"
+    low, high = pv.bounds()
+    if low is not None and high is not None:
+        return f"[{_fmt(low)}, {_fmt(high)}]"
+    if low is not None:
+        return f">= {_fmt(low)}"
+    return f"<= {_fmt(high)}"
+
+
 def markdown_summary(cases: Sequence[Case], title: str = "hvdcore ReFrame validation",
                      source: str = "") -> str:
     """The Markdown summary (results, performance vs references, MNIST scaling)."""
     n_pass = sum(c.result == "pass" for c in cases)
-    n_fail = sum(c.result in ("fail", "failure", "error", "abort", "aborted") for c in cases)
+    n_fail = sum(c.failed for c in cases)
     n_skip = sum(c.result == "skip" for c in cases)
     lines = [f"# {title}", ""]
     if source:
         lines += [f"Source: `{source}`", ""]
     verdict = "PASSED" if n_fail == 0 and n_pass > 0 else "FAILED"
+    perf_rows = _perf_rows(cases)
+    verdicts = [perf_verdict(c, pv) for c, pv in perf_rows]
     lines += [f"**{verdict}**: {n_pass} passed, {n_fail} failed, {n_skip} skipped "
-              f"({len(cases)} test cases).", "", "## Results", "",
+              f"({len(cases)} test cases)."]
+    if perf_rows:
+        count = {v: sum(x == v for x in verdicts) for v in ("pass", "**FAIL**", "**invalid**")}
+        n_unjudged = sum(v in NOT_JUDGED for v in verdicts)
+        n_none = sum(v.startswith("no value") for v in verdicts)
+        lines += ["", f"Performance values: {count['pass']} within their bounds, "
+                      f"{count['**FAIL**']} out of bounds, {count['**invalid**']} invalid, "
+                      f"{n_unjudged} not judged (no reference or no bounds), "
+                      f"{n_none} without a value (their case failed earlier)."]
+    lines += ["", "## Results", "",
               "| Check | Partition | Environment | Ranks | Result | Reason |",
               "|---|---|---|---:|---|---|"]
     for c in sorted(cases, key=lambda c: (c.check, c.system, c.partition, c.name)):
@@ -260,75 +424,130 @@ def markdown_summary(cases: Sequence[Case], title: str = "hvdcore ReFrame valida
             reason = f"{c.fail_phase}: {reason}"
         lines.append(f"| {_md_escape(c.name)} | {c.system}:{c.partition} | {c.environ} | "
                      f"{c.num_tasks if c.num_tasks is not None else '-'} | {c.result} | {reason} |")
-    perf_rows = [(c, pv) for c in cases for pv in c.perfvars]
     if perf_rows:
         lines += ["", "## Performance", "",
-                  "| Check | Partition | Variable | Value | Unit | Reference | Bounds | OK |",
-                  "|---|---|---|---:|---|---:|---|---|"]
-        for c, pv in sorted(perf_rows, key=lambda r: (r[0].check, r[0].sysenv, r[0].name,
-                                                       r[1].name)):
-            low, high = pv.bounds()
-            bounds = f"[{_fmt(low)}, {_fmt(high)}]" if pv.reference is not None else "-"
-            ok = {True: "yes", False: "**no**", None: "-"}[pv.within()]
-            lines.append(f"| {_md_escape(c.name)} | {c.system}:{c.partition} | {pv.name} | "
-                         f"{_fmt(pv.value, 4)} | {pv.unit} | {_fmt(pv.reference)} | {bounds} | "
-                         f"{ok} |")
-    series = scaling_points(cases)
+                  "Bounds are absolute (reference and ReFrame's relative thresholds).", "",
+                  "| Check | Partition | Environment | Variable | Value | Unit | Reference | Bounds "
+                  "| Verdict |",
+                  "|---|---|---|---|---:|---|---:|---|---|"]
+        rows = sorted(zip(perf_rows, verdicts, strict=True),
+                      key=lambda r: (r[0][0].check, r[0][0].sysenv, r[0][0].name, r[0][1].name))
+        for (c, pv), verdict_text in rows:
+            value = pv.value
+            if value is None and verdict_text == "**invalid**":  # as the sanity message says
+                value = _value_in_reason(c.fail_reason, pv.name)
+            lines.append(f"| {_md_escape(c.name)} | {c.system}:{c.partition} | {c.environ} | "
+                         f"{pv.name} | {_fmt(value, 4)} | {pv.unit} | {_fmt(pv.reference)} | "
+                         f"{_bounds_text(pv)} | {verdict_text} |")
+    series = scaling_rows(cases)
     if series:
         lines += ["", "## MNIST scaling", "",
-                  "| Series | Ranks | Images/s | Images/s per rank | Efficiency |",
-                  "|---|---:|---:|---:|---:|"]
+                  f"Efficiency above {MAX_VALID_EFFICIENCY:.0f}% is an invalid measurement, "
+                  "not a result.", "",
+                  "| Series | Ranks | Images/s | Images/s per rank | Efficiency | Verdict |",
+                  "|---|---:|---:|---:|---:|---|"]
         for key, points in sorted(series.items()):
-            for ranks, ips, eff in points:
-                eff_txt = f"{eff:.1f}%" if eff is not None else "-"
-                lines.append(f"| {key} | {ranks} | {ips:.1f} | {ips / ranks:.1f} | {eff_txt} |")
+            for p in points:
+                ips = p.images_per_sec
+                eff_txt = f"{p.efficiency:.1f}%" if p.efficiency is not None else "-"
+                if p.status == "invalid" and p.efficiency is not None:
+                    eff_txt += " (invalid)"
+                ips_txt = f"{ips:.1f} | {ips / p.ranks:.1f}" if ips is not None else "- | -"
+                lines.append(f"| {key} | {p.ranks} | {ips_txt} | {eff_txt} | {p.verdict} |")
     return "\n".join(lines) + "\n"
 
 
 def plot_scaling(cases: Sequence[Case], path: str | os.PathLike[str]) -> bool:
     """Write the PNG scaling plot; False (and no file) when there is no MNIST data."""
-    series = scaling_points(cases)
-    if not series:
+    fig = scaling_figure(cases)
+    if fig is None:
         return False
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def scaling_figure(cases: Sequence[Case]) -> Any:
+    """The matplotlib figure of :func:`plot_scaling` (None without MNIST data): images/s and
+    efficiency vs ranks; failed points get a red x, invalid ones a hollow, labelled marker."""
+    series = scaling_rows(cases)
+    if not series:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     fig, (ax_ips, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))
+
     # one colour per partition+environment(+module), one line style/marker per framework
     def place(key: str) -> str:
         words = key.split()
         return " ".join([words[0], *words[2:]])
 
     colours = {p: f"C{i % 10}" for i, p in enumerate(sorted({place(k) for k in series}))}
+    effs_seen: list[float] = []
+    statuses: set[str] = set()
     for key, points in sorted(series.items()):
-        ranks = [p[0] for p in points]
         line, marker = FRAMEWORK_STYLES.get(series_framework(key), (":", "^"))
-        style = dict(linestyle=line, marker=marker, label=key,
-                     color=colours[place(key)])
-        ax_ips.plot(ranks, [p[1] for p in points], **style)
-        effs = [(p[0], p[2]) for p in points if p[2] is not None]
-        ax_eff.plot([e[0] for e in effs], [e[1] for e in effs], **style)
-    all_ranks = sorted({p[0] for pts in series.values() for p in pts})
+        colour = colours[place(key)]
+        style = dict(linestyle=line, marker=marker, label=key, color=colour)
+        valid = [p for p in points if p.status != "invalid"]
+        drawn = [p for p in valid if p.images_per_sec is not None]
+        ax_ips.plot([p.ranks for p in drawn], [p.images_per_sec for p in drawn], **style)
+        with_eff = [p for p in valid if p.efficiency is not None]
+        ax_eff.plot([p.ranks for p in with_eff], [p.efficiency for p in with_eff], **style)
+        effs_seen += [p.efficiency for p in points if p.efficiency is not None]
+        for p in points:
+            statuses.add(p.status)
+            if p.status == "fail":
+                for ax, y in ((ax_ips, p.images_per_sec), (ax_eff, p.efficiency)):
+                    if y is not None:
+                        ax.plot([p.ranks], [y], linestyle="none", marker="x", color="red",
+                                markersize=11, markeredgewidth=2.5, zorder=5)
+            elif p.status == "invalid":
+                # Off the line, hollow, labelled: the number is not a result.
+                y_eff = p.efficiency if p.efficiency is not None else MAX_VALID_EFFICIENCY
+                targets = [(ax_eff, y_eff)]
+                if p.images_per_sec is not None:
+                    targets.append((ax_ips, p.images_per_sec))
+                for ax, y in targets:
+                    ax.plot([p.ranks], [y], linestyle="none", marker=marker, markersize=9,
+                            markerfacecolor="none", markeredgecolor=colour,
+                            markeredgewidth=1.5, zorder=5)
+                    ax.annotate("invalid", (p.ranks, y), textcoords="offset points",
+                                xytext=(6, 4), fontsize=8, color=colour)
+    all_ranks = sorted({p.ranks for pts in series.values() for p in pts})
     for ax in (ax_ips, ax_eff):
         ax.set_xscale("log", base=2)
         ax.set_xticks(all_ranks, [str(r) for r in all_ranks])
         ax.set_xlabel("ranks")
+        ax.margins(x=0.1)  # room for the "invalid" labels at the edges
         ax.grid(True, alpha=0.3)
     ax_ips.set_ylabel("images/s (all ranks)")
     ax_ips.set_title("MNIST training throughput")
     ax_ips.legend(fontsize=7, loc="best")
     ax_eff.axhline(88.0, color="grey", linestyle="--", linewidth=1, label="Horovod ~88%")
+    ax_eff.axhline(MAX_VALID_EFFICIENCY, color="grey", linestyle=":", linewidth=1,
+                   label=f"> {MAX_VALID_EFFICIENCY:.0f}%: invalid")
+    handles, labels = ax_eff.get_legend_handles_labels()
+    if "fail" in statuses:
+        handles.append(Line2D([], [], linestyle="none", marker="x", color="red",
+                              markeredgewidth=2.5))
+        labels.append("failed")
+    if "invalid" in statuses:
+        handles.append(Line2D([], [], linestyle="none", marker="o", markerfacecolor="none",
+                              markeredgecolor="black"))
+        labels.append("invalid measurement")
     ax_eff.set_ylabel("scaling efficiency (%)")
-    top = max([120.0] + [p[2] * 1.1 for pts in series.values() for p in pts if p[2]])
-    ax_eff.set_ylim(0, top)
+    ax_eff.set_ylim(0, max([120.0] + [e * 1.1 for e in effs_seen]))
     ax_eff.set_title("Efficiency vs the 1-rank baseline")
-    ax_eff.legend(fontsize=7, loc="lower left")
+    ax_eff.legend(handles, labels, fontsize=7, loc="lower left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return fig
 
 
 def _latest_report() -> str:
@@ -350,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", help="PNG scaling plot to write")
     parser.add_argument("--title", default="hvdcore ReFrame validation")
     parser.add_argument("--fail-on-failure", action="store_true",
-                        help="exit 1 when a test case failed")
+                        help="exit 1 when a test case failed or a performance value is "
+                             "invalid (efficiency > 105%%)")
     args = parser.parse_args(argv)
 
     if args.perflogs:
@@ -376,9 +596,10 @@ def main(argv: list[str] | None = None) -> int:
         if plot_scaling(cases, args.plot):
             print(f"report.py: wrote {args.plot}", file=sys.stderr)
         else:
-            print("report.py: no passed MNIST cases: no scaling plot", file=sys.stderr)
+            print("report.py: no MNIST cases: no scaling plot", file=sys.stderr)
     failed = any(c.result not in ("pass", "skip") for c in cases)
-    return 1 if args.fail_on_failure and failed else 0
+    invalid = any(perf_verdict(c, pv) == "**invalid**" for c, pv in _perf_rows(cases))
+    return 1 if args.fail_on_failure and (failed or invalid) else 0
 
 
 if __name__ == "__main__":
