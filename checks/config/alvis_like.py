@@ -20,6 +20,7 @@ from common import (  # noqa: E402
     gpu_resources,
     logging_config,
     modules_environment,
+    recorded_references,
 )
 
 ACCOUNT = os.environ.get("CHECKS_SITE_ACCOUNT", "NAISS2024-0-000")
@@ -46,6 +47,7 @@ def _gpu_partition(gpu: str, arch: str, cpus: int, max_nodes: int) -> dict:
             "max_nodes": max_nodes,
             "launcher_options": SLURM_MPI,
             "gpu_always": True,
+            "references": recorded_references("alvis", gpu.lower()),
         },
     }
 

@@ -18,6 +18,7 @@ from common import (  # noqa: E402
     gpu_resources,
     logging_config,
     modules_environment,
+    recorded_references,
     venv_environment,
 )
 
@@ -49,6 +50,7 @@ site_configuration = {
                         "gpus_per_node": 4,
                         "max_nodes": 8,
                         "launcher_options": SLURM_MPI,
+                        "references": recorded_references("gh", "gh200"),
                     },
                 }
             ],

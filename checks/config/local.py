@@ -19,6 +19,7 @@ from common import (  # noqa: E402
     OMPI_AS_ROOT,
     general_config,
     logging_config,
+    recorded_references,
     venv_environment,
 )
 
@@ -47,6 +48,7 @@ site_configuration = {
                         "gpus_per_node": 0,
                         "max_nodes": 1,
                         "launcher_options": [],
+                        "references": recorded_references("local", "default"),
                     },
                 }
             ],

@@ -20,6 +20,7 @@ from common import (  # noqa: E402
     gpu_resources,
     logging_config,
     modules_environment,
+    recorded_references,
 )
 
 ACCOUNT = os.environ.get("CHECKS_SITE_ACCOUNT", "project_465000000")
@@ -57,6 +58,7 @@ site_configuration = {
                         "gpus_per_node": 8,
                         "max_nodes": 16,
                         "launcher_options": SLURM_MPI,
+                        "references": recorded_references("lumi", "gpu"),
                     },
                 },
                 {
@@ -77,6 +79,7 @@ site_configuration = {
                         "gpus_per_node": 0,
                         "max_nodes": 16,
                         "launcher_options": SLURM_MPI,
+                        "references": recorded_references("lumi", "cpu"),
                     },
                 },
             ],

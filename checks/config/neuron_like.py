@@ -19,6 +19,7 @@ from common import (  # noqa: E402
     gpu_resources,
     logging_config,
     modules_environment,
+    recorded_references,
     venv_environment,
 )
 
@@ -42,6 +43,7 @@ def _partition(name: str, slurm_part: str, gpus: int, arch: str, cpus: int) -> d
             "gpus_per_node": gpus,
             "max_nodes": 4,
             "launcher_options": SLURM_MPI,
+            "references": recorded_references("neuron", name),
         },
     }
 

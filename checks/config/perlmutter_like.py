@@ -20,6 +20,7 @@ from common import (  # noqa: E402
     gpu_resources,
     logging_config,
     modules_environment,
+    recorded_references,
     venv_environment,
 )
 
@@ -53,6 +54,7 @@ site_configuration = {
                         "gpus_per_node": 4,
                         "max_nodes": 16,
                         "launcher_options": SLURM_MPI,
+                        "references": recorded_references("perlmutter", "gpu"),
                     },
                 },
                 {
@@ -73,6 +75,7 @@ site_configuration = {
                         "gpus_per_node": 0,
                         "max_nodes": 16,
                         "launcher_options": SLURM_MPI,
+                        "references": recorded_references("perlmutter", "cpu"),
                     },
                 },
             ],

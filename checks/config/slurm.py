@@ -12,10 +12,15 @@ Adapt it with environment variables instead of editing (all optional):
 ``CHECKS_SLURM_MAX_NODES``     largest MNIST scale in nodes (default 2)
 ``CHECKS_SLURM_ONE_HOST``      ``1`` when the "nodes" share one host (the CI harness):
                                Open MPI then uses TCP between them (``btl=self,tcp``), and
-                               the MNIST scaling efficiency is reported but not judged
+                               the MNIST scaling efficiency is reported but not judged (its
+                               references are unbounded: the jobs share the host's cores)
 ``CHECKS_VENV``                venv the jobs activate (default: the one running ReFrame;
                                it must be on a file system the compute nodes see)
 =============================  ===========================================================
+
+References (``extras["references"]``) come from ``checks/config/references/generic.json``
+(``checks/tools/record_references.py``); none are shipped, so absolute values are reported and
+only the checks' ratios are judged until a site records its own.
 
 Run the CPU partition only::
 
@@ -27,7 +32,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import SLURM_MPI, general_config, gpu_resources, logging_config, venv_environment  # noqa: E402,I001
+from common import (  # noqa: E402
+    SLURM_MPI,
+    general_config,
+    gpu_resources,
+    logging_config,
+    recorded_references,
+    unjudged_mnist_efficiency,
+    venv_environment,
+)
 
 _env = os.environ.get
 SCHEDULER = _env("CHECKS_SLURM_SCHEDULER", "squeue")
@@ -39,8 +52,14 @@ ONE_HOST = _env("CHECKS_SLURM_ONE_HOST", "0") == "1"
 # Both fake nodes of the CI harness have one hostname: Open MPI's shared memory would then
 # connect ranks of different "nodes" and crash, so use TCP (never needed on a real cluster).
 NET_ENV = [["OMPI_MCA_btl", "self,tcp"]] if ONE_HOST else []
-# Fake nodes share (and oversubscribe) one host's cores: efficiency is reported, not judged.
-ONE_HOST_EXTRAS = {"mnist_efficiency_ref": [88.0, None, None]} if ONE_HOST else {}
+
+
+def _references(partition: str) -> dict:
+    refs = recorded_references("generic", partition)
+    # Fake nodes share (and oversubscribe) one host's cores: efficiency is reported, not judged.
+    return unjudged_mnist_efficiency(refs) if ONE_HOST else refs
+
+
 # Fake nodes share the host's cores: one job at a time, or the jobs slow each other down.
 MAX_JOBS = 1 if ONE_HOST else 4
 
@@ -70,7 +89,7 @@ site_configuration = {
                         "gpus_per_node": 0,
                         "max_nodes": MAX_NODES,
                         "launcher_options": SLURM_MPI,
-                        **ONE_HOST_EXTRAS,
+                        "references": _references("cpu"),
                     },
                 },
                 {
@@ -91,6 +110,7 @@ site_configuration = {
                         "gpus_per_node": GPUS,
                         "max_nodes": MAX_NODES,
                         "launcher_options": SLURM_MPI,
+                        "references": _references("gpu"),
                     },
                 },
             ],
