@@ -115,6 +115,10 @@ def kill_one_rank(launcher: str, rng: random.Random, workdir: Path,
     np_ = rng.choice((2, 2, 3))
     kind = rng.choice(("kill-backward", "kill-collective", "kill-checkpoint", "kill-external"))
     steps, every = 40, 4
+    if kind == "kill-external":
+        # the kill comes at most ~3 s after READY; the sleeps alone make training last 12 s,
+        # so it cannot finish first however the job is scheduled
+        steps = 400
     victim = 0 if kind == "kill-checkpoint" else rng.randrange(np_)
     step = rng.choice(range(every, steps - every, every)) if kind == "kill-checkpoint" \
         else rng.randrange(2, steps - 2)
@@ -268,8 +272,13 @@ def mismatches(launcher: str, rng: random.Random, workdir: Path) -> Trial:
 # -- 4: stall --------------------------------------------------------------------------------
 
 def stall(launcher: str, rng: random.Random, workdir: Path) -> Trial:
-    """One rank never submits a tensor: every rank warns at the check time naming the tensor
-    and the missing rank, and the job ends (non-zero, StallError) at the shutdown bound."""
+    """One rank never submits a tensor: every rank warns, not before the check time, naming
+    the tensor and the missing rank, and the job ends (non-zero, StallError), not before the
+    shutdown bound and within EXIT_BOUND_S after it.
+
+    Only bounds that hold under any scheduling are judged: no rank submits the tensor before
+    its STALL line, so the coordinator's clock for it starts after the earliest STALL line.
+    How soon after the check time the warning came is not judged (``exit_s`` is reported)."""
     np_ = rng.choice((2, 3))
     lazy = rng.randrange(np_)
     tensor = f"stall/t{rng.randrange(1000)}"
@@ -283,13 +292,15 @@ def stall(launcher: str, rng: random.Random, workdir: Path) -> Trial:
     starts = [float(m.group(1)) for _, m in job.matches(r"^STALL \d+ ([\d.]+)$")]
     t0 = max(starts) if starts else None
     exit_s = None if t0 is None or job.end is None else job.end - t0
+    # time since the earliest STALL line (0.5 s of slack for clock granularity)
+    since = None if not starts or job.end is None else job.end - min(starts)
     warns = job.matches(r"^\[hvdcore rank (\d+)\] WARNING stalled collectives")
     warned = {int(m.group(1)) for _, m in warns}
     if warned != set(range(np_)):
         problems.append(f"stall warning on ranks {sorted(warned)}, want all {np_}")
-    if warns and t0 is not None:
-        first = min(t for t, _ in warns) - t0
-        if not check - 0.5 <= first <= check + 5:
+    if warns and starts:
+        first = min(t for t, _ in warns) - min(starts)
+        if first < check - 0.5:
             problems.append(f"first warning {first:.1f} s after the stall (check time {check})")
     if not job.matches(rf"allreduce '{re.escape(tensor)}': submitted by .* still missing on "
                        rf"rank {lazy}$"):
@@ -300,8 +311,8 @@ def stall(launcher: str, rng: random.Random, workdir: Path) -> Trial:
         problems.append("no StallError")
     if rc == 0:
         problems.append("launcher exited 0 after a stall shutdown")
-    if exit_s is None or not shutdown - 0.5 <= exit_s <= shutdown + 10:
-        problems.append(f"job ended {exit_s} s after the stall (shutdown bound {shutdown} s)")
+    if since is None or since < shutdown - 0.5 or since > shutdown + EXIT_BOUND_S:
+        problems.append(f"job ended {since} s after the stall (shutdown bound {shutdown} s)")
     if job.matches(r"^(WOKE|NOSTALL|DONE) "):
         problems.append("a rank went on past the stall")
     return _trial(problems, exit_s, left, job, f"np={np_} lazy rank={lazy}")
