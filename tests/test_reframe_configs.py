@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -109,3 +110,50 @@ def test_scale_selection_follows_the_partition(tmp_path: Path) -> None:
     assert "%scale=1_node" in slurm.stdout and "%scale=2_nodes" in slurm.stdout
     assert "%scale=2_ranks" not in slurm.stdout  # == 1_node on 2-core nodes
     assert "%scale=4_nodes" not in slurm.stdout
+
+
+@pytest.mark.parametrize("config", sorted(SITE_CONFIGS))
+def test_every_partition_takes_its_recorded_references(config: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """extras["references"] of each partition is what checks/config/references/<system>.json
+    (here: $CHECKS_REFERENCES_DIR) records for it, {} where nothing is recorded."""
+    import runpy
+
+    system = SITE_CONFIGS[config]
+    monkeypatch.setenv("CHECKS_REFERENCES_DIR", str(tmp_path))
+    monkeypatch.delenv("CHECKS_SLURM_ONE_HOST", raising=False)
+    conf = runpy.run_path(str(CONFIGS / config))["site_configuration"]
+    parts = [p for s in conf["systems"] for p in s["partitions"]]
+    assert parts and all(p["extras"]["references"] == {} for p in parts)
+    assert all("mnist_efficiency_ref" not in p["extras"] for p in parts)
+    recorded = {p["name"]: {"HvdcoreCollectivesCheck": {"busbw": [i + 1.0, -0.3, None, "GB/s"]}}
+                for i, p in enumerate(parts)}
+    (tmp_path / f"{system}.json").write_text(json.dumps(recorded))
+    conf = runpy.run_path(str(CONFIGS / config))["site_configuration"]
+    for part in (p for s in conf["systems"] for p in s["partitions"]):
+        assert part["extras"]["references"] == recorded[part["name"]], part["name"]
+
+
+def test_one_host_slurm_reports_efficiency_unjudged(tmp_path: Path) -> None:
+    """CHECKS_SLURM_ONE_HOST=1: ReFrame's view of generic:cpu has every MNIST scale's
+    efficiency unbounded, also over a recorded (bounded) entry; other references stay."""
+    (tmp_path / "generic.json").write_text(json.dumps({"cpu": {
+        "HvdcoreMnistCheck@scale=2_nodes@framework=torch": {
+            "efficiency": [91.0, -0.2, None, "%"], "images_per_sec": [900.0, -0.3, None, "img/s"]},
+    }}))
+    env = reframe_env({"CHECKS_SLURM_ONE_HOST": "1", "CHECKS_REFERENCES_DIR": str(tmp_path)})
+    res = run_reframe(["-C", str(CONFIGS / "slurm.py"), "--system", "generic:cpu",
+                       "--show-config=systems/0/partitions/0/extras"], tmp_path, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    refs = json.loads(res.stdout[res.stdout.index("{"):])["references"]
+    assert refs["HvdcoreMnistCheck@scale=2_nodes@framework=torch"] == {
+        "efficiency": [91.0, None, None, "%"], "images_per_sec": [900.0, -0.3, None, "img/s"]}
+    for scale in ("2_ranks", "4_ranks", "1_node", "2_nodes", "4_nodes", "8_nodes", "16_nodes"):
+        assert refs[f"HvdcoreMnistCheck@scale={scale}"]["efficiency"][1:3] == [None, None]
+    # a real cluster (no CHECKS_SLURM_ONE_HOST) judges what was recorded
+    res = run_reframe(["-C", str(CONFIGS / "slurm.py"), "--system", "generic:cpu",
+                       "--show-config=systems/0/partitions/0/extras"], tmp_path,
+                      reframe_env({"CHECKS_REFERENCES_DIR": str(tmp_path)}))
+    refs = json.loads(res.stdout[res.stdout.index("{"):])["references"]
+    assert list(refs) == ["HvdcoreMnistCheck@scale=2_nodes@framework=torch"]
+    assert refs["HvdcoreMnistCheck@scale=2_nodes@framework=torch"]["efficiency"][1] == -0.2

@@ -177,3 +177,371 @@ def test_report_tool_separates_frameworks(tmp_path: Path) -> None:
                                               "%baseline.hvdcore_module=hvdcore/0.1.0"),
                         perfvars=[report.PerfVar("images_per_sec", 10.0)])
     assert list(report.scaling_points([named])) == ["local:default+find torch hvdcore/0.1.0"]
+
+
+# --- performance references and the report tool on ReFrame JSON reports -------------------
+
+def _tools():
+    sys.path.insert(0, str(CHECKS / "tools"))
+    import record_references
+    import report
+
+    return report, record_references
+
+
+def _testcase(display_name: str, perf: dict[str, tuple] | None = None, result: str = "pass",
+              num_tasks: int = 1, fail_phase: str | None = None, fail_reason: str | None = None,
+              system: str = "site", partition: str = "cpu", fixture: bool = False) -> dict:
+    """One test case as ReFrame 4.10 writes it to ``--report-file`` (the fields the tools read,
+    copied from a real report). ``perf``: ``var -> (value, ref, lower, upper, unit)``; a value
+    of None is what ReFrame stores when the case failed before its performance stage."""
+    perfvalues = {}
+    for var, (value, ref, low, high, unit) in (perf or {}).items():
+        verdict = None
+        if value is not None:
+            lo_b, hi_b = (ref * (1 + low) if low is not None else None,
+                          ref * (1 + high) if high is not None else None)
+            inside = (lo_b is None or value >= lo_b) and (hi_b is None or value <= hi_b)
+            verdict = "pass" if inside else "fail"
+        perfvalues[f"{system}:{partition}:{var}"] = [value, ref, low, high, unit, verdict]
+    case = {
+        "build_jobid": None, "dependencies_actual": [], "environ": "hvdcore-venv",
+        "fail_phase": fail_phase, "fail_reason": fail_reason, "fixture": fixture,
+        "job_completion_time": "2026-11-23T13:11:56+00:00", "job_exitcode": 0,
+        "job_nodelist": ["n1"], "jobid": "5052", "system": system, "partition": partition,
+        "result": result, "run_index": 0, "scheduler": "slurm", "display_name": display_name,
+        "name": display_name, "num_tasks": num_tasks, "perfvalues": perfvalues,
+        "short_name": display_name.split()[0] + "_904c7f7f", "tags": [],
+    }
+    if result == "fail":
+        case["fail_info"] = {"exc_type": "SanityError" if fail_phase == "sanity"
+                             else "PerformanceError", "exc_value": fail_reason, "traceback": []}
+    return case
+
+
+def _write_report(path: Path, testcases: list[dict]) -> Path:
+    fails = sum(tc["result"] == "fail" for tc in testcases)
+    path.write_text(json.dumps({
+        "session_info": {"data_version": "4.2", "hostname": "n1", "num_cases": len(testcases),
+                         "num_failures": fails, "version": "4.10.4"},
+        "runs": [{"num_cases": len(testcases), "num_failures": fails, "num_aborted": 0,
+                  "num_skipped": 0, "run_index": 0, "testcases": testcases}],
+        "restored_cases": [],
+    }))
+    return path
+
+
+MNIST_1NODE = "HvdcoreMnistCheck %scale=1_node %baseline.framework=torch %baseline.hvdcore_module=env"
+BASELINE = "MnistBaseline %framework=torch %hvdcore_module=env ~site:cpu+hvdcore-venv"
+
+
+def _good_run(busbw: float = 10.0, latency: float = 50.0, ips: float = 4000.0) -> list[dict]:
+    """A known-good run: collectives and MNIST (1 node of 2 ranks) pass; two other cases do
+    not and must never become references."""
+    return [
+        _testcase("HvdcoreCollectivesCheck", {
+            "busbw": (busbw, 0, None, None, "GB/s"), "latency": (latency, 0, None, None, "us"),
+            "busbw_ratio": (0.9, 0.8, -0.2, None, "x"),
+            "latency_ratio": (1.1, 1.0, None, 0.5, "x")}, num_tasks=2),
+        _testcase(BASELINE, {"images_per_sec": (2200.0, 0, None, None, "img/s"),
+                             "images_per_sec_per_rank": (2200.0, 0, None, None, "img/s")},
+                  fixture=True),
+        _testcase(MNIST_1NODE, {"images_per_sec": (ips, 0, None, None, "img/s"),
+                                "images_per_sec_per_rank": (ips / 2, 0, None, None, "img/s"),
+                                "efficiency": (90.0, 0, None, None, "%"),
+                                "ddp_ratio": (0.95, 0.9, -0.1, None, "x")}, num_tasks=2),
+        # failed in its performance stage: values present, not recorded
+        _testcase("HvdcoreMnistCheck %scale=2_nodes %baseline.framework=torch "
+                  "%baseline.hvdcore_module=env",
+                  {"images_per_sec": (100.0, 7000.0, -0.3, None, "img/s")}, result="fail",
+                  num_tasks=4, fail_phase="performance",
+                  fail_reason="performance error: failed to meet reference(s): "
+                              "images_per_sec=100.0 img/s, expected 7000.0 (l=4900.0, u=inf)"),
+        # passed but impossible (a check without the > 105 % sanity rule): never recorded
+        _testcase("HvdcoreMnistCheck %scale=1_node %baseline.framework=tensorflow "
+                  "%baseline.hvdcore_module=env", {"efficiency": (120.0, 0, None, None, "%")},
+                  num_tasks=2),
+    ]
+
+
+def test_reference_keys_and_lookup(tmp_path: Path) -> None:
+    from hvdcore_checks.references import (
+        LOWER_IS_BETTER,
+        key_of_test,
+        load_recorded,
+        lookup,
+        reference_key,
+    )
+
+    assert reference_key("HvdcoreCollectivesCheck", None, None) == "HvdcoreCollectivesCheck"
+    assert (reference_key("HvdcoreMnistCheck", "1_node", "torch")
+            == "HvdcoreMnistCheck@scale=1_node@framework=torch")
+    assert key_of_test(MNIST_1NODE) == "HvdcoreMnistCheck@scale=1_node@framework=torch"
+    assert key_of_test(BASELINE) == "MnistBaseline@framework=torch"
+    assert key_of_test("HvdcoreCapabilitiesCheck %framework=tensorflow") == (
+        "HvdcoreCapabilitiesCheck@framework=tensorflow")
+    assert LOWER_IS_BETTER == {"latency", "latency_ratio"}
+    assert load_recorded("nosuchsystem", tmp_path) == {}
+    refs = {
+        "HvdcoreMnistCheck": {"efficiency": [88.0, -0.5, None, "%"]},
+        "HvdcoreMnistCheck@scale=1_node": {"efficiency": [88.0, None, None, "%"]},
+        "HvdcoreMnistCheck@scale=1_node@framework=torch": {
+            "images_per_sec": [4000.0, -0.3, None, "img/s"]},
+    }
+    # the most specific entry wins per variable; more general ones fill in
+    assert lookup(refs, "HvdcoreMnistCheck@scale=1_node@framework=torch") == {
+        "efficiency": (88.0, None, None, "%"), "images_per_sec": (4000.0, -0.3, None, "img/s")}
+    assert lookup(refs, "HvdcoreMnistCheck@scale=2_nodes@framework=torch") == {
+        "efficiency": (88.0, -0.5, None, "%")}
+    assert lookup(refs, "HvdcoreCollectivesCheck") == {}
+    assert lookup({}, "HvdcoreCollectivesCheck") == lookup(None, "X") == {}
+    # the module must stay importable without ReFrame (configs and tools load it by path)
+    text = (CHECKS / "hvdcore_checks" / "references.py").read_text()
+    assert "import reframe" not in text and "from reframe" not in text
+
+
+def test_record_references_bounds_on_the_bad_side(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _, rec = _tools()
+    good = _write_report(tmp_path / "good.json", _good_run())
+    out_dir = tmp_path / "refs"
+    assert rec.main(["--report", str(good), "--output-dir", str(out_dir)]) == 0
+    printed = capsys.readouterr().out
+    data = json.loads((out_dir / "site.json").read_text())
+    assert list(data) == ["cpu"]
+    assert data["cpu"] == {
+        "HvdcoreCollectivesCheck": {"busbw": [10.0, -0.3, None, "GB/s"],
+                                    "latency": [50.0, None, 0.3, "us"]},
+        "HvdcoreMnistCheck@scale=1_node@framework=torch": {
+            "efficiency": [90.0, -0.3, None, "%"],
+            "images_per_sec": [4000.0, -0.3, None, "img/s"],
+            "images_per_sec_per_rank": [2000.0, -0.3, None, "img/s"]},
+        "MnistBaseline@framework=torch": {
+            "images_per_sec": [2200.0, -0.3, None, "img/s"],
+            "images_per_sec_per_rank": [2200.0, -0.3, None, "img/s"]},
+    }
+    # the table says what was recorded and why the impossible efficiency was not
+    assert "HvdcoreCollectivesCheck" in printed and ">= 7 (-30%)" in printed
+    assert "<= 65 (+30%)" in printed
+    assert "120.0% > 105%: invalid measurement, not recorded" in printed
+    assert "*_ratio variables left to the checks" in printed
+
+    # ratios on request, each in its own direction; a tighter tolerance
+    assert rec.main(["--report", str(good), "--output-dir", str(out_dir), "--include-ratios",
+                     "--tolerance", "0.1"]) == 0
+    cpu = json.loads((out_dir / "site.json").read_text())["cpu"]
+    assert cpu["HvdcoreCollectivesCheck"]["busbw_ratio"] == [0.9, -0.1, None, "x"]
+    assert cpu["HvdcoreCollectivesCheck"]["latency_ratio"] == [1.1, None, 0.1, "x"]
+    assert cpu["HvdcoreCollectivesCheck"]["latency"] == [50.0, None, 0.1, "us"]
+    assert cpu["HvdcoreMnistCheck@scale=1_node@framework=torch"]["ddp_ratio"][1] == -0.1
+
+    # nothing passed: nothing written, exit 2
+    bad = _write_report(tmp_path / "bad.json", _good_run()[3:4])
+    assert rec.main(["--report", str(bad), "--output-dir", str(tmp_path / "none")]) == 2
+    assert not (tmp_path / "none").exists()
+
+
+def test_record_references_median_and_spread(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Three known-good nights: the median, and bounds every one of them passes."""
+    from reframe.utility.sanity import reference_bounds
+
+    _, rec = _tools()
+    nights = [(10.0, 50.0, 4000.0), (8.0, 40.0, 3900.0), (12.0, 70.0, 4100.0)]
+    reports = [_write_report(tmp_path / f"n{i}.json", _good_run(*night))
+               for i, night in enumerate(nights)]
+    args = [a for r in reports for a in ("--report", str(r))]
+    assert rec.main([*args, "--output-dir", str(tmp_path), "--tolerance", "0.1"]) == 0
+    printed = capsys.readouterr().out
+    coll = json.loads((tmp_path / "site.json").read_text())["cpu"]["HvdcoreCollectivesCheck"]
+    # busbw: median 10, the 8 needs -20 %; latency: median 50, the 70 needs +40 %
+    assert coll["busbw"] == [10.0, -0.2, None, "GB/s"]
+    assert coll["latency"] == [50.0, None, 0.4, "us"]
+    mnist = json.loads((tmp_path / "site.json").read_text())["cpu"][
+        "HvdcoreMnistCheck@scale=1_node@framework=torch"]
+    assert mnist["images_per_sec"] == [4000.0, -0.1, None, "img/s"]  # 3900 is within 10 %
+    for var, values in (("busbw", [n[0] for n in nights]), ("latency", [n[1] for n in nights])):
+        low, high = reference_bounds(*coll[var][:3])
+        assert all(low <= v <= high for v in values), (var, coll[var])
+    assert printed.count("tolerance widened from 0.10 to cover the spread") >= 2, printed
+    assert "3: 8..12" in printed and "3: 40..70" in printed
+
+
+def test_record_references_merge(tmp_path: Path) -> None:
+    _, rec = _tools()
+    good = _write_report(tmp_path / "good.json", _good_run())
+    old = {"gpu": {"HvdcoreCollectivesCheck": {"busbw": [90.0, -0.3, None, "GB/s"]}},
+           "cpu": {"OldCheck": {"busbw": [1.0, -0.3, None, "GB/s"]},
+                   "HvdcoreCollectivesCheck": {"busbw": [1.0, -0.5, None, "GB/s"]}}}
+    (tmp_path / "site.json").write_text(json.dumps(old))
+    assert rec.main(["--report", str(good), "--output-dir", str(tmp_path), "--merge"]) == 0
+    merged = json.loads((tmp_path / "site.json").read_text())
+    assert merged["gpu"] == old["gpu"]  # another partition: kept
+    assert merged["cpu"]["OldCheck"] == old["cpu"]["OldCheck"]  # not recorded now: kept
+    assert merged["cpu"]["HvdcoreCollectivesCheck"]["busbw"] == [10.0, -0.3, None, "GB/s"]
+    # without --merge the file holds this run only; --dry-run writes nothing
+    before = (tmp_path / "site.json").read_text()
+    assert rec.main(["--report", str(good), "--output-dir", str(tmp_path), "--dry-run"]) == 0
+    assert (tmp_path / "site.json").read_text() == before
+    assert rec.main(["--report", str(good), "--output-dir", str(tmp_path)]) == 0
+    assert list(json.loads((tmp_path / "site.json").read_text())) == ["cpu"]
+    assert "OldCheck" not in (tmp_path / "site.json").read_text()
+    # the tool's help is its manual
+    help_text = subprocess.run([sys.executable, str(CHECKS / "tools" / "record_references.py"),
+                                "--help"], capture_output=True, text=True, timeout=60).stdout
+    for word in ("--tolerance", "--include-ratios", "--merge", "@scale=", "median"):
+        assert word in help_text, help_text
+
+
+def test_configs_take_recorded_references(tmp_path: Path) -> None:
+    """common.py hands a partition its recorded entries; fake nodes on one host get an
+    unjudged MNIST efficiency, whatever was recorded."""
+    sys.path.insert(0, str(CHECKS / "config"))
+    import common
+    from hvdcore_checks.references import lookup
+
+    recorded = {"cpu": {
+        "HvdcoreMnistCheck@scale=1_node@framework=torch": {
+            "efficiency": [91.0, -0.3, None, "%"], "images_per_sec": [4000.0, -0.3, None, "img/s"]},
+        "HvdcoreCollectivesCheck": {"busbw": [10.0, -0.3, None, "GB/s"]}}}
+    (tmp_path / "generic.json").write_text(json.dumps(recorded))
+    refs = common.recorded_references("generic", "cpu", str(tmp_path))
+    assert refs == recorded["cpu"]
+    assert common.recorded_references("generic", "gpu", str(tmp_path)) == {}
+    assert common.recorded_references("nosuch", "cpu", str(tmp_path)) == {}
+    one_host = common.unjudged_mnist_efficiency(refs)
+    assert refs == recorded["cpu"]  # not modified in place
+    key = "HvdcoreMnistCheck@scale=1_node@framework=torch"
+    assert lookup(one_host, key) == {"efficiency": (91.0, None, None, "%"),
+                                     "images_per_sec": (4000.0, -0.3, None, "img/s")}
+    for scale in ("2_ranks", "1_node", "2_nodes", "16_nodes"):
+        got = lookup(one_host, f"HvdcoreMnistCheck@scale={scale}@framework=tensorflow")
+        assert got["efficiency"][1:3] == (None, None), scale
+    assert lookup(one_host, "HvdcoreCollectivesCheck") == {"busbw": (10.0, -0.3, None, "GB/s")}
+
+
+def _judged_run() -> list[dict]:
+    """A night with every kind of verdict: perf failures, invalid, unjudged, no reference."""
+    mnist = ("HvdcoreMnistCheck %scale={} %baseline.framework=torch "
+             "%baseline.hvdcore_module=env")
+    return [
+        _testcase("HvdcoreCollectivesCheck", {
+            "busbw": (2.5, 2.0, -0.3, None, "GB/s"), "latency": (40.0, 30.0, None, 0.1, "us"),
+            "latency_ratio": (1.2, 1.0, None, 0.5, "x")}, result="fail", num_tasks=2,
+            fail_phase="performance",
+            fail_reason="performance error: failed to meet reference(s): latency=40.0 us, "
+                        "expected 30.0 (l=-inf, u=33.0)"),
+        _testcase(BASELINE, {"images_per_sec": (1000.0, 0, None, None, "img/s")}, fixture=True),
+        _testcase(mnist.format("2_ranks"), {
+            "images_per_sec": (1800.0, 1900.0, -0.3, None, "img/s"),
+            "efficiency": (90.0, 88.0, None, None, "%")}, num_tasks=2),
+        _testcase(mnist.format("4_ranks"), {
+            "images_per_sec": (2000.0, 2200.0, -0.3, None, "img/s"),
+            "efficiency": (50.0, 88.0, -0.15, None, "%")}, result="fail", num_tasks=4,
+            fail_phase="performance",
+            fail_reason="performance error: failed to meet reference(s): efficiency=50.0 %, "
+                        "expected 88.0 (l=74.8, u=inf)"),
+        _testcase(mnist.format("1_node"), {
+            "images_per_sec": (None, 7000.0, -0.3, None, "img/s"),
+            "efficiency": (None, 88.0, -0.15, None, "%")}, result="fail", num_tasks=8,
+            fail_phase="sanity",
+            fail_reason="sanity error: efficiency 130.0% > 105%: invalid measurement"),
+        _testcase(mnist.format("2_nodes"), {
+            "images_per_sec": (17600.0, 0, None, None, "img/s"),
+            "efficiency": (110.0, 0, None, None, "%")}, num_tasks=16),
+    ]
+
+
+def test_report_shows_every_verdict(tmp_path: Path) -> None:
+    report, _ = _tools()
+    path = _write_report(tmp_path / "night.json", _judged_run())
+    cases = report.load_report(path)
+    text = report.markdown_summary(cases)
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 9 and cells[3] not in ("Variable", "---"):
+            rows[(cells[0].split()[0] + " " + (re.findall(r"scale=(\S+)", cells[0]) or [""])[0],
+                  cells[3])] = cells
+    assert rows[("HvdcoreCollectivesCheck ", "latency")][4:] == [
+        "40", "us", "30", "<= 33", "**FAIL**"]
+    assert rows[("HvdcoreCollectivesCheck ", "busbw")][7:] == [">= 1.4", "pass"]
+    assert rows[("HvdcoreCollectivesCheck ", "latency_ratio")][8] == "pass"
+    assert rows[("MnistBaseline ", "images_per_sec")][8] == "not judged (no reference)"
+    assert rows[("HvdcoreMnistCheck 2_ranks", "efficiency")][8] == "not judged (no bounds)"
+    assert rows[("HvdcoreMnistCheck 4_ranks", "efficiency")][4:] == [
+        "50", "%", "88", ">= 74.8", "**FAIL**"]
+    # failed sanity: no values in the report; the reason gives the invalid efficiency
+    assert rows[("HvdcoreMnistCheck 1_node", "efficiency")][4] == "130"
+    assert rows[("HvdcoreMnistCheck 1_node", "efficiency")][8] == "**invalid**"
+    assert rows[("HvdcoreMnistCheck 1_node", "images_per_sec")][8] == "no value (sanity failed)"
+    # passed, but impossible
+    assert rows[("HvdcoreMnistCheck 2_nodes", "efficiency")][8] == "**invalid**"
+    assert "Performance values: 4 within their bounds, 2 out of bounds, 2 invalid, " in text
+    # the results table keeps the reasons
+    assert "| fail | sanity: sanity error: efficiency 130.0% > 105%: invalid measurement |" in text
+    # MNIST scaling with a verdict per point
+    assert "| Series | Ranks | Images/s | Images/s per rank | Efficiency | Verdict |" in text
+    series = "site:cpu+hvdcore-venv torch"
+    for row in (f"| {series} | 1 | 1000.0 | 1000.0 | 100.0% | pass |",
+                f"| {series} | 2 | 1800.0 | 900.0 | 90.0% | pass (efficiency not judged) |",
+                f"| {series} | 4 | 2000.0 | 500.0 | 50.0% | **FAIL** (efficiency) |",
+                f"| {series} | 8 | - | - | 130.0% (invalid) | **invalid**: efficiency 130.0% > 105% |",
+                f"| {series} | 16 | 17600.0 | 1100.0 | 110.0% (invalid) | **invalid**: "
+                "efficiency 110.0% > 105% |"):
+        assert row in text, text
+    # the line goes through measurements (failed ones too), never through an invalid one
+    assert report.scaling_points(cases) == {
+        series: [(1, 1000.0, 100.0), (2, 1800.0, 90.0), (4, 2000.0, 50.0)]}
+
+
+def test_report_plot_marks_failed_and_invalid_points(tmp_path: Path) -> None:
+    report, _ = _tools()
+    cases = report.load_report(_write_report(tmp_path / "night.json", _judged_run()))
+    fig = report.scaling_figure(cases)
+    ax_ips, ax_eff = fig.axes
+    series = [ln for ln in ax_eff.lines if ln.get_label().startswith("site:cpu")]
+    assert len(series) == 1 and list(series[0].get_xdata()) == [1, 2, 4]
+    assert max(series[0].get_ydata()) <= 105
+    red_x = [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in ax_eff.lines
+             if ln.get_marker() == "x" and ln.get_color() == "red"]
+    assert red_x == [(4, 50.0)]
+    hollow = sorted((ln.get_xdata()[0], ln.get_ydata()[0]) for ln in ax_eff.lines
+                    if ln.get_markerfacecolor() == "none")
+    assert hollow == [(8, 130.0), (16, 110.0)]
+    assert [t.get_text() for t in ax_eff.texts] == ["invalid", "invalid"]
+    assert "invalid" in [t.get_text() for t in ax_ips.texts]  # 16 ranks: images/s off the line
+    legend = [t.get_text() for t in ax_eff.get_legend().get_texts()]
+    assert "failed" in legend and "invalid measurement" in legend
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    png = tmp_path / "scaling.png"
+    assert report.plot_scaling(cases, png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_fail_on_failure_and_rows_from_reasons(tmp_path: Path) -> None:
+    report, _ = _tools()
+    tool = CHECKS / "tools" / "report.py"
+    night = _write_report(tmp_path / "night.json", _judged_run())
+    res = subprocess.run([sys.executable, str(tool), "--report", str(night),
+                          "--fail-on-failure"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "**FAILED**: 3 passed, 3 failed" in res.stdout, res.stdout
+    # every case passed, but one efficiency is impossible: still not a clean bill
+    only_invalid = _write_report(tmp_path / "inv.json", [_judged_run()[1], _judged_run()[5]])
+    res = subprocess.run([sys.executable, str(tool), "--report", str(only_invalid),
+                          "--fail-on-failure"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "1 invalid" in res.stdout, res.stdout
+    res = subprocess.run([sys.executable, str(tool), "--report", str(only_invalid)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0
+    # a report without performance values for a failed case (older layouts): the row comes
+    # from the failure reason
+    bare = _testcase("HvdcoreMnistCheck %scale=1_node %baseline.framework=torch", result="fail",
+                     num_tasks=4, fail_phase="sanity",
+                     fail_reason="sanity error: efficiency 140.5% > 105%: invalid measurement")
+    del bare["perfvalues"]
+    cases = report.load_report(_write_report(tmp_path / "bare.json", [bare]))
+    text = report.markdown_summary(cases)
+    assert "| efficiency | 140.5 |  | - | - | **invalid** |" in text, text
+    assert "| 4 | - | - | 140.5% (invalid) | **invalid**: efficiency 140.5% > 105% |" in text
