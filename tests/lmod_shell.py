@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import functools
 import importlib.util
+import json
 import os
 import pwd
 import re
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -239,18 +241,77 @@ def write_stand_in_modules(tree: Path, deps: dict[str, list[str]] = EESSI_STAND_
         path.write_text("\n".join(lines) + "\n")
 
 
-def install_hvdcore_tree(base: Path, module: str = "hvdcore/0.1.0-foss-2023a") -> Path:
-    """An EESSI-layout tree under ``base/stack``: the stand-ins, plus hvdcore installed by
-    ``modules/install.sh prefix`` from a real sdist of this checkout. Skips where Lmod or the
-    venv are missing, or on a Python other than the 3.11 of foss/2023a."""
-    require_lmod()
+@dataclass(frozen=True)
+class PythonState:
+    """What a Python has installed, as pip and a fresh process see it: every distribution
+    (name, version, location, editable project location), ``pip show hvdcore``, where ``import
+    hvdcore`` comes from and whether ``<prefix>/bin/hvdcorerun`` exists."""
+
+    packages: tuple[tuple[str, str, str, str], ...]
+    pip_show_hvdcore: tuple[tuple[str, str], ...]
+    hvdcore_file: str
+    hvdcorerun: bool
+
+    @property
+    def editable_location(self) -> str:
+        return dict(self.pip_show_hvdcore).get("Editable project location", "")
+
+    def difference(self, other: PythonState) -> str:
+        """What changed from ``self`` to ``other``, one line per change ('' when nothing)."""
+        lines = [f"gone: {p}" for p in sorted(set(self.packages) - set(other.packages))]
+        lines += [f"new: {p}" for p in sorted(set(other.packages) - set(self.packages))]
+        for name in ("pip_show_hvdcore", "hvdcore_file", "hvdcorerun"):
+            if getattr(self, name) != getattr(other, name):
+                lines.append(f"{name}: {getattr(self, name)!r} -> {getattr(other, name)!r}")
+        return "\n".join(lines)
+
+
+def python_state(python: str = sys.executable) -> PythonState:
+    """:class:`PythonState` of ``python`` (run from ``/`` without PYTHONPATH, so only what is
+    installed counts, not a checkout in the working directory)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([python, *args], env=env, cwd="/", capture_output=True, text=True,
+                              timeout=120)
+
+    pip = ("-m", "pip", "--disable-pip-version-check")
+    listed = run(*pip, "list", "-v", "--format=json")
+    assert listed.returncode == 0, listed.stderr
+    packages = tuple(sorted(
+        (p["name"], p["version"], p.get("location", ""), p.get("editable_project_location", ""))
+        for p in json.loads(listed.stdout)))
+    show = run(*pip, "show", "hvdcore")
+    fields = ("Name", "Version", "Location", "Editable project location")
+    pip_show = tuple((k, v.strip()) for k, _, v in
+                     (line.partition(":") for line in show.stdout.splitlines()) if k in fields)
+    imported = run("-c", "import hvdcore; print(hvdcore.__file__)")
+    hvdcore_file = (imported.stdout.strip() if imported.returncode == 0
+                    else "import failed: " + imported.stderr.strip()[-300:])
+    bin_dir = Path(run("-c", "import sys; print(sys.prefix)").stdout.strip()) / "bin"
+    return PythonState(packages, pip_show, hvdcore_file, (bin_dir / "hvdcorerun").exists())
+
+
+def require_module_python(module: str = "hvdcore/0.1.0-foss-2023a") -> None:
+    """Skip unless this Python can stand in for the module's: a venv with the Python 3.11 of
+    foss/2023a (``modules/install.sh`` checks the version against the module file)."""
     require_venv()
     if sys.version_info[:2] != (3, 11):
         pytest.skip(f"{module} is for the Python 3.11 of foss/2023a; tests run on "
                     f"{sys.version.split()[0]}")
+
+
+def install_hvdcore_tree(base: Path, module: str = "hvdcore/0.1.0-foss-2023a") -> Path:
+    """An EESSI-layout tree under ``base/stack``: the stand-ins, plus hvdcore installed by
+    ``modules/install.sh prefix`` from a real sdist of this checkout, with this test's Python
+    (whose own installs -- hvdcore editable included -- must come out unchanged). Skips where
+    Lmod or the venv are missing, or on a Python other than the 3.11 of foss/2023a."""
+    require_lmod()
+    require_module_python(module)
     sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
     tree = base / "stack"
     write_stand_in_modules(tree)
+    before = python_state()
     proc = lmod_shell(f"""set -e
 module use {tree / 'modules' / 'all'}
 module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
@@ -258,4 +319,6 @@ module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
 """, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"module load {module}" in proc.stdout
+    changed = before.difference(python_state())
+    assert not changed, f"modules/install.sh changed {sys.prefix}, the Python it ran:\n{changed}"
     return tree

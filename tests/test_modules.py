@@ -5,7 +5,8 @@ mpi4py/3.1.4-gompi-2023a and PyTorch/2.1.2-foss-2023a modules that put the test'
 (which has torch and mpi4py) on PATH, standing in for EESSI's modules (EESSI is not reachable
 here). hvdcore is installed into the tree with ``modules/install.sh prefix`` from a real sdist,
 then loaded, used, purged; the Apptainer module is loaded and its wrapper exercised up to the point
-where the apptainer binary is needed.
+where the apptainer binary is needed. ``install.sh`` runs with this test's own Python, which must
+come out of all this unchanged (hvdcore still installed as before, editable from this checkout).
 """
 
 from __future__ import annotations
@@ -15,20 +16,28 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from lmod_shell import (
     CHECK_SYNTAX,
+    CLEAN_PATH,
     EESSI_STAND_INS,
     ROOT,
+    VENV_BIN,
+    PythonState,
+    clean_env,
     env_difference,
     env_file,
     install_hvdcore_tree,
     lmod_shell,
     module_table,
+    python_state,
     require_lmod,
+    require_module_python,
     write_stand_in_modules,
 )
 
@@ -52,7 +61,13 @@ class Tree:
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> Tree:
+def python_before() -> PythonState:
+    """This test's Python before any module test ran (and before ``tree`` installs)."""
+    return python_state()
+
+
+@pytest.fixture(scope="module")
+def tree(python_before: PythonState, tmp_path_factory: pytest.TempPathFactory) -> Tree:
     return Tree(install_hvdcore_tree(tmp_path_factory.mktemp("eessi"), PREFIX_MOD))
 
 
@@ -249,3 +264,70 @@ def test_apptainer_runs_check_build_inside_the_image(tree: Tree, tmp_path: Path)
     proc = lmod_shell(f"module use {tree.modules}\nmodule load {APPTAINER_MOD}\n"
                       "hvdcorerun --check-build --require mpi,torch", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("target", ["python-prefix", "site-packages", "module-loaded"])
+def test_install_refuses_a_target_it_cannot_keep_apart(target: str, tmp_path: Path) -> None:
+    """``install.sh prefix`` refuses, before writing anything, a PREFIX that is the running
+    Python's own prefix or inside a directory it imports from, and a reinstall while the
+    install it would replace is on that Python's path (the module is loaded)."""
+    require_module_python()
+    before = python_state()
+    sdist = tmp_path / "hvdcore-0.1.0.tar.gz"
+    sdist.write_bytes(b"never read: install.sh must refuse first")
+    env = clean_env({"PYTHON": sys.executable})
+    stack = tmp_path / "stack"
+    installed = stack / "software" / "hvdcore" / "0.1.0-foss-2023a"
+    if target == "python-prefix":
+        prefix, untouched = Path(sys.prefix), Path(sys.prefix) / "software"
+        expected = f"is the installation prefix of {sys.executable}"
+    elif target == "site-packages":
+        site = Path(sysconfig.get_paths()["purelib"])
+        prefix = untouched = site / "hvdcore-stack"
+        expected = f"is inside {site.resolve()}, a directory {sys.executable} imports from"
+    else:
+        site = installed / "lib" / "python3.11" / "site-packages"
+        (site / "hvdcore").mkdir(parents=True)
+        (site / "hvdcore" / "__init__.py").write_text("# the install in use\n")
+        env["PYTHONPATH"] = str(site)
+        prefix, untouched = stack, None
+        expected = "module unload hvdcore"
+    assert untouched is None or not untouched.exists()
+    proc = subprocess.run([str(MODULES / "install.sh"), "prefix", str(prefix), str(sdist)],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    message = proc.stderr.strip()
+    assert proc.returncode == 2, proc.stdout + message
+    assert message.startswith("install.sh: ") and expected in message, message
+    assert len(message.splitlines()) == 1, message  # one clear line, no traceback
+    if untouched is not None:
+        assert not untouched.exists(), f"a refused install.sh created {untouched}"
+    else:
+        assert (installed / "lib" / "python3.11" / "site-packages" / "hvdcore" / "__init__.py"
+                ).read_text() == "# the install in use\n"
+        assert not (stack / "modules").exists()
+    changed = before.difference(python_state())
+    assert not changed, changed
+
+
+def test_running_environment_is_untouched(python_before: PythonState, tree: Tree) -> None:
+    """Last of this file: after ``install.sh prefix`` with this test's Python (the ``tree``
+    fixture) and every module test above, that Python still has exactly what it had: the same
+    distributions, ``pip show hvdcore`` (version, location, editable project location), ``import
+    hvdcore`` from the same place -- this checkout when installed editable -- and a working
+    ``hvdcorerun --check-build`` in its bin/."""
+    if not python_before.hvdcorerun:
+        pytest.skip(f"hvdcore is not installed in {sys.prefix} (no bin/hvdcorerun): "
+                    "run scripts/setup.sh")
+    after = python_state()
+    changed = python_before.difference(after)
+    assert not changed, f"the module tests changed {sys.prefix}:\n{changed}"
+    if python_before.editable_location:
+        assert after.editable_location == python_before.editable_location
+        assert Path(after.hvdcore_file).is_relative_to(Path(after.editable_location)), after
+    proc = subprocess.run(
+        ["hvdcorerun", "--check-build", "--require", "mpi,torch"],
+        env=clean_env({"PATH": f"{VENV_BIN}:{CLEAN_PATH}"}), capture_output=True, text=True,
+        timeout=240, cwd="/",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert shutil.which("hvdcorerun", path=f"{VENV_BIN}:{CLEAN_PATH}") == str(VENV_BIN / "hvdcorerun")
