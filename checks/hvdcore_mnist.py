@@ -97,6 +97,9 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     data = variable(str, value="")
     #: Final test accuracy must exceed this (chance: 0.1).
     min_accuracy = variable(float, value=0.5)
+    #: CPU threads per rank; None: the partition's CPUs per rank, the same at every scale
+    #: (set it on the baseline alone and the runs stop being comparable).
+    threads = variable(int, type(None), value=None)
     #: Shortest timed window (slowest rank's seconds) that counts as a measurement.
     min_window_s = variable(float, value=2.0)
     valid_systems = ["*"]
@@ -140,7 +143,7 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         # scale, so the 1-rank baseline does not get the whole node's threads.
         self.common_opts = [
             f"--batch-size={self.batch_size}", f"--lr={lr}", f"--seed={self.seed}",
-            f"--threads={self.num_cpus_per_task}",
+            f"--threads={self.threads or self.num_cpus_per_task}",
             f"--timing-warmup-steps={example.timing_warmup_steps}",
         ] + ([f"--data={self.data}"] if self.data else [])
         self.executable_opts = [
@@ -149,7 +152,9 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         ]
         self.total_steps = steps * epochs
         self.record_launcher_exit()
-        self.apply_recorded_references(self.scale, self.framework)
+        # The baseline's key has no scale (it is always 1 rank): as the recording tool names it.
+        self.apply_recorded_references(
+            None if isinstance(self, MnistBaseline) else self.scale, self.framework)
 
     def _field(self, name, conv=float):
         return sn.extractsingle(RESULT, self.stdout, name, conv, item=-1)

@@ -1,0 +1,99 @@
+"""The suite can fail: the real checks, run on a really degraded hvdcore, report FAILED and say
+which variable, its value and the bound it broke.
+
+Degradations are real, never mocked: the response cache switched off (a real knob), a slower
+data path (``FAULTS_DATA_PATH``, the fault injection of ``hvdcore/backends/degraded.py``: extra
+real collectives or a delay before each), and a 1-rank baseline run with another thread count
+than the scaled run (the measurement error the efficiency sanity bound exists for). Each
+degradation is several times larger than the spread of good runs, so these verdicts do not
+depend on machine noise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from reframe_helpers import CHECKS, CONFIGS, reframe_env, run_reframe
+
+pytestmark = [pytest.mark.reframe, pytest.mark.mpi, pytest.mark.torch, pytest.mark.slow]
+
+
+def run_checks(tmp_path: Path, check_file: str, args: list[str],
+               env: dict[str, str]) -> tuple[str, dict[str, dict]]:
+    """One real ReFrame run of ``check_file`` on the local config; (output, cases by name)."""
+    report = tmp_path / "report.json"
+    res = run_reframe(["-C", str(CONFIGS / "local.py"), "-c", str(CHECKS / check_file), *args,
+                       "-r", "--report-file", str(report)], tmp_path, reframe_env(env),
+                      timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, f"a degraded hvdcore passed:\n{out[-4000:]}"
+    assert "FAILED" in out, out[-4000:]
+    data = json.loads(report.read_text())
+    return out, {tc["display_name"]: tc for run in data["runs"] for tc in run["testcases"]}
+
+
+def failed_case(cases: dict[str, dict], prefix: str) -> dict:
+    case = next(tc for name, tc in cases.items() if name.startswith(prefix))
+    assert case["result"] == "fail", case
+    return case
+
+
+def broken_reference(reason: str, var: str) -> tuple[float, float, float | None, float | None]:
+    """(value, reference, lower, upper) of ``var`` in ReFrame's performance failure reason."""
+    m = re.search(rf"\b{var}=([-\d.e+]+) \S*, expected ([-\d.e+]+) "
+                  r"\(l=([-\d.e+inf]+), u=([-\d.e+inf]+)\)", reason)
+    assert m, f"{var} is not named in the failure reason: {reason}"
+    value, ref, low, high = (float(x) for x in m.groups())
+    return value, ref, low, high
+
+
+def test_slow_data_path_fails_the_bandwidth_ratio(tmp_path: Path) -> None:
+    """Every data collective done 4 times: busbw vs raw mpi4py falls far below its bound."""
+    out, cases = run_checks(tmp_path, "hvdcore_collectives.py", [],
+                            {"FAULTS_DATA_PATH": "repeat=4"})
+    case = failed_case(cases, "HvdcoreCollectivesCheck")
+    assert case["fail_phase"] == "performance", case["fail_reason"]
+    value, _, low, _ = broken_reference(case["fail_reason"], "busbw_ratio")
+    assert value < low, case["fail_reason"]
+    assert "FAULTS_DATA_PATH=repeat=4: the data path is deliberately slowed" in \
+        Path(case["stagedir"], case["job_stderr"]).read_text()
+
+
+def test_response_cache_off_fails_the_latency_ratio(tmp_path: Path) -> None:
+    """A real knob: without the response cache every small allreduce goes through rank 0."""
+    out, cases = run_checks(tmp_path, "hvdcore_collectives.py", [],
+                            {"HVDCORE_CACHE_CAPACITY": "0", "HVDCORE_FUSION_THRESHOLD": "0",
+                             "HVDCORE_CYCLE_TIME": "20"})
+    case = failed_case(cases, "HvdcoreCollectivesCheck")
+    assert case["fail_phase"] == "performance", case["fail_reason"]
+    value, _, _, high = broken_reference(case["fail_reason"], "latency_ratio")
+    assert value > high, case["fail_reason"]
+
+
+def test_slow_gradient_exchange_fails_the_ddp_ratio(tmp_path: Path) -> None:
+    """A 20 ms delay before every data collective: hvdcore trains far slower than DDP."""
+    out, cases = run_checks(tmp_path, "hvdcore_mnist.py", ["-n", "framework=torch"],
+                            {"FAULTS_DATA_PATH": "delay_us=20000"})
+    case = failed_case(cases, "HvdcoreMnistCheck")
+    assert case["fail_phase"] == "performance", case["fail_reason"]
+    value, _, low, _ = broken_reference(case["fail_reason"], "ddp_ratio")
+    assert value < low, case["fail_reason"]
+
+
+def test_baseline_that_is_another_experiment_is_invalid_not_a_pass(tmp_path: Path) -> None:
+    """A 1-rank baseline that is not the scaled run's experiment (batches of 8 images instead
+    of 64: far fewer images/s) makes the efficiency exceed 105 %: a sanity failure that says
+    the measurement is invalid, never a result."""
+    out, cases = run_checks(tmp_path, "hvdcore_mnist.py",
+                            ["-n", "framework=torch", "-S", "MnistBaseline.batch_size=8",
+                             "-S", "MnistBaseline.lr=0.01", "-S", "MnistBaseline.min_window_s=0.5"],
+                            {})
+    case = failed_case(cases, "HvdcoreMnistCheck")
+    assert case["fail_phase"] == "sanity", case["fail_reason"]
+    m = re.search(r"invalid measurement: scaling efficiency ([\d.]+)% is above 105.0%",
+                  case["fail_reason"])
+    assert m and float(m[1]) > 105, case["fail_reason"]
+    assert not case["perfvalues"], "an invalid measurement must not be reported as a result"
