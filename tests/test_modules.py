@@ -266,6 +266,33 @@ def test_apptainer_runs_check_build_inside_the_image(tree: Tree, tmp_path: Path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_reinstall_replaces_the_earlier_install(tree: Tree, tmp_path: Path) -> None:
+    """Running ``install.sh prefix`` again over an install leaves no file of the earlier one; a
+    failed reinstall puts the earlier one back."""
+    stack = tmp_path / "stack"
+    shutil.copytree(tree.path / "software", stack / "software", symlinks=True)
+    root = stack / "software" / "hvdcore" / "0.1.0-foss-2023a"
+    (root / "lib" / "python3.11" / "site-packages" / "hvdcore" / "stale.py").write_text("")
+    env = clean_env({"PYTHON": sys.executable})
+    bad = tmp_path / "hvdcore-0.1.0.tar.gz"
+    bad.write_bytes(b"not a tarball")
+    install = [str(MODULES / "install.sh"), "prefix", str(stack)]
+    proc = subprocess.run([*install, str(bad)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "pip could not install" in proc.stderr, proc.stderr
+    assert (root / "lib" / "python3.11" / "site-packages" / "hvdcore" / "stale.py").exists()
+    assert (root / "bin" / "hvdcorerun").exists()
+    assert not list(root.parent.glob(f"{root.name}.previous.*")), "the earlier install was left"
+    sdist = tree.path.parent / "dist" / "hvdcore-0.1.0.tar.gz"
+    proc = subprocess.run([*install, str(sdist)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (root / "lib" / "python3.11" / "site-packages" / "hvdcore" / "stale.py").exists()
+    assert (root / "bin" / "hvdcorerun").exists()
+    assert (root / "share" / "hvdcore" / "examples" / "pytorch_mnist.py").exists()
+    assert not list(root.parent.glob(f"{root.name}.previous.*")), "the earlier install was left"
+
+
 @pytest.mark.parametrize("target", ["python-prefix", "site-packages", "module-loaded"])
 def test_install_refuses_a_target_it_cannot_keep_apart(target: str, tmp_path: Path) -> None:
     """``install.sh prefix`` refuses, before writing anything, a PREFIX that is the running
