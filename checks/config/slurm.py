@@ -12,8 +12,8 @@ Adapt it with environment variables instead of editing (all optional):
 ``CHECKS_SLURM_MAX_NODES``     largest MNIST scale in nodes (default 2)
 ``CHECKS_SLURM_ONE_HOST``      ``1`` when the "nodes" share one host (the CI harness):
                                Open MPI then uses TCP between them (``btl=self,tcp``), and
-                               the MNIST scaling efficiency is reported but not judged (its
-                               references are unbounded: the jobs share the host's cores)
+                               every performance variable is reported but not judged (its
+                               references are unbounded: the ranks share the host's cores)
 ``CHECKS_VENV``                venv the jobs activate (default: the one running ReFrame;
                                it must be on a file system the compute nodes see)
 =============================  ===========================================================
@@ -38,7 +38,7 @@ from common import (  # noqa: E402
     gpu_resources,
     logging_config,
     recorded_references,
-    unjudged_mnist_efficiency,
+    unjudged_on_shared_cores,
     venv_environment,
 )
 
@@ -57,7 +57,7 @@ NET_ENV = [["OMPI_MCA_btl", "self,tcp"]] if ONE_HOST else []
 def _references(partition: str) -> dict:
     refs = recorded_references("generic", partition)
     # Fake nodes share (and oversubscribe) one host's cores: efficiency is reported, not judged.
-    return unjudged_mnist_efficiency(refs) if ONE_HOST else refs
+    return unjudged_on_shared_cores(refs) if ONE_HOST else refs
 
 
 # Fake nodes share the host's cores: one job at a time, or the jobs slow each other down.

@@ -13,8 +13,6 @@ What the partition declares (see checks/config/common.py) decides the job:
 
 from __future__ import annotations
 
-import copy
-
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import run_after, run_before
@@ -81,9 +79,12 @@ class HvdcoreJobMixin(_Plugin):
         if not recorded:
             return
         part = self.current_partition.fullname
-        reference = copy.deepcopy(self.reference)  # never the class-level default's object
-        for var, entry in recorded.items():
-            reference[f"{part}:{var}"] = tuple(entry)
+        # A fresh plain dict: ReFrame's ScopedDict flattens scopes to "scope:variable" keys.
+        reference: dict[str, dict] = {}
+        for scoped, entry in self.reference.items():
+            scope, _, var = scoped.rpartition(":")
+            reference.setdefault(scope, {})[var] = entry
+        reference.setdefault(part, {}).update({var: tuple(e) for var, e in recorded.items()})
         self.reference = reference
 
     def record_launcher_exit(self) -> None:
