@@ -140,9 +140,13 @@ def test_exception_on_one_hvdcore_rank_is_named() -> None:
 
 def test_closed_stderr_and_chatty_ranks_do_not_block_the_job() -> None:
     """hvdcorerun relays the ranks' stderr; with its own stderr closed it must still drain it."""
-    code = ("import sys; from mpi4py import MPI; r = MPI.COMM_WORLD.rank; "
+    # 'done R' is one write(): print() may write the text and the newline separately (with
+    # PYTHONUNBUFFERED set), and then the two ranks' lines can merge in mpirun's output. The
+    # barrier: rank 1's exit status 4 makes mpirun kill rank 0, which must have written first.
+    code = ("import os, sys; from mpi4py import MPI; r = MPI.COMM_WORLD.rank; "
             "[sys.stderr.write('x' * 99 + chr(10)) for _ in range(20000)]; "
-            "print('done', r, flush=True); sys.exit(4 if r == 1 else 0)")
+            "os.write(1, f'done {r}\\n'.encode()); MPI.COMM_WORLD.Barrier(); "
+            "sys.exit(4 if r == 1 else 0)")
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "hvdcore.runner", "-np", "2",
                                             sys.executable, "-c", code])
     try:

@@ -4,6 +4,7 @@ Run under ``hvdcorerun -np N``; checks Sum and Average against the closed-form r
 one line per rank naming the hvdcore that was imported, so the test can tell the install was used.
 """
 
+import os
 import sys
 
 import torch
@@ -20,7 +21,9 @@ mean = hvd.allreduce(mine, name="easybuild.mean")
 want_total = base * (size * (size + 1) / 2)
 want_mean = want_total / size
 ok = torch.allclose(total, want_total) and torch.allclose(mean, want_mean)
-print(f"rank {rank}/{size} {'OK' if ok else 'WRONG'} sum={total.flatten().tolist()} "
-      f"hvdcore={hvdcore.__file__}", flush=True)
+# one write() per line: print() may write the text and the newline separately (with
+# PYTHONUNBUFFERED set), and then the ranks' lines can merge in the launcher's output
+os.write(1, (f"rank {rank}/{size} {'OK' if ok else 'WRONG'} sum={total.flatten().tolist()} "
+             f"hvdcore={hvdcore.__file__}\n").encode())
 hvd.shutdown()
 sys.exit(0 if ok else 1)
