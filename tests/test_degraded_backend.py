@@ -1,0 +1,44 @@
+"""FAULTS_DATA_PATH: a slower data path with unchanged results (what the degraded checks use)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT, run_mpi
+
+from hvdcore import errors
+from hvdcore.backends.degraded import DataPathFault, parse
+
+COLLECTIVES = str(ROOT / "checks" / "src" / "hvdcore_collectives.py")
+
+
+def test_parse_accepts_both_parts_in_any_order() -> None:
+    assert parse("") == DataPathFault()
+    assert parse("delay_us=250, repeat=3") == DataPathFault(3, 250e-6)
+
+
+@pytest.mark.parametrize("text", ["repeat=0", "repeat=x", "delay_us=-1", "slow=2", "repeat"])
+def test_parse_rejects_bad_values_naming_the_variable(text: str) -> None:
+    with pytest.raises(errors.ConfigError, match=r"FAULTS_DATA_PATH=.*expected"):
+        parse(text)
+
+
+@pytest.mark.mpi
+def test_slowed_collectives_still_match_numpy(world_size: int) -> None:
+    """Every collective of the ReFrame collectives program, with 3 runs of each data call and a
+    delay before it, still equals the NumPy reference on every rank."""
+    res = run_mpi(world_size, [COLLECTIVES, "--sizes=1,1000", "--bw-bytes=65536", "--reps=3",
+                               "--latency-reps=20"],
+                  env={"FAULTS_DATA_PATH": "repeat=3,delay_us=100"}, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert f"failed=0 ranks={world_size}" in res.stdout, out
+    assert "FAIL" not in res.stdout, out
+    assert "FAULTS_DATA_PATH=repeat=3,delay_us=100: the data path is deliberately slowed" in out
+
+
+@pytest.mark.mpi
+def test_malformed_value_stops_init_on_every_rank() -> None:
+    res = run_mpi(2, [COLLECTIVES, "--sizes=1"], env={"FAULTS_DATA_PATH": "repeat=zero"},
+                  timeout=60)
+    assert res.returncode != 0
+    assert "FAULTS_DATA_PATH='repeat=zero': expected" in res.stdout + res.stderr
