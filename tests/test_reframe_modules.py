@@ -55,7 +55,7 @@ def test_mnist_check_runs_with_a_discovered_module(tree: Path, tmp_path: Path) -
     proc = lmod_shell(cmd, extra_env=env, timeout=600, cwd=tmp_path)
     seconds = time.monotonic() - t0
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
+    assert report.exists(), out[-6000:]
     cases = {tc["display_name"]: tc for run in json.loads(report.read_text())["runs"]
              for tc in run["testcases"]}
     # Discovery found the module; only its torch variants exist (the environment declares
@@ -66,16 +66,22 @@ def test_mnist_check_runs_with_a_discovered_module(tree: Path, tmp_path: Path) -
         f"MnistBaseline %framework=torch %hvdcore_module={MODULE} "
         "~lmodlocal:default+hvdcore-find",
     ], out[-3000:]
-    assert all(tc["result"] == "pass" for tc in cases.values()), out[-4000:]
+    # Both run and pass sanity; whether the speed is within its bounds depends on the machine and
+    # its load (tests assert results, not speed: see test_reframe_local.py), so a case may fail
+    # in the performance stage only.
+    for name, tc in cases.items():
+        assert tc["result"] == "pass" or tc["fail_phase"] == "performance", (
+            f"{name}: {tc['result']} in {tc['fail_phase']}: {tc['fail_reason']}\n{out[-4000:]}")
+    assert (proc.returncode == 0) == all(tc["result"] == "pass" for tc in cases.values())
     check = next(tc for name, tc in cases.items() if name.startswith("HvdcoreMnistCheck"))
     assert check["num_tasks"] == 2
     perf = {k.split(":")[-1]: v[0] for k, v in check["perfvalues"].items()}
     assert perf["efficiency"] > 0 and perf["images_per_sec"] > 0
 
-    stage = tmp_path / "rfm" / "output" / "lmodlocal" / "default" / "hvdcore-find"
-    script = next(stage.rglob("HvdcoreMnistCheck_*/rfm_job.sh")).read_text()
+    where = Path(check["outputdir"] if check["result"] == "pass" else check["stagedir"])
+    script = (where / "rfm_job.sh").read_text()
     assert f"module load {MODULE}" in script, script
-    job_out = next(stage.rglob("HvdcoreMnistCheck_*/rfm_job.out")).read_text()
+    job_out = (where / check["job_stdout"]).read_text()
     root = tree / "software" / "hvdcore" / "0.1.0-foss-2023a"
     assert f"hvdcore-mnist-examples: {root}/share/hvdcore/examples" in job_out, job_out[-2000:]
     assert "hvdcore-mnist: ranks=2 " in job_out
