@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.torch, pytest.mark.mpi]
 EXAMPLE = str(ROOT / "examples" / "pytorch_mnist.py")
 SUMMARY = re.compile(
     r"^hvdcore-mnist: ranks=(\d+) epochs=(\d+) test_accuracy=([0-9.]+) "
-    r"images_per_sec=([0-9.]+) images_per_sec_per_rank=([0-9.]+)$")
+    r"images_per_sec=([0-9.]+) images_per_sec_per_rank=([0-9.]+) "
+    r"timed_steps=(\d+) timed_seconds=([0-9.]+)$")
 
 
 def _summary(stdout: str) -> tuple[int, int, float, float, float]:
