@@ -15,10 +15,10 @@ Performance, hvdcore against raw mpi4py ``Allreduce`` in the same job (interleav
     run (``extras['references']``, see ``checks/tools/record_references.py``); elsewhere
     reported only.
 
-The ratio bounds come from the spread of good runs on a 2-core VM (busbw ratio 0.86-0.94,
-latency ratio 5.3-5.5 quiet) and fail when hvdcore becomes 2x slower than its peer
-(``FAULTS_DATA_PATH=repeat=2`` takes busbw_ratio to ~0.37; response cache and fusion off
-with a 5 ms cycle take latency_ratio to ~10.6).
+The ratio bounds come from the spread of good runs on a 2-core VM (2026-11-23, quiet: busbw
+ratio 0.86-0.95, latency ratio 5.3-7.8) and fail when hvdcore becomes 2x slower than its peer
+(floor 0.585, ceiling 9.6; ``FAULTS_DATA_PATH=repeat=2`` takes busbw_ratio to ~0.37, the
+response cache switched off takes latency_ratio to ~11-12).
 """
 
 import os
@@ -46,7 +46,7 @@ PREFIX = r"hvdcore-collectives:"
 RATIO_REFERENCES = {
     "*": {
         "busbw_ratio": (0.9, -0.35, None, "x"),
-        "latency_ratio": (5.5, None, 0.6, "x"),
+        "latency_ratio": (5.5, None, 0.75, "x"),
     },
 }
 
