@@ -134,9 +134,9 @@ def test_every_partition_takes_its_recorded_references(config: str, tmp_path: Pa
         assert part["extras"]["references"] == recorded[part["name"]], part["name"]
 
 
-def test_one_host_slurm_reports_efficiency_unjudged(tmp_path: Path) -> None:
+def test_one_host_slurm_reports_every_figure_unjudged(tmp_path: Path) -> None:
     """CHECKS_SLURM_ONE_HOST=1: ReFrame's view of generic:cpu has every MNIST scale's
-    efficiency unbounded, also over a recorded (bounded) entry; other references stay."""
+    efficiency and the checks' ratios unbounded, and recorded entries lose their bounds."""
     (tmp_path / "generic.json").write_text(json.dumps({"cpu": {
         "HvdcoreMnistCheck@scale=2_nodes@framework=torch": {
             "efficiency": [91.0, -0.2, None, "%"], "images_per_sec": [900.0, -0.3, None, "img/s"]},
@@ -147,7 +147,10 @@ def test_one_host_slurm_reports_efficiency_unjudged(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     refs = json.loads(res.stdout[res.stdout.index("{"):])["references"]
     assert refs["HvdcoreMnistCheck@scale=2_nodes@framework=torch"] == {
-        "efficiency": [91.0, None, None, "%"], "images_per_sec": [900.0, -0.3, None, "img/s"]}
+        "efficiency": [91.0, None, None, "%"], "images_per_sec": [900.0, None, None, "img/s"]}
+    assert refs["HvdcoreMnistCheck"]["ddp_ratio"][1:3] == [None, None]
+    assert all(refs["HvdcoreCollectivesCheck"][v][1:3] == [None, None]
+               for v in ("busbw_ratio", "latency_ratio"))
     for scale in ("2_ranks", "4_ranks", "1_node", "2_nodes", "4_nodes", "8_nodes", "16_nodes"):
         assert refs[f"HvdcoreMnistCheck@scale={scale}"]["efficiency"][1:3] == [None, None]
     # a real cluster (no CHECKS_SLURM_ONE_HOST) judges what was recorded
