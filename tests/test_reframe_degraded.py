@@ -1,10 +1,10 @@
 """The suite can fail: the real checks, run on a really degraded hvdcore, report FAILED and say
 which variable, its value and the bound it broke.
 
-Degradations are real, never mocked: the response cache switched off (a real knob), a slower
-data path (``FAULTS_DATA_PATH``, the fault injection of ``hvdcore/backends/degraded.py``: extra
-real collectives or a delay before each), and a 1-rank baseline run with another thread count
-than the scaled run (the measurement error the efficiency sanity bound exists for). Each
+Degradations are real, never mocked: a slower data path (``FAULTS_DATA_PATH``, the fault
+injection of ``hvdcore/backends/degraded.py``: extra real collectives, or a real sleep before
+each), and a 1-rank baseline that is not the scaled run's experiment (the measurement error the
+efficiency sanity bound exists for). Each
 degradation is several times larger than the spread of good runs, so these verdicts do not
 depend on machine noise.
 """
@@ -62,11 +62,13 @@ def test_slow_data_path_fails_the_bandwidth_ratio(tmp_path: Path) -> None:
         Path(case["stagedir"], case["job_stderr"]).read_text()
 
 
-def test_response_cache_off_fails_the_latency_ratio(tmp_path: Path) -> None:
-    """A real knob: without the response cache every small allreduce goes through rank 0."""
+def test_delayed_data_path_fails_the_latency_ratio(tmp_path: Path) -> None:
+    """200 us before every data collective: small allreduces become tens of times slower than
+    raw mpi4py. (A real knob does it too: the response cache switched off took latency_ratio
+    from 5.3-7.8 to 11.5 on a quiet 2-core VM, against the ceiling of 9.6; that margin depends on
+    the machine, so this test uses the larger, deterministic degradation.)"""
     out, cases = run_checks(tmp_path, "hvdcore_collectives.py", [],
-                            {"HVDCORE_CACHE_CAPACITY": "0", "HVDCORE_FUSION_THRESHOLD": "0",
-                             "HVDCORE_CYCLE_TIME": "20"})
+                            {"FAULTS_DATA_PATH": "delay_us=200"})
     case = failed_case(cases, "HvdcoreCollectivesCheck")
     assert case["fail_phase"] == "performance", case["fail_reason"]
     value, _, _, high = broken_reference(case["fail_reason"], "latency_ratio")
