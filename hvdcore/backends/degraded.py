@@ -90,12 +90,8 @@ class DegradedBackend:
 
     def allreduce(self, comm: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """Extra allreduces of a scratch copy (in-place results must not be reduced twice)."""
-        if self.fault.delay_s:
-            time.sleep(self.fault.delay_s)
-        if self.fault.repeat > 1:
-            src, dst = self._scratch_pair(buf, out)
-            for _ in range(self.fault.repeat - 1):
-                self.inner.allreduce(comm, src, dst, op)
+        src, dst = self._scratch_pair(buf, out) if self.fault.repeat > 1 else (buf, out)
+        self._waste(self.inner.allreduce, comm, src, dst, op)
         self.inner.allreduce(comm, buf, out, op)
 
     def allgatherv(self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
@@ -103,7 +99,7 @@ class DegradedBackend:
         self.inner.allgatherv(comm, buf, out, counts)
 
     def broadcast(self, comm: Any, buf: np.ndarray, root: int) -> None:
-        scratch = buf.copy()
+        scratch = buf.copy() if self.fault.repeat > 1 else buf  # the root's data must survive
         self._waste(self.inner.broadcast, comm, scratch, root)
         self.inner.broadcast(comm, buf, root)
 
