@@ -37,12 +37,12 @@ def run(pattern: str, calls: int, x: np.ndarray, comm: MPI.Comm) -> tuple[int, i
     engine = basics.state().engine
     name = f"cache_hits.{pattern}"
     hvd.allreduce(x, op=hvd.Sum, name=name)  # negotiated once: cached from now on
-    fast0, rounds0 = engine.fast_count, engine._posted
+    fast0, rounds0 = engine.fast_count, engine.rounds_posted
     for _ in range(calls):
         if pattern == "barrier":
             comm.Barrier()
         hvd.allreduce(x, op=hvd.Sum, name=name)
-    return engine.fast_count - fast0, engine._posted - rounds0
+    return engine.fast_count - fast0, engine.rounds_posted - rounds0
 
 
 def main() -> None:

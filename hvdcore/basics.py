@@ -118,6 +118,7 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
 
         from hvdcore.backends.degraded import wrap_from_env
         from hvdcore.backends.mpi import MPIBackend
+        from hvdcore.backends.mpi_control import MPIControlPlane
         from hvdcore.engine.loop import Engine
 
         if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
@@ -151,7 +152,8 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
             ps._bind(sid, rank)
             registry[sid] = ps
         backend = wrap_from_env(MPIBackend(), os.environ, rank)
-        engine = Engine(world, cfg, backend, sets,
+        plane = MPIControlPlane(world, rounds=size > 1 and cfg.cache_capacity > 0)
+        engine = Engine(plane, cfg, backend, sets,
                         caller_progress=_caller_progress(cfg.progress, local_size))
         _state = _State(cfg, world, rank, size, local_rank, local_size, cross_rank, cross_size,
                         engine, registry, comms=[local, cross])
@@ -185,8 +187,8 @@ def shutdown() -> None:
             tl.close()
         if st.watchdog is not None:
             st.watchdog.close()
-        for comm in [*st.comms, *(s.comm for s in engine.sets.values() if s.comm is not None),
-                     engine.ctrl, *([engine.round_comm] if engine.round_comm else [])]:
+        engine.close()
+        for comm in st.comms:
             try:
                 comm.Free()
             except Exception as exc:  # noqa: BLE001 - freeing during teardown is best effort

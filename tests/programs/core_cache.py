@@ -69,7 +69,7 @@ if case == "repeat":
         avg = hvd.allreduce(np.full(3, float(R)), name="avg")
         check(avg, np.full(3, (N - 1) / 2), f"step {step} average")
     # the fast-path count is for information only (it depends on scheduling)
-    say(f"rank {R} repeat ok: {len(engine.cache)} cached, {engine._posted} rounds, "
+    say(f"rank {R} repeat ok: {len(engine.cache)} cached, {engine.rounds_posted} rounds, "
         f"{engine.fast_count} fast")
 elif case in ("mismatch", "reshape"):
     for _ in range(3):

@@ -1,0 +1,175 @@
+"""Running responses on this rank: a table from response kind to handler.
+
+The dispatcher owns the requests this rank has announced and not yet seen answered
+(``inflight``, keyed by process set and name). Data responses go to the
+:class:`~hvdcore.engine.executor.Executor`; control responses (errors, stall warnings, aborts,
+join, shutdown, process-set changes) are handled here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from hvdcore import errors
+from hvdcore.engine.cache import ResponseCache
+from hvdcore.engine.executor import Executor, Request, SetState
+from hvdcore.engine.messages import (
+    ABORT,
+    ADD_SET,
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    BARRIER,
+    BROADCAST,
+    ERROR,
+    JOIN,
+    REDUCESCATTER,
+    REMOVE_SET,
+    SHUTDOWN,
+    STALL_WARNING,
+    Response,
+)
+from hvdcore.engine.progress import RunState
+
+log = logging.getLogger("hvdcore")
+
+
+class Dispatcher:
+    """Executes responses in the order the engine hands them over."""
+
+    def __init__(self, rank: int, executor: Executor, sets: dict[int, SetState],
+                 cache: ResponseCache, plane: Any, run: RunState,
+                 abort: Callable[[BaseException], None]) -> None:
+        self.rank = rank
+        self.executor = executor
+        self.sets = sets
+        self.cache = cache
+        self.plane = plane
+        self.run = run
+        self._abort = abort
+        self.inflight: dict[tuple[int, str], Request] = {}
+        self._handlers: dict[str, Callable[[Response, bool], None]] = {
+            ALLREDUCE: self._allreduce, ERROR: self._error, STALL_WARNING: self._stall_warning,
+            ABORT: self._abort_job, JOIN: self._join, SHUTDOWN: self._shutdown,
+            ADD_SET: self._add_set, REMOVE_SET: self._remove_set,
+        }
+        data = {ALLGATHER: executor.allgather, BROADCAST: executor.broadcast,
+                ALLTOALL: executor.alltoall, REDUCESCATTER: executor.reducescatter,
+                BARRIER: executor.barrier}
+        for kind, run_one in data.items():
+            self._handlers[kind] = self._data(run_one)
+
+    # -- the requests awaiting a response ------------------------------------------------------
+
+    def claim(self, req: Request) -> bool:
+        """Record an announced request; False (and the request failed) if its name is taken."""
+        key = (req.meta.set_id, req.meta.name)
+        if key in self.inflight:
+            req.handle.fail(errors.MismatchError(
+                f"rank {self.rank}: a {req.meta.kind} named '{req.meta.name}' is already "
+                "pending; give concurrent collectives distinct names or synchronize the "
+                "first one before submitting the second"))
+            return False
+        self.inflight[key] = req
+        return True
+
+    def take_all(self) -> list[Request]:
+        """Forget every pending request (for a fatal error); returns them."""
+        pending = list(self.inflight.values())
+        self.inflight.clear()
+        return pending
+
+    def _take(self, resp: Response, name: str) -> Request | None:
+        return self.inflight.pop((resp.set_id, name), None)
+
+    # -- execution --------------------------------------------------------------------------
+
+    def run_one(self, resp: Response, cached: bool = False) -> None:
+        """Execute one response (``cached``: it came from the response cache)."""
+        handler = self._handlers.get(resp.kind)
+        if handler is None:
+            log.warning("rank %d: ignoring a response of unknown kind %r", self.rank, resp.kind)
+            return
+        handler(resp, cached)
+
+    def run_all(self, responses: list[Response]) -> None:
+        """Execute responses in order, stopping early once the engine stops or fails."""
+        run = self.run
+        for resp in responses:
+            self.run_one(resp)
+            if run.stopped or run.fatal is not None:
+                return
+
+    def _allreduce(self, resp: Response, cached: bool) -> None:
+        pset = self.sets.get(resp.set_id)
+        if pset is None or pset.comm is None:
+            return  # a response for a set this rank is not in
+        inflight = self.inflight
+        reqs = [inflight.pop((resp.set_id, n), None) for n in resp.names]
+        self.executor.allreduce(resp, reqs, pset)
+        if not cached:
+            self.cache.insert(resp)
+
+    def _data(self, run_one: Callable[[Response, Request, SetState], None]
+              ) -> Callable[[Response, bool], None]:
+        def handle(resp: Response, _cached: bool) -> None:
+            pset = self.sets.get(resp.set_id)
+            if pset is None or pset.comm is None:
+                return  # a response for a set this rank is not in
+            req = self._take(resp, resp.names[0])
+            if req is not None:
+                run_one(resp, req, pset)
+        return handle
+
+    def _error(self, resp: Response, _cached: bool) -> None:
+        req = self._take(resp, resp.names[0])
+        if req is not None:
+            cls = getattr(errors, resp.error_type, errors.HvdcoreError)
+            req.handle.fail(cls(f"rank {self.rank}: {resp.message}"))
+
+    def _stall_warning(self, resp: Response, _cached: bool) -> None:
+        mine = dict(resp.per_rank).get(self.rank)
+        extra = (f"\n  This rank ({self.rank}) has not submitted: {', '.join(mine)}"
+                 if mine else "")
+        log.warning("%s%s", resp.message, extra)
+
+    def _abort_job(self, resp: Response, _cached: bool) -> None:
+        err = getattr(errors, resp.error_type, errors.HvdcoreError)(
+            f"rank {self.rank}: {resp.message}")
+        log.error("%s", err)
+        self._abort(err)
+
+    def _join(self, resp: Response, _cached: bool) -> None:
+        req = self._take(resp, "join")
+        self.cache.enable()
+        if req is not None:
+            req.handle.set_part(req.part, resp.value)
+
+    def _shutdown(self, resp: Response, _cached: bool) -> None:
+        req = self._take(resp, resp.names[0])
+        self.run.stopped = True
+        leftover = errors.ShutdownError(
+            f"rank {self.rank}: hvdcore was shut down while this request was pending")
+        for other in self.inflight.values():
+            other.handle.fail(leftover)
+        self.inflight.clear()
+        if req is not None:
+            req.handle.set_part(req.part, None)
+
+    def _add_set(self, resp: Response, _cached: bool) -> None:
+        req = self._take(resp, resp.names[0])
+        ranks = tuple(resp.ranks or ())
+        comm = self.plane.split(self.sets[0].comm, self.rank in ranks, self.rank)
+        self.sets[resp.value] = SetState(resp.value, ranks, comm)
+        if req is not None:
+            req.handle.set_part(req.part, resp.value)
+
+    def _remove_set(self, resp: Response, _cached: bool) -> None:
+        req = self._take(resp, resp.names[0])
+        state = self.sets.pop(resp.value, None)
+        if state is not None and state.comm is not None:
+            self.plane.free(state.comm)
+        if req is not None:
+            req.handle.set_part(req.part, True)

@@ -1,0 +1,303 @@
+"""The cache-round scheduler: response-cache hits, their rounds, and the one execution order.
+
+Allreduces the ranks ran before are *hits* of the response cache: they skip the coordinator
+and are agreed in non-blocking rounds (the protocol is described in
+:mod:`hvdcore.engine.cache`). The scheduler also owns the queue of coordinator lists, because
+lists and completed rounds must run in the one order every rank agrees on
+(:meth:`RoundScheduler.drain`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from hvdcore.engine.cache import FLAG_JOINING, HIT, STALE, ResponseCache, RoundVector
+from hvdcore.engine.control import ControlChannel
+from hvdcore.engine.dispatch import Dispatcher
+from hvdcore.engine.executor import Executor, Request, SetState
+from hvdcore.engine.messages import ALLREDUCE, JOIN, SHUTDOWN, Meta, Response
+from hvdcore.engine.progress import RunState
+
+_ROUND_SPIN_S = 30e-6
+
+
+class RoundScheduler:
+    """Hits, rounds and the ordered execution of lists and rounds on one rank."""
+
+    def __init__(self, capacity: int, cfg: Any, plane: Any, control: ControlChannel,
+                 dispatcher: Dispatcher, cache: ResponseCache, run: RunState) -> None:
+        self.cfg = cfg
+        self.plane = plane
+        self.control = control
+        self.coordinator = control.coordinator
+        self.dispatcher = dispatcher
+        self.cache = cache
+        self.run = run
+        self.enabled = capacity > 0
+        self._rv = RoundVector(capacity) if capacity else None
+        # Ordered execution: coordinator lists with their fences, completed rounds, and how
+        # many of each this rank has executed.
+        self._lists: deque[tuple[int, list[Response]]] = deque()
+        self._lists_executed = 0
+        self._rounds_ready: deque[tuple[int, int, list[int], list[int]]] = deque()
+        self._rounds_executed = 0
+        self._last_fence = 0
+        # fences of the lists rank 0 sent and no round has counted yet, run-length encoded
+        # ([fence, lists]; fences never decrease): constant size while no round is posted
+        self._sent_fences: deque[list[int]] = deque()
+        self._lists_counted = 0
+        # Hits waiting for their round, and ids every rank must drop.
+        self._hits: dict[int, Request] = {}
+        self._hit_since: dict[int, float] = {}
+        self._hit_reported: set[int] = set()
+        self._last_hit_scan = 0.0
+        self._invalid: set[int] = set()
+        self._join_flag = False
+        self._closing = False
+        self._round_req: Any = None
+        self._round_hits: list[int] = []
+        self.posted = 0  # rounds this rank has posted
+        self.fast_count = 0  # blocking allreduces done by fast_allreduce (for tests)
+        if self._rv is not None:
+            self._round_send = self._rv.buffer()
+            self._round_recv = self._rv.buffer()
+
+    # -- what the engine cycle calls --------------------------------------------------------
+
+    def classify(self, req: Request, now: float) -> bool:
+        """Look a new request up: True when it became a hit (then it is not announced)."""
+        if self._rv is None:
+            return False
+        meta = req.meta
+        if meta.kind == ALLREDUCE:
+            state, cid = self.cache.lookup(meta)
+            if state == HIT and cid not in self._invalid:
+                self._hits[cid] = req
+                self._hit_since[cid] = now
+                return True
+            if state == STALE:
+                self._invalid.add(cid)  # every rank drops it after the next round
+        elif meta.kind == JOIN:
+            meta.root = self.posted + 1  # the round that tells the others
+            self._join_flag = True
+        elif meta.kind == SHUTDOWN:
+            meta.root = self.posted
+            self._closing = True
+        return False
+
+    def fence(self, floor: int) -> int:
+        """Rank 0: the fence of the list it is about to send."""
+        return max(self.posted, floor, self._last_fence)
+
+    def add_list(self, fence: int, responses: list[Response], sent: bool = False) -> None:
+        """Queue a coordinator list (``sent``: rank 0's own copy of a list it sent)."""
+        if sent:
+            self._last_fence = fence
+            if self._sent_fences and self._sent_fences[-1][0] == fence:
+                self._sent_fences[-1][1] += 1
+            else:
+                self._sent_fences.append([fence, 1])
+        self._lists.append((fence, responses))
+
+    def busy(self) -> bool:
+        """True while a round is outstanding or lists/rounds wait to run."""
+        return self._round_req is not None or bool(self._lists) or bool(self._rounds_ready)
+
+    def advance(self) -> bool:
+        """Collect a finished round, run what may run, post the next round; True if moved."""
+        progressed = False
+        rounds = self._rv is not None
+        if rounds and self._round_req is not None:
+            progressed = self._test_round()
+        if self._lists or self._rounds_ready:
+            progressed |= self.drain()
+        if rounds:
+            if self._round_req is None and not self._rounds_ready and not self.run.stopped:
+                progressed |= self._maybe_post()
+            if self._hits and not self.cfg.stall_check_disable:
+                self._report_waiting_hits()
+        return progressed
+
+    def drop_hits(self) -> list[Request]:
+        """Forget every waiting hit (for a fatal error); returns their requests."""
+        pending = list(self._hits.values())
+        self._hits.clear()
+        self._hit_since.clear()
+        return pending
+
+    # -- ordered execution ------------------------------------------------------------------
+
+    def drain(self) -> bool:
+        """Execute queued lists and completed rounds in the order every rank agrees on.
+
+        A list with fence ``f`` runs after round ``f`` and before round ``f + 1``; round
+        ``m`` runs after the first ``lists`` lists (rank 0's count in the round's header).
+        """
+        did = False
+        run = self.run
+        while not run.stopped and run.fatal is None:
+            if self._lists and self._lists[0][0] <= self._rounds_executed:
+                _, responses = self._lists.popleft()
+                self._lists_executed += 1
+                self.dispatcher.run_all(responses)
+            elif self._rounds_ready and self._lists_executed >= self._rounds_ready[0][0]:
+                self._execute_round(*self._rounds_ready.popleft())
+                self._rounds_executed += 1
+            else:
+                break
+            did = True
+        return did
+
+    def _maybe_post(self) -> bool:
+        """Post the next round when this rank has hits to offer or a list needs one."""
+        assert self._rv is not None
+        need = ((self._lists and self._lists[0][0] > self.posted) or self._join_flag
+                or (not self._closing and (self._hits or self._invalid)))
+        if not need:
+            return False
+        m = self.posted + 1
+        flags = FLAG_JOINING if self._join_flag else 0
+        self._join_flag = False
+        self._round_hits = list(self._hits)
+        self._rv.pack(self._round_send, self._lists_before(m), flags, self._round_hits,
+                      self._invalid)
+        self._round_req = self.plane.start_round(self._round_send, self._round_recv)
+        self.posted = m
+        # A peer that posted first makes this round complete at once.
+        did = self._test_round()
+        if self._rounds_ready:
+            did |= self.drain()
+        return did
+
+    def _lists_before(self, m: int) -> int:
+        """Rank 0: how many lists it sent go before round ``m`` (0 on other ranks)."""
+        if self.coordinator is None:
+            return 0
+        while self._sent_fences and self._sent_fences[0][0] < m:
+            self._lists_counted += self._sent_fences.popleft()[1]
+        return self._lists_counted
+
+    def _test_round(self) -> bool:
+        """Collect the outstanding round if it completed; True when it carries anything."""
+        assert self._rv is not None
+        req = self._round_req
+        if not req.Test():
+            # The peers are usually microseconds behind, and a non-blocking collective only
+            # advances inside MPI calls: poll it in a tight loop for a moment before going
+            # back to the (much slower) engine cycle.
+            t_end = time.perf_counter() + _ROUND_SPIN_S
+            while not req.Test():
+                if time.perf_counter() > t_end:
+                    return False
+        self._round_req = None
+        result = self._rv.unpack(self._round_recv, self._round_hits, self._round_send)
+        self._rounds_ready.append(result)
+        return bool(result[1] or result[2] or result[3])
+
+    def _execute_round(self, _lists: int, flags: int, ready: list[int],
+                       invalid: list[int]) -> None:
+        if ready:
+            coord = self.coordinator
+            hits, since = self._hits, self._hit_since
+            for cid in ready:
+                del hits[cid]
+                del since[cid]
+            if self._hit_reported:
+                self._hit_reported.difference_update(ready)
+            run = self.run
+            for resp in self.cache.responses(ready, self.cfg.fusion_threshold):
+                if coord is not None and coord.hit_waits:
+                    for name in resp.names:
+                        coord.hit_done(name)
+                self.dispatcher.run_one(resp, cached=True)
+                if run.stopped or run.fatal is not None:
+                    return
+        demote: list[Request] = []
+        for cid in invalid:
+            self.cache.invalidate(cid)
+            self._invalid.discard(cid)
+            req = self._hits.pop(cid, None)
+            if req is not None:
+                demote.append(req)
+        if flags & FLAG_JOINING:
+            self.cache.disable()
+            demote.extend(self._hits.values())
+            self._hits.clear()
+        if demote:
+            # Every rank drops these ids at this same point, so every rank that holds one
+            # of them announces it now: the coordinator decides (and reports mismatches).
+            self._hit_since = {c: t for c, t in self._hit_since.items() if c in self._hits}
+            self._hit_reported &= set(self._hits)
+            self.control.announce([req.meta for req in demote])
+
+    def _report_waiting_hits(self) -> None:
+        """Tell the coordinator about cached allreduces waited on for half the stall time."""
+        now = time.perf_counter()
+        if now - self._last_hit_scan < 0.2:
+            return
+        self._last_hit_scan = now
+        late = [(cid, now - t) for cid, t in self._hit_since.items()
+                if now - t >= self.cfg.stall_check_time_seconds / 2
+                and cid not in self._hit_reported]
+        if not late:
+            return
+        self._hit_reported.update(cid for cid, _ in late)
+        self.control.report_waiting([(self._hits[cid].meta.name, age) for cid, age in late])
+
+    # -- the blocking fast path ---------------------------------------------------------------
+
+    def fast_allreduce(self, meta: Meta, arr: Any, out: Any, idle: bool,
+                       make_request: Callable[[], Request], executor: Executor,
+                       world: SetState) -> Any:
+        """A blocking allreduce of a cached tensor on an idle engine, without the queue.
+
+        ``idle``: nothing is queued or pending elsewhere in the engine. Returns the result
+        array; or a handle when the tensor became an ordinary pending hit (a peer is late,
+        or the round must wait for something: drive it); or None when the fast path does
+        not apply.
+        """
+        if (self._rv is None or not idle or self._hits or self._invalid
+                or self._round_req is not None or self._rounds_ready or self._lists
+                or self._join_flag or self._closing):
+            return None
+        state, cid = self.cache.lookup(meta)
+        if state != HIT:
+            return None
+        m = self.posted + 1
+        self._round_hits = [cid]
+        self._rv.pack(self._round_send, self._lists_before(m), 0, self._round_hits, ())
+        req = self.plane.start_round(self._round_send, self._round_recv)
+        self.posted = m
+        done = req.Test()
+        if not done:
+            t_end = time.perf_counter() + _ROUND_SPIN_S
+            while not done and time.perf_counter() < t_end:
+                done = req.Test()
+        if done:
+            result = self._rv.unpack(self._round_recv, self._round_hits, self._round_send)
+            lists, flags, ready, invalid = result
+            if ready and not flags and not invalid and self._lists_executed >= lists:
+                self._rounds_executed += 1
+                coord = self.coordinator
+                if coord is not None and coord.hit_waits:
+                    coord.hit_done(meta.name)
+                resp = self.cache.responses(ready, 0)[0]
+                value = executor.allreduce_single(resp, arr, out, world)
+                if value is not None:
+                    self.fast_count += 1
+                    return value
+                request = make_request()
+                executor.allreduce(resp, [request], world)
+                return request.handle
+            self._rounds_ready.append(result)
+        else:
+            self._round_req = req
+        # Not done at once: the request becomes an ordinary hit of the posted round.
+        request = make_request()
+        self.dispatcher.inflight[(0, meta.name)] = request
+        self._hits[cid] = request
+        self._hit_since[cid] = time.perf_counter()
+        return request.handle
