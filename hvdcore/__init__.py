@@ -13,93 +13,132 @@ Example (run with ``hvdcorerun -np 2 python script.py``)::
     print(hvd.rank(), mean)
 """
 
-from hvdcore import capabilities
-from hvdcore.basics import (
-    cross_rank,
-    cross_size,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_threads_supported,
-    rank,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
-from hvdcore.capabilities import (
-    ccl_built,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    mpi_built,
-    mpi_enabled,
-    nccl_built,
-    rocm_built,
-)
-from hvdcore.engine.handle import Handle
-from hvdcore.engine.messages import ReduceOp
-from hvdcore.errors import (
-    CapabilityError,
-    ConfigError,
-    HvdcoreError,
-    LaunchError,
-    MismatchError,
-    NotInitializedError,
-    RankFailedError,
-    ShutdownError,
-    StallError,
-    UnsupportedError,
-)
-from hvdcore.objects import allgather_object, broadcast_object
-from hvdcore.ops import (
-    Adasum,
-    Average,
-    Max,
-    Min,
-    Product,
-    Sum,
-    add_process_set,
-    allgather,
-    allgather_async,
-    allreduce,
-    allreduce_async,
-    alltoall,
-    alltoall_async,
-    barrier,
-    broadcast,
-    broadcast_async,
-    grouped_allgather,
-    grouped_allgather_async,
-    grouped_allreduce,
-    grouped_allreduce_async,
-    grouped_reducescatter,
-    grouped_reducescatter_async,
-    join,
-    poll,
-    reducescatter,
-    reducescatter_async,
-    remove_process_set,
-    synchronize,
-)
-from hvdcore.process_sets import ProcessSet, global_process_set
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "mpi_threads_supported", "start_timeline", "stop_timeline",
-    "ReduceOp", "Average", "Sum", "Adasum", "Min", "Max", "Product",
-    "allreduce", "allreduce_async", "grouped_allreduce", "grouped_allreduce_async",
-    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
-    "broadcast", "broadcast_async", "alltoall", "alltoall_async",
-    "reducescatter", "reducescatter_async", "grouped_reducescatter",
-    "grouped_reducescatter_async", "barrier", "join", "broadcast_object", "allgather_object",
-    "poll", "synchronize", "Handle", "ProcessSet", "global_process_set", "add_process_set",
-    "remove_process_set", "HvdcoreError", "ConfigError", "LaunchError", "NotInitializedError",
-    "MismatchError", "StallError", "RankFailedError", "CapabilityError", "UnsupportedError",
-    "ShutdownError", "__version__", "capabilities", "mpi_built", "mpi_enabled", "gloo_built",
-    "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "ddl_built", "ccl_built",
-]
+# Public name -> the module that defines it. Nothing is imported until a name is used, so that
+# the launcher (``hvdcorerun --help``, ``--check-build``) loads only what it needs.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys((
+        "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+        "cross_rank", "cross_size", "mpi_threads_supported", "start_timeline",
+        "stop_timeline"), "hvdcore.basics"),
+    **dict.fromkeys((
+        "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
+        "rocm_built", "ddl_built", "ccl_built"), "hvdcore.capabilities"),
+    "Handle": "hvdcore.engine.handle",
+    "ReduceOp": "hvdcore.engine.messages",
+    **dict.fromkeys((
+        "HvdcoreError", "ConfigError", "LaunchError", "NotInitializedError", "MismatchError",
+        "StallError", "RankFailedError", "CapabilityError", "UnsupportedError",
+        "ShutdownError"), "hvdcore.errors"),
+    **dict.fromkeys(("broadcast_object", "allgather_object"), "hvdcore.objects"),
+    **dict.fromkeys((
+        "Average", "Sum", "Adasum", "Min", "Max", "Product", "allreduce", "allreduce_async",
+        "grouped_allreduce", "grouped_allreduce_async", "allgather", "allgather_async",
+        "grouped_allgather", "grouped_allgather_async", "broadcast", "broadcast_async",
+        "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+        "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "join", "poll",
+        "synchronize", "add_process_set", "remove_process_set"), "hvdcore.ops"),
+    **dict.fromkeys(("ProcessSet", "global_process_set"), "hvdcore.process_sets"),
+}
+_SUBMODULES = ("capabilities",)
+
+__all__ = [*_EXPORTS, *_SUBMODULES, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module behind a public name on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"hvdcore.{name}")
+    else:
+        raise AttributeError(f"module 'hvdcore' has no attribute {name!r}")
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
+    # ruff: noqa: F401 (re-exports; __all__ is built from _EXPORTS)
+    from hvdcore import capabilities
+    from hvdcore.basics import (
+        cross_rank,
+        cross_size,
+        init,
+        is_initialized,
+        local_rank,
+        local_size,
+        mpi_threads_supported,
+        rank,
+        shutdown,
+        size,
+        start_timeline,
+        stop_timeline,
+    )
+    from hvdcore.capabilities import (
+        ccl_built,
+        cuda_built,
+        ddl_built,
+        gloo_built,
+        gloo_enabled,
+        mpi_built,
+        mpi_enabled,
+        nccl_built,
+        rocm_built,
+    )
+    from hvdcore.engine.handle import Handle
+    from hvdcore.engine.messages import ReduceOp
+    from hvdcore.errors import (
+        CapabilityError,
+        ConfigError,
+        HvdcoreError,
+        LaunchError,
+        MismatchError,
+        NotInitializedError,
+        RankFailedError,
+        ShutdownError,
+        StallError,
+        UnsupportedError,
+    )
+    from hvdcore.objects import allgather_object, broadcast_object
+    from hvdcore.ops import (
+        Adasum,
+        Average,
+        Max,
+        Min,
+        Product,
+        Sum,
+        add_process_set,
+        allgather,
+        allgather_async,
+        allreduce,
+        allreduce_async,
+        alltoall,
+        alltoall_async,
+        barrier,
+        broadcast,
+        broadcast_async,
+        grouped_allgather,
+        grouped_allgather_async,
+        grouped_allreduce,
+        grouped_allreduce_async,
+        grouped_reducescatter,
+        grouped_reducescatter_async,
+        join,
+        poll,
+        reducescatter,
+        reducescatter_async,
+        remove_process_set,
+        synchronize,
+    )
+    from hvdcore.process_sets import ProcessSet, global_process_set

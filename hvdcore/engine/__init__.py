@@ -1,6 +1,10 @@
-"""Background engine: negotiation (coordinator), fusion and execution, timeline.
+"""The engine: request -> announce -> negotiate -> fuse -> backend -> complete.
 
-Modules: ``messages`` (what ranks and the coordinator exchange), ``coordinator`` (negotiation
-logic), ``executor`` (fusion and backend calls), ``loop`` (the engine thread), ``handle``,
-``timeline``. Importing this package does not import MPI; ``hvdcore.init()`` does.
+Modules, in the order one allreduce meets them: ``handle`` (what the caller waits on),
+``progress`` (the queue and who runs cycles), ``loop`` (the :class:`Engine` and its cycle),
+``control`` (announcements to the coordinator and its lists back), ``coordinator`` (the
+negotiation logic on world rank 0, pure), ``cache`` and ``rounds`` (repeated allreduces skip
+negotiation), ``dispatch`` (each response to its handler), ``executor`` (fusion buffers and the
+backend call), ``messages`` (what ranks exchange), ``timeline``. Importing this package does
+not import MPI; ``hvdcore.init()`` does, through :mod:`hvdcore.backends`.
 """

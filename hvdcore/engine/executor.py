@@ -48,6 +48,24 @@ class SetState:
         return self.comm.Get_rank()
 
 
+@dataclass(slots=True, frozen=True)
+class ReducePlan:
+    """How allreduces of one (dtype, op) run, worked out once per pair."""
+
+    dtype: np.dtype  # the tensors' dtype
+    rdtype: np.dtype  # the dtype the reduction runs in (see reduce_dtype)
+    op: str  # the backend's reduction
+    is_bool: bool  # bool tensors: no scaling, logical reductions on uint8
+    same: bool  # rdtype == dtype: results need no conversion
+
+    @classmethod
+    def build(cls, dtype_name: str, op: int) -> ReducePlan:
+        """The plan for tensors of ``dtype_name`` reduced with ReduceOp ``op``."""
+        dtype = np.dtype(dtype_name)
+        rdtype = reduce_dtype(dtype)
+        return cls(dtype, rdtype, backend_op(op, dtype), dtype == np.bool_, rdtype == dtype)
+
+
 def reduce_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype a tensor of ``dtype`` is reduced in."""
     if dtype == np.float16:
@@ -94,7 +112,7 @@ class Executor:
         self.backend = backend
         self.rank = rank
         self._fusion: dict[str, np.ndarray] = {}
-        self._plans: dict[tuple[str, int], tuple] = {}
+        self._plans: dict[tuple[str, int], ReducePlan] = {}
         self._pool: dict[str, list[np.ndarray]] = {}
         self.timeline: Timeline | None = None
 
@@ -153,11 +171,11 @@ class Executor:
         if resp.prescale != 1.0 or resp.joined or self.timeline is not None:
             return None
         plan = self._plans.get((resp.dtype, resp.op))
-        if plan is None or plan[3] or not plan[4]:
+        if plan is None or plan.is_bool or not plan.same:
             return None  # (the first call of a dtype/op builds its plan on the general path)
         if out is None:
-            out = self._result_block(plan[0], arr.size).reshape(arr.shape)
-        self.backend.allreduce(pset.comm, arr, out, plan[2])
+            out = self._result_block(plan.dtype, arr.size).reshape(arr.shape)
+        self.backend.allreduce(pset.comm, arr, out, plan.op)
         post = resp.postscale
         if resp.op == ReduceOp.AVERAGE:
             post /= len(pset.ranks)
@@ -172,11 +190,9 @@ class Executor:
         key = (resp.dtype, resp.op)
         plan = self._plans.get(key)
         if plan is None:
-            dtype = np.dtype(resp.dtype)
-            rdtype = reduce_dtype(dtype)
-            plan = self._plans[key] = (dtype, rdtype, backend_op(resp.op, dtype),
-                                       dtype == np.bool_, rdtype == dtype)
-        dtype, rdtype, op, is_bool, same = plan
+            plan = self._plans[key] = ReducePlan.build(resp.dtype, resp.op)
+        dtype, rdtype, op, is_bool, same = (plan.dtype, plan.rdtype, plan.op, plan.is_bool,
+                                            plan.same)
         if is_bool:
             pre = post = 1.0
         else:

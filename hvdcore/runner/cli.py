@@ -14,7 +14,6 @@ from typing import NoReturn
 import hvdcore.runner as _runner_pkg
 from hvdcore.config import markdown_table
 from hvdcore.errors import ConfigError, LaunchError
-from hvdcore.runner import check_build
 from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_slots
 from hvdcore.runner.knob_flags import add_knob_flags, knob_exports, validate_environment
 from hvdcore.runner.launch import run_job
@@ -176,6 +175,8 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
     if args.json and not (args.check_build or args.require or args.require_available):
         raise UsageError("--json goes with --check-build (or --require)")
     if args.check_build or args.require or args.require_available:
+        from hvdcore.runner import check_build  # probes load only for --check-build
+
         try:
             require = check_build.parse_names(args.require, "--require") if args.require else []
             available = (check_build.parse_names(args.require_available, "--require-available")
