@@ -18,7 +18,9 @@ The report also says which path GPU tensors take (``nccl``, ``mpi-cuda-aware``,
 
 Probes are guarded (a failure is recorded as the reason, never raised), lazy (asking about MPI
 does not import torch; TensorFlow, ~6 s to import, is imported only for the items that need it)
-and cached per process. Importing this module initializes nothing.
+and cached per process. Importing this module initializes nothing. (The probes themselves live
+in :mod:`hvdcore.capability_probes`; this module, a little over 400 lines, keeps the report and
+Horovod's ``*_built()`` calls together because both read the same cached items.)
 
 Example::
 
