@@ -3,6 +3,39 @@
 Every error raised by hvdcore derives from :class:`HvdcoreError`, which itself derives from
 ``RuntimeError`` so that code written against Horovod (which raises ``HorovodInternalError``, a
 ``RuntimeError``) keeps catching it. Messages say what happened, on which rank(s), and what to do.
+
+Misuse of an argument raises the builtin type Horovod 0.28.1 raises for the same mistake, through
+a class that is also an ``HvdcoreError`` (the checks live in :mod:`hvdcore.arguments`):
+
+=========================================================  ======================================
+mistake                                                    raises (also an instance of)
+=========================================================  ======================================
+both ``op=`` and the deprecated ``average=``               ArgumentError (ValueError, TypeError)
+``op`` an integer that names no reduction                  ArgumentError
+``op`` not an integer (``"sum"``, ``1.5``, ``True``)       UnsupportedError (TypeError)
+``op=Adasum`` (not implemented by hvdcore)                 UnimplementedError (NotImplementedError)
+op not defined for the dtype (Average of bool, Max of      ArgumentError
+complex), dtype the collective cannot move
+tensor not an array / tensor of the framework              UnsupportedError
+``process_set`` not a ProcessSet                           UnsupportedError
+process set not registered, or this rank not a member      ArgumentError
+process set ranks: duplicates, out of range, not integers  ArgumentError
+alltoall ``splits``: wrong length, negative, wrong sum,    ArgumentError
+not integers; dim 0 not divisible without splits
+``root_rank`` not a rank of the set                        ArgumentError
+``out=`` of the wrong shape, dtype or layout               ArgumentError
+``out=`` / ``name`` / scale factor of the wrong type       UnsupportedError
+a handle that is not a handle                              UnsupportedError
+a call before ``init()`` or after ``shutdown()``           NotInitializedError (ValueError)
+=========================================================  ======================================
+
+Horovod references: ``ValueError`` from ``horovod/common/util.py``
+(``get_average_backwards_compatibility_fun``: op and average), ``horovod/common/process_sets.py``
+(ranks) and ``basics.py`` (not initialized, process-set registration); ``Status::InvalidArgument``
+in ``horovod/common/operations.cc`` (splits, process-set membership), which the torch binding
+turns into ``ValueError``; ``NotImplementedError`` for Adasum configurations it lacks
+(``horovod/torch/mpi_ops.py``). Every new class keeps the class hvdcore raised before as a base,
+so ``except UnsupportedError`` still catches all argument errors.
 """
 
 from __future__ import annotations
@@ -17,6 +50,8 @@ __all__ = [
     "RankFailedError",
     "CapabilityError",
     "UnsupportedError",
+    "ArgumentError",
+    "UnimplementedError",
     "ShutdownError",
 ]
 
@@ -33,8 +68,11 @@ class LaunchError(HvdcoreError):
     """The launcher could not build or start the parallel job."""
 
 
-class NotInitializedError(HvdcoreError):
-    """A collective or query was called before ``init()`` or after ``shutdown()``."""
+class NotInitializedError(HvdcoreError, ValueError):
+    """A collective or query was called before ``init()`` or after ``shutdown()``.
+
+    Also a ``ValueError``: Horovod raises ``ValueError`` ("Horovod has not been initialized").
+    """
 
 
 class MismatchError(HvdcoreError):
@@ -54,7 +92,15 @@ class CapabilityError(HvdcoreError):
 
 
 class UnsupportedError(HvdcoreError, TypeError):
-    """An argument (dtype, op, process set, tensor type) is not supported by this call."""
+    """An argument has a type this call does not accept (base of every argument error)."""
+
+
+class ArgumentError(UnsupportedError, ValueError):
+    """An argument has a value this call does not accept (Horovod raises ``ValueError``)."""
+
+
+class UnimplementedError(UnsupportedError, NotImplementedError):
+    """A valid Horovod feature that hvdcore does not implement (Adasum)."""
 
 
 class ShutdownError(HvdcoreError):
