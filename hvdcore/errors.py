@@ -7,35 +7,39 @@ Every error raised by hvdcore derives from :class:`HvdcoreError`, which itself d
 Misuse of an argument raises the builtin type Horovod 0.28.1 raises for the same mistake, through
 a class that is also an ``HvdcoreError`` (the checks live in :mod:`hvdcore.arguments`):
 
-=========================================================  ======================================
-mistake                                                    raises (also an instance of)
-=========================================================  ======================================
-both ``op=`` and the deprecated ``average=``               ArgumentError (ValueError, TypeError)
-``op`` an integer that names no reduction                  ArgumentError
-``op`` not an integer (``"sum"``, ``1.5``, ``True``)       UnsupportedError (TypeError)
-``op=Adasum`` (not implemented by hvdcore)                 UnimplementedError (NotImplementedError)
-op not defined for the dtype (Average of bool, Max of      ArgumentError
-complex), dtype the collective cannot move
-tensor not an array / tensor of the framework              UnsupportedError
-``process_set`` not a ProcessSet                           UnsupportedError
-process set not registered, or this rank not a member      ArgumentError
-process set ranks: duplicates, out of range, not integers  ArgumentError
-alltoall ``splits``: wrong length, negative, wrong sum,    ArgumentError
-not integers; dim 0 not divisible without splits
-``root_rank`` not a rank of the set                        ArgumentError
-``out=`` of the wrong shape, dtype or layout               ArgumentError
-``out=`` / ``name`` / scale factor of the wrong type       UnsupportedError
-a handle that is not a handle                              UnsupportedError
-a call before ``init()`` or after ``shutdown()``           NotInitializedError (ValueError)
-=========================================================  ======================================
+==========================================================  =================================
+mistake                                                     raises (also an instance of)
+==========================================================  =================================
+both ``op=`` and the deprecated ``average=``                ArgumentError (ValueError)
+``op`` an integer that names no reduction                   ArgumentError (ValueError)
+``op`` not an integer (``"sum"``, ``1.5``, ``True``)        UnsupportedError (TypeError)
+``op=Adasum`` (hvdcore does not implement it)               UnimplementedError
+                                                            (NotImplementedError)
+op undefined for the dtype (Average of bool, Max of         ArgumentError (ValueError)
+complex); a dtype the collective cannot move
+tensor not an array (core) / not a tensor (binding)         UnsupportedError (TypeError)
+``process_set`` not a ProcessSet                            UnsupportedError (TypeError)
+process set unregistered, or this rank not a member         ArgumentError (ValueError)
+process set ranks duplicated, out of range, not integers    ArgumentError (ValueError)
+alltoall ``splits`` of the wrong length, sum, sign or       ArgumentError (ValueError)
+element type; dim 0 not divisible without ``splits``
+``root_rank`` not a rank of the set                         ArgumentError (ValueError)
+``out=`` of the wrong shape, dtype or layout                ArgumentError (ValueError)
+``out=``, ``name`` or a scale factor of the wrong type      UnsupportedError (TypeError)
+a handle that is not a handle                               UnsupportedError (TypeError)
+a call before ``init()`` or after ``shutdown()``            NotInitializedError (ValueError)
+==========================================================  =================================
+
+ArgumentError and UnimplementedError derive from UnsupportedError (a TypeError): every argument
+error is still caught by ``except UnsupportedError`` / ``except TypeError`` as before.
 
 Horovod references: ``ValueError`` from ``horovod/common/util.py``
 (``get_average_backwards_compatibility_fun``: op and average), ``horovod/common/process_sets.py``
 (ranks) and ``basics.py`` (not initialized, process-set registration); ``Status::InvalidArgument``
 in ``horovod/common/operations.cc`` (splits, process-set membership), which the torch binding
-turns into ``ValueError``; ``NotImplementedError`` for Adasum configurations it lacks
-(``horovod/torch/mpi_ops.py``). Every new class keeps the class hvdcore raised before as a base,
-so ``except UnsupportedError`` still catches all argument errors.
+turns into ``ValueError``; ``ValueError`` for an unsupported tensor type and
+``NotImplementedError`` for Adasum configurations it lacks (``horovod/torch/mpi_ops.py``:
+``_check_function``, ``_allreduce_async``).
 """
 
 from __future__ import annotations
