@@ -15,7 +15,9 @@ from typing import Any
 
 from hvdcore import config as _config
 from hvdcore import errors, liveness
+from hvdcore.engine import requests
 from hvdcore.engine.executor import SetState
+from hvdcore.engine.messages import SHUTDOWN
 from hvdcore.engine.timeline import Timeline
 from hvdcore.process_sets import ProcessSet, global_process_set
 
@@ -26,7 +28,9 @@ _LEVELS = {"trace": 5, "debug": logging.DEBUG, "info": logging.INFO,
 
 
 @dataclass
-class _State:
+class ProcessState:
+    """What ``init()`` set up on this rank; read it with :func:`state` or :func:`current`."""
+
     cfg: Any
     world: Any
     rank: int
@@ -35,29 +39,51 @@ class _State:
     local_size: int
     cross_rank: int
     cross_size: int
-    engine: Any
+    engine: Any  # hvdcore.engine.loop.Engine
     sets: dict[int, ProcessSet] = field(default_factory=dict)
     counters: dict[tuple[str, int], int] = field(default_factory=dict)
     comms: list[Any] = field(default_factory=list)
     watchdog: Any = None
 
+    def request_name(self, kind: str, set_id: int, name: str | None) -> str:
+        """``name`` (checked to be a str), or the next automatic name of ``kind`` in the set:
+        ranks that call the same collectives in the same order get the same names."""
+        if name is not None:
+            if not isinstance(name, str):
+                raise errors.UnsupportedError(
+                    f"rank {self.rank}: name must be a str or None, got {type(name).__name__}")
+            return name
+        key = (kind, set_id)
+        n = self.counters.get(key, 0) + 1
+        self.counters[key] = n
+        return f"{kind}.noname.{n}"
 
-_state: _State | None = None
+
+_State = ProcessState  # init() builds it under this name until the lead's init() change lands
+_state: ProcessState | None = None
 _lock = threading.Lock()
 _hooks_installed = False
 _aborting = False
 
 
-def _require() -> _State:
+def _require() -> ProcessState:
     if _state is None:
         raise errors.NotInitializedError(
             "hvdcore is not initialized: call hvd.init() first (and not after hvd.shutdown())")
     return _state
 
 
-def state() -> _State:
-    """The initialized process state (raises NotInitializedError before init)."""
-    return _require()
+def state() -> ProcessState:
+    """This rank's process state (raises NotInitializedError before init and after shutdown)."""
+    st = _state
+    if st is None:
+        return _require()
+    return st
+
+
+def current() -> ProcessState | None:
+    """This rank's process state, or None when hvdcore is not initialized."""
+    return _state
 
 
 def _setup_logging(level: str, rank: int) -> None:
@@ -175,10 +201,8 @@ def shutdown() -> None:
             return
         engine = st.engine
         if engine.fatal is None and engine.alive:
-            from hvdcore.ops import _submit_control
-
             try:
-                engine.drive(_submit_control("shutdown", "__shutdown__"))
+                engine.drive(requests.submit_control(engine, SHUTDOWN, "__shutdown__"))
             except errors.HvdcoreError as exc:
                 log.debug("shutdown negotiation ended with %s", exc)
         engine.stop(timeout=10)

@@ -3,6 +3,43 @@
 Every error raised by hvdcore derives from :class:`HvdcoreError`, which itself derives from
 ``RuntimeError`` so that code written against Horovod (which raises ``HorovodInternalError``, a
 ``RuntimeError``) keeps catching it. Messages say what happened, on which rank(s), and what to do.
+
+Misuse of an argument raises the builtin type Horovod 0.28.1 raises for the same mistake, through
+a class that is also an ``HvdcoreError`` (the checks live in :mod:`hvdcore.arguments`):
+
+==========================================================  =================================
+mistake                                                     raises (also an instance of)
+==========================================================  =================================
+both ``op=`` and the deprecated ``average=``                ArgumentError (ValueError)
+``op`` an integer that names no reduction                   ArgumentError (ValueError)
+``op`` not an integer (``"sum"``, ``1.5``, ``True``)        UnsupportedError (TypeError)
+``op=Adasum`` (hvdcore does not implement it)               UnimplementedError
+                                                            (NotImplementedError)
+op undefined for the dtype (Average of bool, Max of         ArgumentError (ValueError)
+complex); a dtype the collective cannot move
+tensor not an array (core) / not a tensor (binding)         UnsupportedError (TypeError)
+``process_set`` not a ProcessSet                            UnsupportedError (TypeError)
+process set unregistered, or this rank not a member         ArgumentError (ValueError)
+process set ranks duplicated, out of range, not integers    ArgumentError (ValueError)
+alltoall ``splits`` of the wrong length, sum, sign or       ArgumentError (ValueError)
+element type; dim 0 not divisible without ``splits``
+``root_rank`` not a rank of the set                         ArgumentError (ValueError)
+``out=`` of the wrong shape, dtype or layout                ArgumentError (ValueError)
+``out=``, ``name`` or a scale factor of the wrong type      UnsupportedError (TypeError)
+a handle that is not a handle                               UnsupportedError (TypeError)
+a call before ``init()`` or after ``shutdown()``            NotInitializedError (ValueError)
+==========================================================  =================================
+
+ArgumentError and UnimplementedError derive from UnsupportedError (a TypeError): every argument
+error is still caught by ``except UnsupportedError`` / ``except TypeError`` as before.
+
+Horovod references: ``ValueError`` from ``horovod/common/util.py``
+(``get_average_backwards_compatibility_fun``: op and average), ``horovod/common/process_sets.py``
+(ranks) and ``basics.py`` (not initialized, process-set registration); ``Status::InvalidArgument``
+in ``horovod/common/operations.cc`` (splits, process-set membership), which the torch binding
+turns into ``ValueError``; ``ValueError`` for an unsupported tensor type and
+``NotImplementedError`` for Adasum configurations it lacks (``horovod/torch/mpi_ops.py``:
+``_check_function``, ``_allreduce_async``).
 """
 
 from __future__ import annotations
@@ -17,6 +54,8 @@ __all__ = [
     "RankFailedError",
     "CapabilityError",
     "UnsupportedError",
+    "ArgumentError",
+    "UnimplementedError",
     "ShutdownError",
 ]
 
@@ -33,8 +72,11 @@ class LaunchError(HvdcoreError):
     """The launcher could not build or start the parallel job."""
 
 
-class NotInitializedError(HvdcoreError):
-    """A collective or query was called before ``init()`` or after ``shutdown()``."""
+class NotInitializedError(HvdcoreError, ValueError):
+    """A collective or query was called before ``init()`` or after ``shutdown()``.
+
+    Also a ``ValueError``: Horovod raises ``ValueError`` ("Horovod has not been initialized").
+    """
 
 
 class MismatchError(HvdcoreError):
@@ -54,7 +96,15 @@ class CapabilityError(HvdcoreError):
 
 
 class UnsupportedError(HvdcoreError, TypeError):
-    """An argument (dtype, op, process set, tensor type) is not supported by this call."""
+    """An argument has a type this call does not accept (base of every argument error)."""
+
+
+class ArgumentError(UnsupportedError, ValueError):
+    """An argument has a value this call does not accept (Horovod raises ``ValueError``)."""
+
+
+class UnimplementedError(UnsupportedError, NotImplementedError):
+    """A valid Horovod feature that hvdcore does not implement (Adasum)."""
 
 
 class ShutdownError(HvdcoreError):

@@ -7,8 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from hvdcore import basics, ops
+from hvdcore import basics
+from hvdcore.arguments import process_set_id
+from hvdcore.collectives import allgather, broadcast
 from hvdcore.process_sets import ProcessSet, global_process_set
+
+__all__ = ["broadcast_object", "allgather_object"]
 
 
 def _to_bytes(obj: Any) -> np.ndarray:
@@ -22,12 +26,12 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     >>> cfg = hvd.broadcast_object({"lr": 0.1} if hvd.rank() == 0 else None, root_rank=0)
     """
     st = basics.state()
-    ops._pset(process_set, st, "broadcast_object")
-    nm = name or ops._name(st, "broadcast_object", process_set.process_set_id or 0, None)
+    sid = process_set_id(process_set, st.engine.sets, "broadcast_object", st.rank)
+    nm = name or st.request_name("broadcast_object", sid, None)
     data = _to_bytes(obj) if st.rank == root_rank else np.empty(0, np.uint8)
-    size = ops.broadcast(np.array([data.size], np.int64), root_rank, f"{nm}.size", process_set)
+    size = broadcast(np.array([data.size], np.int64), root_rank, f"{nm}.size", process_set)
     buf = data if st.rank == root_rank else np.empty(int(size[0]), np.uint8)
-    out = ops.broadcast(buf, root_rank, f"{nm}.data", process_set)
+    out = broadcast(buf, root_rank, f"{nm}.data", process_set)
     return obj if st.rank == root_rank else pickle.loads(out.tobytes())
 
 
@@ -38,11 +42,11 @@ def allgather_object(obj: Any, name: str | None = None,
     >>> hvd.allgather_object({"rank": hvd.rank()})   # [{'rank': 0}, {'rank': 1}, ...]
     """
     st = basics.state()
-    ops._pset(process_set, st, "allgather_object")
-    nm = name or ops._name(st, "allgather_object", process_set.process_set_id or 0, None)
+    sid = process_set_id(process_set, st.engine.sets, "allgather_object", st.rank)
+    nm = name or st.request_name("allgather_object", sid, None)
     data = _to_bytes(obj)
-    sizes = ops.allgather(np.array([data.size], np.int64), f"{nm}.size", process_set)
-    flat = ops.allgather(data, f"{nm}.data", process_set)
+    sizes = allgather(np.array([data.size], np.int64), f"{nm}.size", process_set)
+    flat = allgather(data, f"{nm}.data", process_set)
     out, off = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(flat[off:off + n].tobytes()))

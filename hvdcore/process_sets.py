@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from hvdcore.errors import UnsupportedError
+from hvdcore.errors import ArgumentError
 
 
 class ProcessSet:
@@ -34,24 +34,27 @@ class ProcessSet:
             try:
                 items = list(ranks_or_comm)
             except TypeError as exc:
-                raise UnsupportedError(
+                raise ArgumentError(
                     f"ProcessSet expects a sequence of integer ranks or an mpi4py communicator, "
                     f"got {ranks_or_comm!r}") from exc
             if not all(isinstance(r, (int, np.integer)) and not isinstance(r, bool)
                        for r in items):
                 # int(0.5) or int(True) would silently pick a rank nobody asked for
-                raise UnsupportedError(
+                raise ArgumentError(
                     f"ProcessSet ranks must be integers, got {ranks_or_comm!r}")
             ranks = [int(r) for r in items]
         if len(set(ranks)) != len(ranks):
-            raise UnsupportedError(f"ProcessSet ranks contain duplicates: {list(ranks)}")
+            raise ArgumentError(f"ProcessSet ranks contain duplicates: {list(ranks)}")
         self.ranks: list[int] = sorted(ranks)
         self.process_set_id: int | None = None
         self._my_rank: int | None = None
 
-    def _bind(self, set_id: int, my_rank: int) -> None:
+    def bind(self, set_id: int, my_rank: int) -> None:
+        """Record the registration: the set's id, and this process's global rank (-1: none)."""
         self.process_set_id = set_id
         self._my_rank = my_rank
+
+    _bind = bind  # the name basics.init() still uses; remove once it calls bind()
 
     def size(self) -> int | None:
         """Number of ranks in the set, or None before it is registered."""

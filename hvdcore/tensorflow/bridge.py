@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from hvdcore.errors import UnsupportedError
+from hvdcore.errors import ArgumentError, UnsupportedError
 
 __all__ = ["SUPPORTED_DTYPES", "check_dtype", "run_numpy", "to_tensor"]
 
@@ -25,10 +25,10 @@ SUPPORTED_DTYPES = (
 
 
 def check_dtype(tensor: tf.Tensor, what: str) -> None:
-    """Raise UnsupportedError if the core cannot move ``tensor``'s dtype."""
+    """Raise ArgumentError if the core cannot move ``tensor``'s dtype."""
     if tensor.dtype not in SUPPORTED_DTYPES:
         names = ", ".join(d.name for d in SUPPORTED_DTYPES)
-        raise UnsupportedError(
+        raise ArgumentError(
             f"{what}: dtype {tensor.dtype.name} is not supported (supported: {names}); "
             f"cast it first, e.g. tf.cast(t, tf.float32)"
         )

@@ -23,6 +23,8 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import Average, ReduceOp, Sum, global_process_set
+from hvdcore.arguments import resolve_op
+from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 from hvdcore.tensorflow.compression import Compression, Compressor
 
@@ -30,17 +32,8 @@ __all__ = [
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
     "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier", "join",
     "broadcast_object", "allgather_object", "size_op", "rank_op", "local_size_op",
-    "local_rank_op", "resolve_op",
+    "local_rank_op",
 ]
-
-
-def resolve_op(average: bool | None, op: Any) -> ReduceOp:
-    """Horovod's rule: ``op`` wins; else ``average`` (default True) picks Average or Sum."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("pass either op= or the deprecated average=, not both")
-        return ReduceOp(op)
-    return Average if average in (None, True) else Sum
 
 
 def _shape(t: tf.Tensor) -> tf.TensorShape:
@@ -103,7 +96,7 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "",
     reduce_op = resolve_op(average, op)
     if isinstance(tensor, tf.IndexedSlices):
         if reduce_op not in (Sum, Average):
-            raise ValueError(
+            raise ArgumentError(
                 f"allreduce of tf.IndexedSlices supports op Sum or Average, not {reduce_op.name}; "
                 "densify it first (tf.convert_to_tensor) for other ops"
             )
@@ -133,7 +126,7 @@ def grouped_allreduce(tensors: list[Any], average: bool | None = None, device_de
 
     Example: ``a, b = hvd.grouped_allreduce([tf.ones([2]), tf.zeros([3, 3])])``.
     """
-    reduce_op = resolve_op(average, op)
+    reduce_op = resolve_op(average, op, "grouped_allreduce")
     if not tensors:
         return []
     ts = [to_tensor(t) for t in tensors]
@@ -298,7 +291,7 @@ def reducescatter(tensor: Any, device_dense: str = "",
     t = to_tensor(tensor)
     compressed, ctx = compression.compress(t)
     check_dtype(compressed, "reducescatter")
-    reduce_op = ReduceOp(op)
+    reduce_op = resolve_op(None, op, "reducescatter")
 
     def fn(a: np.ndarray) -> list[np.ndarray]:
         return [_core.reducescatter(a, name=name, op=reduce_op, process_set=process_set,
@@ -323,7 +316,7 @@ def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
     sent = [p[0] for p in packed]
     for t in sent:
         check_dtype(t, "grouped_reducescatter")
-    reduce_op = ReduceOp(op)
+    reduce_op = resolve_op(None, op, "grouped_reducescatter")
 
     def fn(*arrays: np.ndarray) -> list[np.ndarray]:
         return _core.grouped_reducescatter(list(arrays), op=reduce_op, process_set=process_set,

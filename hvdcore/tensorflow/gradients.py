@@ -21,6 +21,8 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
+from hvdcore.arguments import resolve_op
+from hvdcore.errors import ArgumentError, NotInitializedError, UnsupportedError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy
 from hvdcore.tensorflow.compression import Compression, Compressor
 
@@ -38,15 +40,15 @@ class GradientReducer:
                  compression: type[Compressor] = Compression.none,
                  sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
                  process_set: Any = global_process_set) -> None:
-        self.op = ReduceOp(op)
+        self.op = resolve_op(None, op, "DistributedGradientTape")
         if gradient_predivide_factor != 1.0 and self.op != Average:
-            raise ValueError(
+            raise ArgumentError(
                 f"gradient_predivide_factor={gradient_predivide_factor} needs op=Average, "
                 f"got op={self.op.name}"
             )
         if self.op not in (Average, Sum, Adasum):
-            raise ValueError(f"gradients can be reduced with Average, Sum or Adasum, "
-                             f"not {self.op.name}")
+            raise ArgumentError(f"gradients can be reduced with Average, Sum or Adasum, "
+                                f"not {self.op.name}")
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
         self.gradient_predivide_factor = float(gradient_predivide_factor)
@@ -71,8 +73,8 @@ class GradientReducer:
                 continue
             if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
                 if op == Adasum:
-                    raise ValueError("Adasum cannot reduce tf.IndexedSlices gradients; "
-                                     "pass sparse_as_dense=True")
+                    raise ArgumentError("Adasum cannot reduce tf.IndexedSlices gradients; "
+                                        "pass sparse_as_dense=True")
                 sparse_idx.append(i)
                 sparse_in += [g.values, tf.cast(g.indices, tf.int64)]
                 continue
@@ -137,8 +139,8 @@ class DistributedGradientTape:
                  gradient_predivide_factor: float = 1.0, num_groups: int = 0,
                  groups: Any = None, process_set: Any = global_process_set) -> None:
         if not isinstance(gradtape, tf.GradientTape):
-            raise TypeError(f"DistributedGradientTape wraps a tf.GradientTape, got "
-                            f"{type(gradtape).__name__}")
+            raise UnsupportedError(f"DistributedGradientTape wraps a tf.GradientTape, got "
+                                   f"{type(gradtape).__name__}")
         self._tape = gradtape
         self._reducer = GradientReducer(op, compression, sparse_as_dense,
                                         gradient_predivide_factor, process_set)
@@ -160,7 +162,6 @@ class DistributedGradientTape:
                                     unconnected_gradients=unconnected_gradients)
         flat = tf.nest.flatten(grads, expand_composites=False)
         if not _core.is_initialized():
-            from hvdcore.errors import NotInitializedError
             raise NotInitializedError("DistributedGradientTape.gradient called before "
                                       "hvdcore.tensorflow.init()")
         reduced = self._reducer.reduce(flat)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 import hvdcore as _core
-from hvdcore.errors import UnsupportedError
+from hvdcore.errors import ArgumentError
 from hvdcore.torch import collectives as C
 
 __all__ = ["AllreduceFn", "GroupedAllreduceFn", "AllgatherFn", "BroadcastFn", "AlltoallFn",
@@ -160,8 +160,8 @@ class ReducescatterFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         if ctx.op not in (_core.Sum, _core.Average):
-            raise UnsupportedError(
-                f"the gradient of reducescatter is defined for Sum and Average, not {ctx.op.name.capitalize()}")
+            raise ArgumentError("the gradient of reducescatter is defined for Sum and Average, "
+                                f"not {ctx.op.name.capitalize()}")
         gathered = C.allgather_async_impl(grad.contiguous(), _grad_name(ctx.name), ctx.ps).wait()
         scale = ctx.pre * ctx.post / (ctx.ps.size() if ctx.op == _core.Average else 1)
         return gathered * scale, None, None, None, None, None

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 import hvdcore as _core
-from hvdcore.errors import UnsupportedError
+from hvdcore.arguments import splits_vector
+from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.torch import gpu
 from hvdcore.torch.handles import Handle
 from hvdcore.torch.tensors import (
@@ -27,27 +28,16 @@ from hvdcore.torch.tensors import (
 )
 
 __all__ = [
-    "resolve_op", "allreduce_async_impl", "grouped_allreduce_async_impl",
+    "allreduce_async_impl", "grouped_allreduce_async_impl",
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
     "sparse_allreduce_async_impl",
 ]
 
 
-def resolve_op(average: bool | None, op: Any, default: Any = None) -> Any:
-    """Horovod's rule: ``average`` (deprecated) and ``op`` are exclusive; default Average."""
-    if average is not None and op is not None:
-        raise ValueError("allreduce: pass either op= or the deprecated average=, not both")
-    if op is None:
-        if average is None:
-            return _core.Average if default is None else default
-        return _core.Average if average else _core.Sum
-    return _core.ReduceOp(op)
-
-
 def _check(tensor: Any, what: str) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{what} expects a torch.Tensor, got {type(tensor).__name__}")
+        raise UnsupportedError(f"{what} expects a torch.Tensor, got {type(tensor).__name__}")
     return tensor
 
 
@@ -167,10 +157,7 @@ def _splits_array(splits: Any) -> np.ndarray | None:
         return None
     if isinstance(splits, torch.Tensor):
         splits = splits.detach().cpu().numpy()
-    arr = np.asarray(splits)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise UnsupportedError(f"alltoall splits must be a 1-D integer sequence, got {splits!r}")
-    return arr.astype(np.int32)
+    return splits_vector(splits)
 
 
 def alltoall_async_impl(tensor: torch.Tensor, splits: Any, name: str | None,
@@ -235,10 +222,11 @@ def sparse_allreduce_async_impl(tensor: torch.Tensor, name: str, op: Any,
     """
     _check(tensor, "sparse_allreduce_async")
     if not tensor.is_sparse:
-        raise UnsupportedError("sparse_allreduce_async expects a sparse COO tensor "
-                               f"(layout torch.sparse_coo), got layout {tensor.layout}")
+        raise ArgumentError("sparse_allreduce_async expects a sparse COO tensor "
+                            f"(layout torch.sparse_coo), got layout {tensor.layout}")
     if op not in (_core.Average, _core.Sum):
-        raise UnsupportedError(f"sparse_allreduce_async supports Sum and Average, not {op.name.capitalize()}")
+        raise ArgumentError("sparse_allreduce_async supports Sum and Average, not "
+                            f"{op.name.capitalize()}")
     sp = tensor.detach().coalesce()
     indices = sp.indices().t().contiguous()  # [nnz, sparse_dim]: gathered along nnz
     values = sp.values().contiguous()

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 import hvdcore as _core
+from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.torch import collectives as C
 from hvdcore.torch.autograd import is_root as root_of
 
@@ -36,14 +37,14 @@ def broadcast_parameters(params: Mapping[str, torch.Tensor] | Iterable[Any], roo
     elif isinstance(params, Iterable) and not isinstance(params, torch.Tensor):
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
-        raise ValueError(
+        raise ArgumentError(
             f"broadcast_parameters expects a state_dict, named_parameters() or parameters(), "
             f"got {type(params).__name__}")
     handles = []
     for i, (name, p) in enumerate(items):
         if not isinstance(p, torch.Tensor):
-            raise TypeError(f"broadcast_parameters: entry {name or i} is a "
-                            f"{type(p).__name__}, not a tensor")
+            raise UnsupportedError(f"broadcast_parameters: entry {name or i} is a "
+                                   f"{type(p).__name__}, not a tensor")
         label = f"broadcast_parameters.{name if name is not None else i}"
         handles.append(C.broadcast_async_impl(p, root_rank, label, process_set, inplace=True))
     for h in handles:

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 import hvdcore as _core
-from hvdcore.errors import CapabilityError, UnsupportedError
+from hvdcore.arguments import alltoall_splits
+from hvdcore.errors import CapabilityError, UnimplementedError
 from hvdcore.torch.handles import Handle
 
 __all__ = ["setup", "shutdown", "add_group", "remove_group", "routes", "transport", "is_active"]
@@ -159,7 +160,7 @@ def _dist_op(op: Any) -> Any:
              _core.Min: dist.ReduceOp.MIN, _core.Max: dist.ReduceOp.MAX,
              _core.Product: dist.ReduceOp.PRODUCT}
     if op not in table:
-        raise UnsupportedError(f"op {op!r} has no NCCL equivalent")
+        raise UnimplementedError(f"op {op!r} has no NCCL equivalent")
     return table[op]
 
 
@@ -248,16 +249,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any, process_set: Any) -> Handl
 
     group, n = _group(process_set), process_set.size()
     t = tensor.detach().contiguous()
-    if splits is None:
-        if t.shape[0] % n:
-            raise UnsupportedError(
-                f"alltoall without splits needs dim 0 ({t.shape[0]}) divisible by {n} ranks")
-        send = [t.shape[0] // n] * n
-    else:
-        send = [int(s) for s in splits]
-    if len(send) != n or sum(send) != t.shape[0]:
-        raise UnsupportedError(f"alltoall splits {send} must have {n} entries summing to "
-                               f"dim 0 = {t.shape[0]}")
+    send = alltoall_splits(splits, t.shape[0], n)
     send_t = torch.tensor(send, device=t.device, dtype=torch.int64)
     recv_t = torch.empty_like(send_t)
     dist.all_to_all_single(recv_t, send_t, group=group)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import hvdcore as _core
+from hvdcore.errors import UnsupportedError
 
 __all__ = ["Handle", "poll", "synchronize"]
 
@@ -88,7 +89,8 @@ def poll(handle: Handle) -> bool:
         >>> while not hvd.poll(h): do_other_work()    # doctest: +SKIP
     """
     if not isinstance(handle, Handle):
-        raise TypeError(f"poll() expects a handle returned by an *_async call, got {handle!r}")
+        raise UnsupportedError(
+            f"poll() expects a handle returned by an *_async call, got {handle!r}")
     return handle.poll()
 
 
@@ -102,7 +104,7 @@ def synchronize(handle: Handle) -> Any:
         tensor([1., 1., 1.])
     """
     if not isinstance(handle, Handle):
-        raise TypeError(
+        raise UnsupportedError(
             f"synchronize() expects a handle returned by an *_async call, got {handle!r}"
         )
     return handle.wait()

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 import hvdcore as _core
+from hvdcore.arguments import resolve_op
 from hvdcore.torch import collectives as C
 from hvdcore.torch.autograd import (
     AllgatherFn,
@@ -57,7 +58,7 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
 
         >>> avg = hvd.allreduce(torch.ones(2) * hvd.rank())   # doctest: +SKIP
     """
-    op = C.resolve_op(average, op)
+    op = resolve_op(average, op)
     compressed, ctx = compression.compress(tensor)
     out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, ctx)
@@ -67,7 +68,7 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
                     op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: Any = _GLOBAL) -> Handle:
     """Start an allreduce; ``synchronize(handle)`` returns a new tensor with the result."""
-    return C.allreduce_async_impl(tensor, C.resolve_op(average, op), name, prescale_factor,
+    return C.allreduce_async_impl(tensor, resolve_op(average, op), name, prescale_factor,
                                   postscale_factor, process_set, inplace=False)
 
 
@@ -83,7 +84,7 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
                      op: Any = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0, process_set: Any = _GLOBAL) -> Handle:
     """Start an in-place allreduce; ``synchronize(handle)`` returns ``tensor``."""
-    return C.allreduce_async_impl(tensor, C.resolve_op(average, op), name, prescale_factor,
+    return C.allreduce_async_impl(tensor, resolve_op(average, op), name, prescale_factor,
                                   postscale_factor, process_set, inplace=True)
 
 
@@ -93,7 +94,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = No
                       postscale_factor: float = 1.0,
                       process_set: Any = _GLOBAL) -> list[torch.Tensor]:
     """Allreduce a list of tensors as one unit (one negotiation, fused); differentiable."""
-    op = C.resolve_op(average, op)
+    op = resolve_op(average, op, "grouped_allreduce")
     pairs = [compression.compress(t) for t in tensors]
     if op in (_core.Min, _core.Max, _core.Product) and any(t.requires_grad for t, _ in pairs):
         outs = [AllreduceFn.apply(t, op, None if name is None else f"{name}.{i}",
@@ -110,8 +111,9 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | Non
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                             process_set: Any = _GLOBAL) -> Handle:
     """Start a grouped allreduce; ``synchronize`` returns a list of new tensors."""
-    return C.grouped_allreduce_async_impl(tensors, C.resolve_op(average, op), name,
-                                          prescale_factor, postscale_factor, process_set, False)
+    op = resolve_op(average, op, "grouped_allreduce")
+    return C.grouped_allreduce_async_impl(tensors, op, name, prescale_factor, postscale_factor,
+                                          process_set, False)
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = None,
@@ -128,8 +130,9 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | No
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set: Any = _GLOBAL) -> Handle:
     """Start an in-place grouped allreduce."""
-    return C.grouped_allreduce_async_impl(tensors, C.resolve_op(average, op), name,
-                                          prescale_factor, postscale_factor, process_set, True)
+    op = resolve_op(average, op, "grouped_allreduce")
+    return C.grouped_allreduce_async_impl(tensors, op, name, prescale_factor, postscale_factor,
+                                          process_set, True)
 
 
 def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
@@ -138,7 +141,8 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
 
     ``synchronize(handle)`` returns a coalesced sparse tensor.
     """
-    return C.sparse_allreduce_async_impl(tensor, name or "", C.resolve_op(None, op), process_set)
+    op = resolve_op(None, op, "sparse_allreduce_async")
+    return C.sparse_allreduce_async_impl(tensor, name or "", op, process_set)
 
 
 def allgather(tensor: torch.Tensor, name: str | None = None,
@@ -214,8 +218,9 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None,
     """Reduce over ranks, then rank i keeps block i of dim 0 (the first ``dim0 % n`` ranks get
     one row more); differentiable for Sum/Average."""
     compressed, ctx = compression.compress(tensor)
-    out = ReducescatterFn.apply(compressed, C.resolve_op(None, op), name, process_set,
-                                prescale_factor, postscale_factor)
+    op = resolve_op(None, op, "reducescatter")
+    out = ReducescatterFn.apply(compressed, op, name, process_set, prescale_factor,
+                                postscale_factor)
     return compression.decompress(out, ctx)
 
 
@@ -223,8 +228,9 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any =
                         process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> Handle:
     """Start a reducescatter."""
-    return C.reducescatter_async_impl(tensor, C.resolve_op(None, op), name, process_set,
-                                      prescale_factor, postscale_factor)
+    op = resolve_op(None, op, "reducescatter")
+    return C.reducescatter_async_impl(tensor, op, name, process_set, prescale_factor,
+                                      postscale_factor)
 
 
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = None,
@@ -233,7 +239,7 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = No
                           prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> list[torch.Tensor]:
     """Reducescatter a list of tensors as one unit; differentiable for Sum/Average."""
-    op = C.resolve_op(None, op)
+    op = resolve_op(None, op, "grouped_reducescatter")
     pairs = [compression.compress(t) for t in tensors]
     if any(t.requires_grad for t, _ in pairs):
         outs = [ReducescatterFn.apply(t, op, None if name is None else f"{name}.{i}",
@@ -250,8 +256,9 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | Non
                                 prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> Handle:
     """Start a grouped reducescatter."""
-    return C.grouped_reducescatter_async_impl(tensors, C.resolve_op(None, op), name, process_set,
-                                              prescale_factor, postscale_factor)
+    op = resolve_op(None, op, "grouped_reducescatter")
+    return C.grouped_reducescatter_async_impl(tensors, op, name, process_set, prescale_factor,
+                                              postscale_factor)
 
 
 def barrier(process_set: Any = _GLOBAL) -> None:

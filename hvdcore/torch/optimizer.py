@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 import hvdcore as _core
-from hvdcore.errors import HvdcoreError, MismatchError
+from hvdcore.arguments import resolve_op
+from hvdcore.errors import ArgumentError, HvdcoreError, MismatchError, UnsupportedError
 from hvdcore.torch import collectives as C
 from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
@@ -75,16 +76,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                  sparse_as_dense: bool = False,
                  process_set: Any = _core.global_process_set) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
+            raise UnsupportedError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                                   f"{type(optimizer).__name__}")
         if isinstance(optimizer, DistributedOptimizer):
-            raise TypeError("optimizer is already a DistributedOptimizer")
-        op = C.resolve_op(None, op)
+            raise UnsupportedError("optimizer is already a DistributedOptimizer")
+        op = resolve_op(None, op, "DistributedOptimizer")
         if gradient_predivide_factor != 1.0 and op != _core.Average:
-            raise ValueError("gradient_predivide_factor is only supported with op=Average")
+            raise ArgumentError("gradient_predivide_factor is only supported with op=Average")
         if backward_passes_per_step < 1:
-            raise ValueError(f"backward_passes_per_step must be >= 1, got "
-                             f"{backward_passes_per_step}")
+            raise ArgumentError(f"backward_passes_per_step must be >= 1, got "
+                                f"{backward_passes_per_step}")
         # Register the wrapped optimizer's groups (same dict objects), then share its containers.
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self.param_groups = optimizer.param_groups
@@ -115,19 +116,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
             return {p: f"allreduce.param.{i}" for i, p in enumerate(all_params)}
         named = list(named)
         if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
-            raise ValueError("named_parameters must be (name, parameter) tuples, as produced "
-                             "by model.named_parameters()")
+            raise ArgumentError("named_parameters must be (name, parameter) tuples, as produced "
+                                "by model.named_parameters()")
         seen: set[str] = set()
         dups = sorted({n for n, _ in named if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
         if dups:
-            raise ValueError(f"parameter names in named_parameters must be unique; duplicates: "
-                             f"{', '.join(dups)}")
+            raise ArgumentError(f"parameter names in named_parameters must be unique; "
+                                f"duplicates: {', '.join(dups)}")
         by_id = {id(p): n for n, p in named}
         unnamed = [i for i, p in enumerate(all_params) if id(p) not in by_id]
         if unnamed:
-            raise ValueError(f"named_parameters was given but {len(unnamed)} parameter(s) of "
-                             f"the optimizer are not in it (positions {unnamed[:10]}); pass "
-                             "model.named_parameters() of the model the optimizer trains")
+            raise ArgumentError(f"named_parameters was given but {len(unnamed)} parameter(s) "
+                                f"of the optimizer are not in it (positions {unnamed[:10]}); "
+                                "pass model.named_parameters() of the model the optimizer trains")
         return {p: f"allreduce.{by_id[id(p)]}" for p in all_params}
 
     def _make_groups(self, groups: Any) -> tuple[dict[torch.Tensor, int], list[list[Any]]]:
@@ -147,13 +148,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for g in members:
                 for p in g:
                     if p not in known:
-                        raise ValueError("groups contains a tensor that is not a trainable "
-                                         "parameter of this optimizer")
+                        raise ArgumentError("groups contains a tensor that is not a trainable "
+                                            "parameter of this optimizer")
         group_of: dict[torch.Tensor, int] = {}
         for gid, g in enumerate(members):
             for p in g:
                 if p in group_of:
-                    raise ValueError("a parameter appears in more than one group")
+                    raise ArgumentError("a parameter appears in more than one group")
                 group_of[p] = gid
         return group_of, members
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 import hvdcore as _core
+from hvdcore.errors import ArgumentError
 from hvdcore.torch.autograd import AllgatherFn
 
 __all__ = ["SyncBatchNorm"]
@@ -43,10 +44,11 @@ class SyncBatchNorm(_BatchNorm):
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
-            raise ValueError(f"SyncBatchNorm expects an input [N, C, ...] with at least 2 "
-                             f"dimensions, got {input.dim()}-D")
+            raise ArgumentError(f"SyncBatchNorm expects an input [N, C, ...] with at least 2 "
+                                f"dimensions, got {input.dim()}-D")
         if input.shape[1] != self.num_features:
-            raise ValueError(f"SyncBatchNorm({self.num_features}) got {input.shape[1]} channels")
+            raise ArgumentError(f"SyncBatchNorm({self.num_features}) got {input.shape[1]} "
+                                "channels")
 
     def _average_factor(self) -> float:
         if not (self.training and self.track_running_stats):
@@ -83,7 +85,7 @@ class SyncBatchNorm(_BatchNorm):
         total = counts.sum()
         n = float(total.detach())
         if n < 1:
-            raise ValueError("SyncBatchNorm: the global batch is empty on every rank")
+            raise ArgumentError("SyncBatchNorm: the global batch is empty on every rank")
         g_mean = (counts * means).sum(0) / total
         g_var = (counts * (vars_ + (means - g_mean) ** 2)).sum(0) / total
         shape = [1, c] + [1] * (input.dim() - 2)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hvdcore.errors import UnsupportedError
+from hvdcore.errors import ArgumentError
 
 __all__ = ["CORE_DTYPES", "HostBuffer", "reduce_buffer", "bytes_buffer", "result_tensor"]
 
@@ -64,7 +64,7 @@ def _plain_cpu(tensor: torch.Tensor) -> tuple[torch.Tensor, bool]:
     if t.is_neg():
         t, shared = t.resolve_neg(), False
     if t.layout != torch.strided:
-        raise UnsupportedError(
+        raise ArgumentError(
             f"layout {t.layout} is not supported by this collective on rank-local tensors; "
             "use sparse_allreduce_async for sparse COO tensors or call .to_dense()"
         )
@@ -80,13 +80,13 @@ def reduce_buffer(tensor: torch.Tensor, op_name: str) -> HostBuffer:
         return HostBuffer(tensor, t, shared, "same")
     if t.is_complex():
         if op_name.lower() not in ("sum", "average"):
-            raise UnsupportedError(
+            raise ArgumentError(
                 f"op {op_name} is not defined for complex tensors ({t.dtype}); use Sum or Average"
             )
         return HostBuffer(tensor, torch.view_as_real(t), shared, "complex")
     if t.dtype in _REDUCE_WIDEN:
         return HostBuffer(tensor, t.to(_REDUCE_WIDEN[t.dtype]), False, "widen")
-    raise UnsupportedError(
+    raise ArgumentError(
         f"dtype {t.dtype} is not supported for reductions; supported: "
         f"{', '.join(sorted(str(d) for d in CORE_DTYPES | set(_REDUCE_WIDEN)))} and complex"
     )

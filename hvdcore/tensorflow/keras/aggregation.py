@@ -15,7 +15,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from hvdcore import ReduceOp
+from hvdcore.arguments import resolve_op
+from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.gradients import GradientReducer
 
 __all__ = ["Accumulation", "distributed_apply", "check_passes", "set_options", "options_config"]
@@ -28,7 +29,8 @@ def check_passes(backward_passes_per_step: Any) -> int:
     """Validate ``backward_passes_per_step`` (an int >= 1) and return it."""
     passes = int(backward_passes_per_step)
     if passes < 1:
-        raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+        raise ArgumentError(
+            f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
     return passes
 
 
@@ -37,7 +39,7 @@ def set_options(opt: Any, sparse_as_dense: bool, gradient_predivide_factor: floa
     """Store Horovod's DistributedOptimizer options on ``opt`` (both Keras flavours)."""
     opt.sparse_as_dense = bool(sparse_as_dense)
     opt.gradient_predivide_factor = float(gradient_predivide_factor)
-    opt.reduce_op = ReduceOp(op)
+    opt.reduce_op = resolve_op(None, op, "DistributedOptimizer")
     opt.backward_passes_per_step = check_passes(backward_passes_per_step)
     opt.average_aggregated_gradients = bool(average_aggregated_gradients)
 

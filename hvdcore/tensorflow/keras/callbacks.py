@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import hvdcore as _core
-from hvdcore.errors import MismatchError
+from hvdcore.errors import ArgumentError, MismatchError
 from hvdcore.tensorflow.variables import broadcast_variables
 
 __all__ = [
@@ -127,7 +127,7 @@ class LearningRateScheduleCallback(_Callback):
                  verbose: int = 0) -> None:
         super().__init__()
         if initial_lr is None:
-            raise ValueError("initial_lr is required (the learning rate the schedule scales)")
+            raise ArgumentError("initial_lr is required (the learning rate the schedule scales)")
         self.initial_lr = float(initial_lr)
         self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
         self.start_epoch = start_epoch
@@ -171,8 +171,8 @@ class LearningRateScheduleCallback(_Callback):
         if self.steps_per_epoch is None:
             self.steps_per_epoch = (self.params or {}).get("steps")
         if not self.staircase and not self.steps_per_epoch:
-            raise ValueError("a non-staircase schedule needs steps_per_epoch (fit did not "
-                             "report the number of steps; pass steps_per_epoch=...)")
+            raise ArgumentError("a non-staircase schedule needs steps_per_epoch (fit did not "
+                                "report the number of steps; pass steps_per_epoch=...)")
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.current_epoch = epoch

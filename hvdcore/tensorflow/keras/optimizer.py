@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hvdcore import Average, global_process_set
+from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.tensorflow.compression import Compression, Compressor
 
 __all__ = ["DistributedOptimizer", "is_distributed_optimizer"]
@@ -53,7 +54,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
         model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
     """
     if is_distributed_optimizer(optimizer):
-        raise ValueError("optimizer is already a DistributedOptimizer; wrap the plain one once")
+        raise ArgumentError("optimizer is already a DistributedOptimizer; wrap the plain one once")
     kwargs = dict(name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                   gradient_predivide_factor=gradient_predivide_factor, op=op,
                   backward_passes_per_step=backward_passes_per_step,
@@ -68,7 +69,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
         from hvdcore.tensorflow.keras.optimizer_tf_keras import TfKerasDistributedOptimizer
 
         return TfKerasDistributedOptimizer(optimizer, **kwargs)
-    raise TypeError(
+    raise UnsupportedError(
         f"DistributedOptimizer wraps a Keras 3 (keras.optimizers.*) or tf-keras "
         f"(tf_keras.optimizers.*) optimizer, got {type(optimizer).__module__}."
         f"{type(optimizer).__name__}; for custom training loops use DistributedGradientTape"

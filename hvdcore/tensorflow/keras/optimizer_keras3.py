@@ -15,6 +15,7 @@ from typing import Any
 import keras
 
 from hvdcore import Average, global_process_set
+from hvdcore.errors import UnsupportedError
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.gradients import GradientReducer
 from hvdcore.tensorflow.keras.aggregation import (
@@ -52,7 +53,7 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
                  average_aggregated_gradients: bool = False,
                  process_set: Any = global_process_set) -> None:
         if not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise TypeError(f"expected a keras.optimizers.Optimizer, got {type(optimizer)}")
+            raise UnsupportedError(f"expected a keras.optimizers.Optimizer, got {type(optimizer)}")
         check_passes(backward_passes_per_step)
         super().__init__(learning_rate=0.0, name=name or f"Distributed{optimizer.name}")
         self.inner_optimizer = optimizer

@@ -15,6 +15,7 @@ import tensorflow as tf
 import tf_keras
 
 from hvdcore import Average, global_process_set
+from hvdcore.errors import UnsupportedError
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.gradients import GradientReducer
 from hvdcore.tensorflow.keras.aggregation import (
@@ -50,7 +51,7 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
                  average_aggregated_gradients: bool = False,
                  process_set: Any = global_process_set) -> None:
         if not isinstance(optimizer, TF_KERAS_OPTIMIZER_TYPES):
-            raise TypeError(f"expected a tf_keras optimizer, got {type(optimizer)}")
+            raise UnsupportedError(f"expected a tf_keras optimizer, got {type(optimizer)}")
         check_passes(backward_passes_per_step)
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}")
         self._optimizer = optimizer

@@ -6,6 +6,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.keras.callbacks import model_and_optimizer_variables
 from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer, is_distributed_optimizer
@@ -60,7 +61,7 @@ def broadcast_global_variables(root_rank: int, model: Any = None) -> None:
     """
     models = [model] if model is not None else list(_MODELS)
     if not models:
-        raise ValueError(
+        raise ArgumentError(
             "broadcast_global_variables: TensorFlow 2 has no global variable collection; pass "
             "the model (broadcast_global_variables(0, model)) or use "
             "BroadcastGlobalVariablesCallback(0) in fit"

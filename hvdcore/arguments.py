@@ -1,0 +1,198 @@
+"""Argument checks shared by the core (:mod:`hvdcore.ops`) and the torch and TensorFlow bindings.
+
+Each check raises the one exception type :mod:`hvdcore.errors` lists for its mistake (the type
+Horovod raises for it) and returns the normalised value. ``what`` names the call in messages;
+``rank``, when given, prefixes them ("rank 1: allreduce: ..."). The checks run on every
+collective, so the common case returns early (they sit on the blocking-allreduce hot path).
+
+Example::
+
+    >>> from hvdcore import arguments
+    >>> arguments.resolve_op(None, None)               # Horovod's default
+    <ReduceOp.AVERAGE: 0>
+    >>> arguments.resolve_op(True, 1)                  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    hvdcore.errors.ArgumentError: allreduce: give either op= or the deprecated average=, not both
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from hvdcore.engine.messages import ReduceOp
+from hvdcore.errors import ArgumentError, UnimplementedError, UnsupportedError
+from hvdcore.process_sets import ProcessSet
+
+__all__ = [
+    "SUPPORTED_DTYPES", "dtype_name", "resolve_op", "as_array", "scale_factor", "output_for",
+    "process_set_id", "broadcast_root", "splits_vector", "alltoall_splits",
+]
+
+SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
+    np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_))
+"""NumPy dtypes the core reduces and moves."""
+_SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
+_DTYPE_NAMES = {d: d.name for d in SUPPORTED_DTYPES}
+_OP_NAMES = "Average, Sum, Min, Max, Product"
+
+
+def _where(what: str, rank: int | None) -> str:
+    return what if rank is None else f"rank {rank}: {what}"
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name`` without numpy's slow property on the hot path."""
+    return _DTYPE_NAMES.get(dtype) or dtype.name
+
+
+def resolve_op(average: bool | None, op: Any, what: str = "allreduce",
+               rank: int | None = None, allow_adasum: bool = True) -> ReduceOp:
+    """Horovod's rule: ``op`` (default Average), or the deprecated ``average`` (True: Average,
+    False: Sum), never both. ``allow_adasum=False``: Adasum raises UnimplementedError."""
+    if op is None:
+        if average is None or average:
+            return ReduceOp.AVERAGE
+        return ReduceOp.SUM
+    if average is not None:
+        raise ArgumentError(
+            f"{_where(what, rank)}: give either op= or the deprecated average=, not both")
+    if type(op) is not ReduceOp:
+        if isinstance(op, bool) or not isinstance(op, (int, np.integer)):
+            # int(1.5) or int(True) would silently pick Sum
+            raise UnsupportedError(
+                f"{_where(what, rank)}: op must be one of {_OP_NAMES}, got {op!r}")
+        try:
+            op = ReduceOp(int(op))
+        except ValueError as exc:
+            raise ArgumentError(
+                f"{_where(what, rank)}: unknown op {op!r}; use one of {_OP_NAMES}") from exc
+    if op is ReduceOp.ADASUM and not allow_adasum:
+        raise UnimplementedError(
+            f"{_where(what, rank)}: Adasum is not supported by hvdcore yet; use op=Average "
+            "(or Sum)")
+    return op
+
+
+def as_array(tensor: Any, what: str, rank: int | None = None,
+             op: ReduceOp | None = None) -> np.ndarray:
+    """``tensor`` as a native-byte-order C-contiguous array of a supported dtype (no copy when
+    it already is one). With ``op``: also check that ``op`` is defined for the dtype."""
+    if isinstance(tensor, np.generic):
+        tensor = np.asarray(tensor)
+    if not isinstance(tensor, np.ndarray):
+        raise UnsupportedError(
+            f"{_where(what, rank)} expects a NumPy array, got {type(tensor).__name__}; use the "
+            "framework binding (hvdcore.torch / hvdcore.tensorflow) for framework tensors")
+    dtype = tensor.dtype
+    if not dtype.isnative:  # a byte-swapped float32 is still a float32
+        dtype = dtype.newbyteorder("=")
+        if dtype in SUPPORTED_DTYPES:
+            tensor = tensor.astype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise ArgumentError(
+            f"{_where(what, rank)} does not support dtype {tensor.dtype}; supported: "
+            f"{_SUPPORTED_NAMES}")
+    if op is ReduceOp.AVERAGE and dtype == np.bool_:
+        raise ArgumentError(
+            f"{_where(what, rank)}: Average of a bool tensor is undefined; use op=Sum "
+            "(logical or), Min/Product (logical and) or Max")
+    return tensor if tensor.flags.c_contiguous else tensor.copy(order="C")
+
+
+def scale_factor(value: Any, which: str, what: str, rank: int | None = None) -> float:
+    """A prescale/postscale factor as a float (a bool or a non-number raises)."""
+    if type(value) is float:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise UnsupportedError(
+            f"{_where(what, rank)}: {which} must be a number, got {value!r}")
+    return float(value)
+
+
+def _same_buffer(a: np.ndarray, b: np.ndarray) -> bool:
+    """True if two C-contiguous arrays of one shape and dtype are views of the same memory
+    (e.g. two ``Tensor.numpy()`` views of one torch tensor): then the operation is in place."""
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.shape == b.shape and a.dtype == b.dtype)
+
+
+def output_for(out: Any, tensor: Any, arr: np.ndarray, what: str,
+               rank: int | None = None) -> np.ndarray:
+    """Check ``out=`` (an array like ``arr``) and return the array to send: ``out`` itself when
+    it is the input's memory (in place), a private copy of ``arr`` when they only overlap,
+    else ``arr``. ``tensor`` is what the caller passed, ``arr`` its checked array."""
+    if not isinstance(out, np.ndarray):
+        raise UnsupportedError(
+            f"{_where(what, rank)}: out= must be a NumPy array, got {type(out).__name__}")
+    if (out.shape != arr.shape or out.dtype != arr.dtype or not out.flags.c_contiguous
+            or not out.flags.writeable):
+        raise ArgumentError(
+            f"{_where(what, rank)}: out= must be a writeable C-contiguous array of shape "
+            f"{arr.shape} and dtype {arr.dtype}")
+    if out is tensor or _same_buffer(out, arr):
+        return out  # in place: MPI_IN_PLACE
+    if np.may_share_memory(out, arr):
+        return arr.copy()
+    return arr
+
+
+def process_set_id(process_set: Any, sets: Mapping[int, Any], what: str, rank: int) -> int:
+    """The id of a registered process set this rank belongs to (``sets``: the engine's)."""
+    if not isinstance(process_set, ProcessSet):
+        raise UnsupportedError(
+            f"rank {rank}: {what}: process_set must be a ProcessSet, got "
+            f"{type(process_set).__name__}")
+    sid = process_set.process_set_id
+    if sid is None or sid not in sets:
+        raise ArgumentError(
+            f"rank {rank}: {what}: {process_set!r} is not registered; call "
+            "hvd.add_process_set(...) on every rank first")
+    if rank not in process_set.ranks:
+        raise ArgumentError(
+            f"rank {rank}: {what}: this rank is not a member of process set {sid} "
+            f"(ranks {process_set.ranks}); only members may call collectives on it")
+    return sid
+
+
+def broadcast_root(root: Any, ranks: list[int], rank: int | None = None,
+                   what: str = "broadcast") -> int:
+    """``root`` as an int that is one of ``ranks`` (global ranks of the process set)."""
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
+            or int(root) not in ranks:
+        raise ArgumentError(
+            f"{_where(what, rank)} root_rank={root!r} is not a rank of the process set "
+            f"(ranks {ranks})")
+    return int(root)
+
+
+def splits_vector(splits: Any, what: str = "alltoall") -> np.ndarray:
+    """Horovod's form rule for a binding's ``splits``: a 1-D sequence of integers (as int32)."""
+    arr = np.asarray(splits)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ArgumentError(f"{what} splits must be a 1-D integer sequence, got {splits!r}")
+    return arr.astype(np.int32)
+
+
+def alltoall_splits(splits: Any, rows: int, n: int, what: str = "alltoall",
+                    rank: int | None = None) -> list[int]:
+    """Rows of dimension 0 sent to each of the ``n`` members: ``splits`` (anything NumPy turns
+    into integers) checked against ``rows``, or an even division when None."""
+    if splits is None:
+        if rows % n:
+            raise ArgumentError(
+                f"{_where(what, rank)} without splits needs dim 0 ({rows}) divisible by the "
+                f"set size ({n}); pass splits=")
+        return [rows // n] * n
+    try:
+        sp = [int(s) for s in np.asarray(splits).reshape(-1)]
+    except (TypeError, ValueError) as exc:
+        raise ArgumentError(
+            f"{_where(what, rank)} splits must be integers, got {splits!r}") from exc
+    if len(sp) != n or any(s < 0 for s in sp) or sum(sp) != rows:
+        raise ArgumentError(
+            f"{_where(what, rank)} splits {sp} must have {n} non-negative entries summing to "
+            f"dim 0 ({rows})")
+    return sp

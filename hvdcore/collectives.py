@@ -1,0 +1,290 @@
+"""The core collectives other than allreduce, and process-set registration, on NumPy arrays.
+
+allgather, broadcast, alltoall, reducescatter (and their grouped/async forms), barrier, join,
+add_process_set and remove_process_set, with Horovod's names, signatures and semantics. Like
+:mod:`hvdcore.ops` (which re-exports them), each call checks its arguments on the calling rank
+(:mod:`hvdcore.arguments`) and hands named requests to the engine through
+:mod:`hvdcore.engine.requests`; blocking calls wait for their ``*_async`` call's handle.
+
+Example::
+
+    >>> import numpy as np, hvdcore as hvd
+    >>> hvd.init()
+    >>> rows = hvd.allgather(np.full((hvd.rank() + 1, 2), hvd.rank()))  # ragged dim 0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from hvdcore import basics, errors
+from hvdcore.arguments import (
+    alltoall_splits,
+    as_array,
+    broadcast_root,
+    dtype_name,
+    output_for,
+    process_set_id,
+    resolve_op,
+    scale_factor,
+)
+from hvdcore.engine import requests
+from hvdcore.engine.handle import Handle
+from hvdcore.engine.messages import (
+    ADD_SET,
+    ALLGATHER,
+    ALLTOALL,
+    BARRIER,
+    BROADCAST,
+    JOIN,
+    REDUCESCATTER,
+    REMOVE_SET,
+    Meta,
+    ReduceOp,
+)
+from hvdcore.process_sets import ProcessSet, global_process_set
+
+__all__ = [
+    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "broadcast", "broadcast_async", "alltoall", "alltoall_async",
+    "reducescatter", "reducescatter_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "barrier", "join", "add_process_set", "remove_process_set",
+]
+
+_Finalize = Callable[[list[Any]], Any]
+
+
+def _engine() -> Any:
+    st = basics.current()
+    return st.engine if st is not None else None
+
+
+def _part_name(base: str, i: int, count: int) -> str:
+    return base if count == 1 else f"{base}.{i}"
+
+
+# -- allgather --------------------------------------------------------------------------------
+
+def _allgather(tensors: Sequence[Any], name: str | None, process_set: Any,
+               finalize: _Finalize, label: str) -> Handle:
+    st = basics.state()
+    sid = process_set_id(process_set, st.engine.sets, ALLGATHER, st.rank)
+    base = st.request_name(ALLGATHER, sid, name)
+    tensors = list(tensors)
+    items = []
+    for i, t in enumerate(tensors):
+        arr = as_array(t, ALLGATHER, st.rank)
+        shape = arr.shape if arr.ndim else (1,)
+        items.append((Meta(sid, _part_name(base, i, len(tensors)), ALLGATHER,
+                           dtype_name(arr.dtype), shape), arr, None))
+    return requests.submit(st.engine, items, finalize, f"{label} '{base}'")
+
+
+def grouped_allgather_async(tensors: Sequence[np.ndarray], name: str | None = None,
+                            process_set: ProcessSet = global_process_set) -> Handle:
+    """Start allgathers of several tensors; the handle yields a list."""
+    return _allgather(tensors, name, process_set, list, "grouped_allgather")
+
+
+def allgather_async(tensor: np.ndarray, name: str | None = None,
+                    process_set: ProcessSet = global_process_set) -> Handle:
+    """Start an allgather; ``synchronize`` returns the concatenation along dimension 0."""
+    return _allgather([tensor], name, process_set, requests.first, "allgather")
+
+
+def allgather(tensor: np.ndarray, name: str | None = None,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
+    """Concatenate every rank's tensor along the first dimension (sizes may differ).
+
+    >>> hvd.allgather(np.full((hvd.rank() + 1, 2), hvd.rank()))   # ragged first dimension
+    """
+    return requests.blocking(_engine(), lambda: allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather(tensors: Sequence[np.ndarray], name: str | None = None,
+                      process_set: ProcessSet = global_process_set) -> list[np.ndarray]:
+    """Allgather each tensor of a list; returns a list."""
+    return requests.blocking(_engine(),
+                             lambda: grouped_allgather_async(tensors, name, process_set))
+
+
+# -- broadcast --------------------------------------------------------------------------------
+
+def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
+                    process_set: ProcessSet = global_process_set,
+                    out: np.ndarray | None = None) -> Handle:
+    """Start a broadcast from ``root_rank`` (a global rank that belongs to the set)."""
+    st = basics.state()
+    sid = process_set_id(process_set, st.engine.sets, BROADCAST, st.rank)
+    arr = as_array(tensor, BROADCAST, st.rank)
+    root = broadcast_root(root_rank, process_set.ranks, st.rank)
+    if out is not None:
+        arr = output_for(out, tensor, arr, BROADCAST, st.rank)
+    nm = st.request_name(BROADCAST, sid, name)
+    meta = Meta(sid, nm, BROADCAST, dtype_name(arr.dtype), arr.shape, root=root)
+    return requests.submit(st.engine, [(meta, arr, out)], requests.first, f"broadcast '{nm}'")
+
+
+def broadcast(tensor: np.ndarray, root_rank: int, name: str | None = None,
+              process_set: ProcessSet = global_process_set,
+              out: np.ndarray | None = None) -> np.ndarray:
+    """Return root's ``tensor`` on every rank (the input is not modified unless out=tensor).
+
+    >>> w = hvd.broadcast(np.random.rand(3), root_rank=0)   # identical everywhere
+    """
+    return requests.blocking(
+        _engine(), lambda: broadcast_async(tensor, root_rank, name, process_set, out))
+
+
+# -- alltoall ---------------------------------------------------------------------------------
+
+def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = None,
+                   process_set: ProcessSet = global_process_set) -> Handle:
+    """Start an alltoall; ``synchronize`` returns ``(output, received_splits)``."""
+    st = basics.state()
+    sid = process_set_id(process_set, st.engine.sets, ALLTOALL, st.rank)
+    arr = as_array(tensor, ALLTOALL, st.rank)
+    if arr.ndim == 0:
+        raise errors.ArgumentError(f"rank {st.rank}: alltoall needs at least 1 dimension")
+    sp = alltoall_splits(splits, arr.shape[0], len(process_set.ranks), ALLTOALL, st.rank)
+    nm = st.request_name(ALLTOALL, sid, name)
+    meta = Meta(sid, nm, ALLTOALL, dtype_name(arr.dtype), arr.shape, splits=tuple(sp))
+    return requests.submit(st.engine, [(meta, arr, None)], requests.first, f"alltoall '{nm}'")
+
+
+def alltoall(tensor: np.ndarray, splits: Any = None, name: str | None = None,
+             process_set: ProcessSet = global_process_set) -> tuple[np.ndarray, np.ndarray]:
+    """Send ``splits[i]`` rows of ``tensor`` to rank i; returns (received rows, received splits).
+
+    >>> out, got = hvd.alltoall(np.arange(hvd.size() * 2), splits=[2] * hvd.size())
+    """
+    return requests.blocking(_engine(),
+                             lambda: alltoall_async(tensor, splits, name, process_set))
+
+
+# -- reducescatter ----------------------------------------------------------------------------
+
+def _reducescatter(tensors: Sequence[Any], name: str | None, op: Any, process_set: Any,
+                   prescale_factor: Any, postscale_factor: Any, finalize: _Finalize,
+                   label: str) -> Handle:
+    st = basics.state()
+    rank = st.rank
+    sid = process_set_id(process_set, st.engine.sets, REDUCESCATTER, rank)
+    rop = resolve_op(None, op, REDUCESCATTER, rank, allow_adasum=False)
+    base = st.request_name(REDUCESCATTER, sid, name)
+    pre = scale_factor(prescale_factor, "prescale_factor", REDUCESCATTER, rank)
+    post = scale_factor(postscale_factor, "postscale_factor", REDUCESCATTER, rank)
+    tensors = list(tensors)
+    items = []
+    for i, t in enumerate(tensors):
+        arr = as_array(t, REDUCESCATTER, rank, rop)
+        if arr.ndim == 0:
+            raise errors.ArgumentError(f"rank {rank}: reducescatter needs at least 1 dimension")
+        items.append((Meta(sid, _part_name(base, i, len(tensors)), REDUCESCATTER,
+                           dtype_name(arr.dtype), arr.shape, int(rop), -1, pre, post), arr, None))
+    return requests.submit(st.engine, items, finalize, f"{label} '{base}'")
+
+
+def grouped_reducescatter_async(
+    tensors: Sequence[np.ndarray], name: str | None = None, op: Any = ReduceOp.AVERAGE,
+    process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
+    """Start reducescatters of several tensors; the handle yields a list."""
+    return _reducescatter(tensors, name, op, process_set, prescale_factor, postscale_factor,
+                          list, "grouped_reducescatter")
+
+
+def reducescatter_async(
+    tensor: np.ndarray, name: str | None = None, op: Any = ReduceOp.AVERAGE,
+    process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
+    """Start a reducescatter; ``synchronize`` returns this rank's block."""
+    return _reducescatter([tensor], name, op, process_set, prescale_factor, postscale_factor,
+                          requests.first, "reducescatter")
+
+
+def reducescatter(
+    tensor: np.ndarray, name: str | None = None, op: Any = ReduceOp.AVERAGE,
+    process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> np.ndarray:
+    """Reduce across ranks and return this rank's block of dimension 0.
+
+    With N rows and n ranks, the first N % n ranks get N // n + 1 rows, the others N // n.
+
+    >>> part = hvd.reducescatter(np.ones((4, 2)), op=hvd.Sum)
+    """
+    return requests.blocking(_engine(), lambda: reducescatter_async(
+        tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+
+def grouped_reducescatter(
+    tensors: Sequence[np.ndarray], name: str | None = None, op: Any = ReduceOp.AVERAGE,
+    process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> list[np.ndarray]:
+    """Reducescatter each tensor of a list; returns a list."""
+    return requests.blocking(_engine(), lambda: grouped_reducescatter_async(
+        tensors, name, op, process_set, prescale_factor, postscale_factor))
+
+
+# -- barrier, join, process sets --------------------------------------------------------------
+
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Block until every rank of the set has called barrier()."""
+    st = basics.state()
+    sid = process_set_id(process_set, st.engine.sets, BARRIER, st.rank)
+    nm = st.request_name(BARRIER, sid, None)
+    requests.wait(st.engine, requests.submit_control(st.engine, BARRIER, nm, sid))
+
+
+def join() -> int:
+    """Declare that this rank has no more data; returns the last rank to join.
+
+    Until every rank has joined, allreduces submitted by the others proceed with this rank
+    contributing a neutral value (0 for Sum/Average, identity for Min/Max/Product); Average
+    divides by the number of ranks that did not join (hvdcore's documented choice). Other
+    collectives raise while a rank has joined.
+    """
+    st = basics.state()
+    return requests.wait(st.engine, requests.submit_control(st.engine, JOIN, "join"))
+
+
+def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
+    """Register a process set; collective over all ranks (same ranks everywhere).
+
+    >>> evens = hvd.add_process_set(range(0, hvd.size(), 2))
+    """
+    st = basics.state()
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.process_set_id is not None:
+        raise errors.ArgumentError(f"{ps!r} is already registered")
+    bad = [r for r in ps.ranks if not 0 <= r < st.size]
+    if bad or not ps.ranks:
+        raise errors.ArgumentError(
+            f"rank {st.rank}: process set ranks {ps.ranks} must be non-empty and within "
+            f"0..{st.size - 1}")
+    nm = st.request_name(ADD_SET, 0, None)
+    sid = requests.wait(st.engine, requests.submit_control(st.engine, ADD_SET, nm,
+                                                           ranks=tuple(ps.ranks)))
+    ps.bind(sid, st.rank)
+    st.sets[sid] = ps
+    return ps
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Unregister a process set (collective over all ranks); False if it was not registered."""
+    st = basics.state()
+    sid = getattr(process_set, "process_set_id", None)
+    if sid is None or sid == 0 or sid not in st.sets:
+        return False
+    nm = st.request_name(REMOVE_SET, 0, None)
+    requests.wait(st.engine, requests.submit_control(st.engine, REMOVE_SET, nm, root=sid))
+    st.sets.pop(sid, None)
+    process_set.process_set_id = None
+    return True

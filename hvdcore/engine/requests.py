@@ -1,0 +1,108 @@
+"""Submitting requests to an engine and waiting for them: the entry the API layer calls.
+
+The API layer (:mod:`hvdcore.ops`, :mod:`hvdcore.collectives`, :mod:`hvdcore.basics`) checks a
+call's arguments and builds its :class:`~hvdcore.engine.messages.Meta`; everything from there
+on lives here and takes the engine as an argument: turning metas and buffers into requests
+with one handle, enqueuing them, and waiting for the handle. A thread that waits drives the
+engine itself when the engine is free, so a blocking call needs no thread hand-off.
+
+Example (what ``hvdcore.barrier()`` does)::
+
+    handle = requests.submit_control(engine, BARRIER, "barrier.noname.1", set_id)
+    requests.wait(engine, handle)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from hvdcore.engine.executor import Request
+from hvdcore.engine.handle import Handle
+from hvdcore.engine.messages import Meta
+
+__all__ = ["first", "submit", "submit_control", "single", "allreduce", "wait", "blocking",
+           "poll"]
+
+Item = tuple[Meta, Any, "np.ndarray | None"]
+"""(meta, input buffer or None for control requests, caller's output array or None)."""
+
+
+def first(values: list[Any]) -> Any:
+    """Finalize of a one-part request: its only result."""
+    return values[0]
+
+
+def submit(engine: Any, items: Sequence[Item], finalize: Callable[[list[Any]], Any],
+           description: str) -> Handle:
+    """Enqueue one request per item, all completing one handle (``finalize`` maps the list
+    of per-item results to what ``synchronize`` returns)."""
+    handle = Handle(len(items), finalize, description)
+    reqs = [Request(meta, t, o, handle, i) for i, (meta, t, o) in enumerate(items)]
+    if reqs:
+        engine.enqueue(reqs)
+    return handle
+
+
+def submit_control(engine: Any, kind: str, name: str, set_id: int = 0, **meta: Any) -> Handle:
+    """Enqueue a control request (barrier, join, shutdown, process-set changes)."""
+    return submit(engine, [(Meta(set_id, name, kind, **meta), None, None)], first, kind)
+
+
+def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
+           enqueue: bool = True) -> Request:
+    """The request of one allreduce (enqueued unless ``enqueue`` is False)."""
+    req = Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)
+    if enqueue:
+        engine.enqueue([req])
+    return req
+
+
+def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """A blocking allreduce: driven on this thread, through the engine's fast path when the
+    ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``)."""
+    if not engine.begin_drive():
+        return engine.drive(single(engine, meta, arr, out).handle)
+    try:
+        got = engine.fast_allreduce(meta, arr, out,
+                                    lambda: single(engine, meta, arr, out, False))
+        if got is None:
+            handle = single(engine, meta, arr, out).handle
+        elif isinstance(got, Handle):
+            handle = got
+        else:
+            return got
+        engine.drive_until(handle)
+    finally:
+        engine.end_drive()
+    return handle.wait()
+
+
+def wait(engine: Any | None, handle: Handle) -> Any:
+    """Wait for ``handle`` (driving ``engine`` when free) and return its result."""
+    return handle.wait() if engine is None else engine.drive(handle)
+
+
+def blocking(engine: Any | None, start: Callable[[], Handle]) -> Any:
+    """Run ``start()`` (an ``*_async`` call) and wait for its handle, holding the engine from
+    before the submission so that this thread, not the engine thread, executes it."""
+    if engine is None:
+        return start().wait()
+    if not engine.begin_drive():
+        return engine.drive(start())
+    try:
+        handle = start()
+        engine.drive_until(handle)
+    finally:
+        engine.end_drive()
+    return handle.wait()
+
+
+def poll(engine: Any | None, handle: Handle) -> bool:
+    """True when ``handle`` is done; else run one engine cycle first (with caller progress
+    nobody else may be moving the engine)."""
+    if not handle.done() and engine is not None:
+        engine.step_once()
+    return handle.done()
