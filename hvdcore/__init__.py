@@ -35,7 +35,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys((
         "HvdcoreError", "ConfigError", "LaunchError", "NotInitializedError", "MismatchError",
         "StallError", "RankFailedError", "CapabilityError", "UnsupportedError",
-        "ShutdownError"), "hvdcore.errors"),
+        "ShutdownError", "ArgumentError", "UnimplementedError"), "hvdcore.errors"),
     **dict.fromkeys(("broadcast_object", "allgather_object"), "hvdcore.objects"),
     **dict.fromkeys((
         "Average", "Sum", "Adasum", "Min", "Max", "Product", "allreduce", "allreduce_async",
@@ -99,6 +99,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
     from hvdcore.engine.handle import Handle
     from hvdcore.engine.messages import ReduceOp
     from hvdcore.errors import (
+        ArgumentError,
         CapabilityError,
         ConfigError,
         HvdcoreError,
@@ -108,6 +109,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         RankFailedError,
         ShutdownError,
         StallError,
+        UnimplementedError,
         UnsupportedError,
     )
     from hvdcore.objects import allgather_object, broadcast_object

@@ -59,7 +59,6 @@ class ProcessState:
         return f"{kind}.noname.{n}"
 
 
-_State = ProcessState  # init() builds it under this name until the lead's init() change lands
 _state: ProcessState | None = None
 _lock = threading.Lock()
 _hooks_installed = False
@@ -162,7 +161,7 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
         cross_rank, cross_size = cross.Get_rank(), cross.Get_size()
         sets = {0: SetState(0, tuple(range(size)), data)}
         global_process_set.ranks = list(range(size))
-        global_process_set._bind(0, rank)
+        global_process_set.bind(0, rank)
         registry: dict[int, ProcessSet] = {0: global_process_set}
         for ps in process_sets or ():
             if not isinstance(ps, ProcessSet):
@@ -175,14 +174,14 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
             member = rank in ps.ranks
             sub = data.Split(0 if member else MPI.UNDEFINED, rank)
             sets[sid] = SetState(sid, tuple(ps.ranks), sub if member else None)
-            ps._bind(sid, rank)
+            ps.bind(sid, rank)
             registry[sid] = ps
         backend = wrap_from_env(MPIBackend(), os.environ, rank)
         plane = MPIControlPlane(world, rounds=size > 1 and cfg.cache_capacity > 0)
         engine = Engine(plane, cfg, backend, sets,
                         caller_progress=_caller_progress(cfg.progress, local_size))
-        _state = _State(cfg, world, rank, size, local_rank, local_size, cross_rank, cross_size,
-                        engine, registry, comms=[local, cross])
+        _state = ProcessState(cfg, world, rank, size, local_rank, local_size, cross_rank,
+                              cross_size, engine, registry, comms=[local, cross])
         _state.watchdog = liveness.start(world, rank, size, _peer_gone)
         path = Timeline.resolve(cfg.timeline, rank)
         if path:
@@ -219,7 +218,7 @@ def shutdown() -> None:
                 log.debug("freeing a communicator failed: %s", exc)
         for ps in st.sets.values():
             ps.process_set_id = None
-        global_process_set._bind(0, -1)
+        global_process_set.bind(0, -1)
         global_process_set.process_set_id = 0
         _state = None
 

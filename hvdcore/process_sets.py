@@ -54,7 +54,6 @@ class ProcessSet:
         self.process_set_id = set_id
         self._my_rank = my_rank
 
-    _bind = bind  # the name basics.init() still uses; remove once it calls bind()
 
     def size(self) -> int | None:
         """Number of ranks in the set, or None before it is registered."""

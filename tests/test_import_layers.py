@@ -126,9 +126,6 @@ def test_no_import_cycles() -> None:
     assert not cycles, f"import cycles among hvdcore modules:\n{_cycle_report(cycles)}"
 
 
-@pytest.mark.xfail(reason="lead's runner change pending: hvdcore.runner.main() imports "
-                          "runner.cli, which imports the runner package for its docstring",
-                   strict=False)
 def test_no_import_cycles_in_the_runner() -> None:
     cycles = [c for c in _cycles(GRAPH) if all(_within(m, ("hvdcore.runner",)) for m in c)]
     assert not cycles, f"import cycles in the runner:\n{_cycle_report(cycles)}"
@@ -164,8 +161,6 @@ def test_the_runner_imports_only_config_errors_and_capabilities() -> None:
     assert not extra, "the launcher imports the runtime:\n" + "\n".join(extra)
 
 
-@pytest.mark.xfail(reason="lead's runner change pending: hvdcore/__init__.py still imports "
-                          "the whole runtime eagerly", strict=False)
 def test_the_launcher_loads_no_runtime() -> None:
     """``hvdcorerun`` (hvdcore.runner.cli) must start without numpy, MPI, the engine or a binding."""
     code = ("import sys, hvdcore.runner.cli; "

@@ -59,13 +59,6 @@ Capability report (``--check-build``)
     Names: torch, tensorflow, keras, mpi, gloo, nccl, ddl, ccl, cuda, rocm, cuda-aware-mpi.
 """
 
-from __future__ import annotations
-
-__all__ = ["main"]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run ``hvdcorerun`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    from hvdcore.runner.cli import main as cli_main
-
-    return cli_main(argv)
+# The package holds no code: its docstring is the manual (``hvdcorerun --help`` prints it).
+# The program is hvdcore.runner.cli:main (also ``python -m hvdcore.runner``).
+__all__: list[str] = []
