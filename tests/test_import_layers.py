@@ -172,3 +172,24 @@ def test_the_launcher_loads_no_runtime() -> None:
     loaded = set(proc.stdout.split())
     bad = sorted(m for m in loaded if _within(m, NOT_IN_LAUNCHER))
     assert not bad, f"import hvdcore.runner.cli loads {len(bad)} runtime modules: {bad[:20]}"
+
+
+def _third_party(module: str) -> set[str]:
+    """Top-level names of the non-hvdcore modules ``module`` imports anywhere."""
+    path = MODULES[module]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"hvdcore"}
+
+
+def test_the_engine_talks_to_other_ranks_only_through_backends() -> None:
+    """No engine module imports MPI or a framework: all traffic goes through backends.base."""
+    engine = [m for m in MODULES if _within(m, ("hvdcore.engine",))]
+    assert "hvdcore.engine.loop" in engine
+    offenders = {m: sorted(_third_party(m) & {"mpi4py", "torch", "tensorflow", "keras"})
+                 for m in engine}
+    assert not {m: bad for m, bad in offenders.items() if bad}
