@@ -176,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     if "srun" in launchers and not os.environ.get("SLURM_CONF"):
         # no cluster given: start the private 2-node localhost cluster for this run
-        sys.path.insert(0, str(ROOT / "checks" / "tools"))
-        from slurm_localhost import SlurmCluster
+        from harness.slurm_localhost import SlurmCluster
 
         cluster = SlurmCluster(nodes=2)
         cluster.start()

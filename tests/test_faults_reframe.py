@@ -18,7 +18,6 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "checks"))
-sys.path.insert(0, str(ROOT / "checks" / "tools"))
 sys.path.insert(0, str(ROOT / "checks" / "config"))
 from faults_reframe import reframe_command, reframe_env  # noqa: E402
 from faults_report import run_scenario  # noqa: E402
@@ -29,7 +28,7 @@ TRIALS = 2
 
 @pytest.fixture(scope="module")
 def slurm():  # type: ignore[no-untyped-def]
-    from slurm_localhost import SlurmCluster, missing_requirements
+    from harness.slurm_localhost import SlurmCluster, missing_requirements
 
     missing = missing_requirements()
     if missing:

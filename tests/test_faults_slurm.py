@@ -12,7 +12,6 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "checks" / "tools"))
 from faults_report import run_scenario  # noqa: E402
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
@@ -20,7 +19,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
 
 @pytest.fixture(scope="module")
 def slurm(monkeypatch_module: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    from slurm_localhost import SlurmCluster, missing_requirements
+    from harness.slurm_localhost import SlurmCluster, missing_requirements
 
     missing = missing_requirements()
     if missing:
