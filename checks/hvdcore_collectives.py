@@ -21,8 +21,6 @@ ratio 0.86-0.95, latency ratio 5.3-7.8) and fail when hvdcore becomes 2x slower 
 response cache switched off takes latency_ratio to ~11-12).
 """
 
-import os
-import sys
 
 import reframe as rfm
 import reframe.utility.sanity as sn
@@ -34,10 +32,8 @@ from reframe.core.builtins import (
     variable,
 )
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from hvdcore_checks import HvdcoreJobMixin  # noqa: E402
-from hvdcore_checks.discovery import ENV_PROVIDED, hvdcore_modules, module_partitions  # noqa: E402
+from hvdcore_checks import HvdcoreJobMixin
+from hvdcore_checks.discovery import ENV_PROVIDED, hvdcore_modules, module_partitions
 
 PREFIX = r"hvdcore-collectives:"
 

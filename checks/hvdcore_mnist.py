@@ -46,7 +46,6 @@ Performance:
 """
 
 import os
-import sys
 
 import reframe as rfm
 import reframe.core.runtime as rt
@@ -61,9 +60,7 @@ from reframe.core.builtins import (
     variable,
 )
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from hvdcore_checks import (  # noqa: E402
+from hvdcore_checks import (
     ENV_PROVIDED,
     EXAMPLES_DIR,
     MNIST_EXAMPLES,
@@ -73,7 +70,7 @@ from hvdcore_checks import (  # noqa: E402
     locate_examples,
     module_environments,
 )
-from hvdcore_checks.examples import EXAMPLES_VAR, PEER_PATTERN, RESULT_PATTERN  # noqa: E402
+from hvdcore_checks.examples import EXAMPLES_VAR, PEER_PATTERN, RESULT_PATTERN
 
 RESULT = RESULT_PATTERN
 

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from harness.slurm_localhost import SlurmCluster, missing_requirements
 from reframe_helpers import CHECKS, CONFIGS, MNIST_EXAMPLE, ROOT, reframe_env, run_reframe
+
+from harness.slurm_localhost import SlurmCluster, missing_requirements
 
 pytestmark = [pytest.mark.slurm, pytest.mark.reframe, pytest.mark.mpi]
 

@@ -11,17 +11,15 @@ from pathlib import Path
 import pytest
 from reframe_helpers import CHECKS, ROOT, reframe_env
 
-sys.path.insert(0, str(CHECKS))
-
-from hvdcore_checks.capability_rules import evaluate_report, required_capabilities  # noqa: E402
-from hvdcore_checks.discovery import module_frameworks  # noqa: E402
-from hvdcore_checks.examples import (  # noqa: E402
+from hvdcore_checks.capability_rules import evaluate_report, required_capabilities
+from hvdcore_checks.discovery import module_frameworks
+from hvdcore_checks.examples import (
     EXAMPLES_DIR,
     MNIST_EXAMPLES,
     RESULT_PATTERN,
     locate_examples,
 )
-from hvdcore_checks.scales import SCALES, layout  # noqa: E402
+from hvdcore_checks.scales import SCALES, layout
 
 
 def test_layout_of_each_scale() -> None:
@@ -153,8 +151,7 @@ def _perflog(tmp_path: Path) -> Path:
 
 
 def test_report_tool_separates_frameworks(tmp_path: Path) -> None:
-    sys.path.insert(0, str(CHECKS / "tools"))
-    import report
+    import report  # checks/tools/ (pytest's pythonpath)
 
     cases = report.load_perflogs(_perflog(tmp_path))
     series = report.scaling_points(cases)
@@ -182,8 +179,7 @@ def test_report_tool_separates_frameworks(tmp_path: Path) -> None:
 # --- performance references and the report tool on ReFrame JSON reports -------------------
 
 def _tools():
-    sys.path.insert(0, str(CHECKS / "tools"))
-    import record_references
+    import record_references  # checks/tools/ (pytest's pythonpath)
     import report
 
     return report, record_references
@@ -396,8 +392,8 @@ def test_record_references_merge(tmp_path: Path) -> None:
 def test_configs_take_recorded_references(tmp_path: Path) -> None:
     """common.py hands a partition its recorded entries; fake nodes on one host get an
     unjudged MNIST efficiency, whatever was recorded."""
-    sys.path.insert(0, str(CHECKS / "config"))
-    import common
+    import common  # checks/config/ (pytest's pythonpath)
+
     from hvdcore_checks.references import lookup
 
     recorded = {"cpu": {

@@ -7,28 +7,35 @@ search, and it carries the tag ``fault-injection``. Run it by naming the file::
     reframe -C checks/config/slurm.py --system generic:cpu \\
         -c checks/faults/hvdcore_fault_job.py -r
 
-It trains ``tests/programs/faults_train.py`` (hvdcore's NumPy API: a grouped allreduce of the
-gradients per step, a checkpoint every ``ckpt_every`` steps) on the partition's ``2_nodes``
-scale for ``steps`` steps of at least ``step_sleep`` seconds. Left alone it passes: every rank
-finishes with exactly the state a one-process run computes. ``benchmarks/faults_reframe.py``
-(issue 8, scenario 8) kills one node's ranks or ``scancel``s the job while it runs; the check
-must then end FAILED within seconds, not time out, with a reason that names the dead rank or the
-cancelled job (see ``hvdcore_checks/failures.py``).
+It trains the fault suite's program ``tests/faults/programs/train.py`` (hvdcore's NumPy API: a
+grouped allreduce of the gradients per step, a checkpoint every ``ckpt_every`` steps) on the
+partition's ``2_nodes`` scale for ``steps`` steps of at least ``step_sleep`` seconds. Left alone
+it passes: every rank finishes with exactly the state a one-process run computes.
+``tests/faults/reframe_check.py`` (issue 8, the ReFrame rows of the fault suite) kills one
+node's ranks or ``scancel``s the job while it runs; the check must then end FAILED within
+seconds, not time out, with a reason that names the dead rank or the cancelled job (see
+``hvdcore_checks/failures.py``).
+
+Imports: ReFrame puts only this file's directory on the path while loading it, so the two
+modules from elsewhere are loaded by path with ReFrame's own loader
+(``reframe.utility.import_module_from_file``): ``checks/hvdcore_checks`` and, for the reference,
+the training program. The job runs the program as ``python3 -m programs.train`` in its stage
+directory, a copy of ``tests/faults`` (the ``sourcesdir``).
 """
 
 import os
 import re
-import sys
 
 import reframe as rfm
 from reframe.core.builtins import run_after, sanity_function, variable
 from reframe.core.exceptions import SanityError
+from reframe.utility import import_module_from_file
 
 CHECKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROGRAMS = os.path.join(os.path.dirname(CHECKS), "tests", "programs")
-sys.path.insert(0, CHECKS)
+FAULTS = os.path.join(os.path.dirname(CHECKS), "tests", "faults")
 
-from hvdcore_checks import HvdcoreJobMixin, failure_reason, layout  # noqa: E402
+_lib = import_module_from_file(os.path.join(CHECKS, "hvdcore_checks"))
+HvdcoreJobMixin, failure_reason, layout = _lib.HvdcoreJobMixin, _lib.failure_reason, _lib.layout
 
 DONE = re.compile(r"^DONE (\d+) ([0-9a-f]{64})$", re.M)
 
@@ -36,12 +43,11 @@ DONE = re.compile(r"^DONE (\d+) ([0-9a-f]{64})$", re.M)
 def _reference_digest(steps, size):
     """Digest of the same training in one process, or None without NumPy in ReFrame's Python."""
     try:
-        sys.path.insert(0, PROGRAMS)
-        import faults_checkpoint
-        import faults_train
+        train = import_module_from_file(os.path.join(FAULTS, "programs", "train.py"),
+                                        load_parents=True)
     except ImportError:
         return None
-    return faults_checkpoint.state_digest(faults_train.reference_state(steps, size))
+    return train.ckpt.state_digest(train.reference_state(steps, size))
 
 
 @rfm.simple_test
@@ -53,7 +59,7 @@ class HvdcoreFaultJob(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     step_sleep = variable(float, value=0.05)
     ckpt_every = variable(int, value=10)
     valid_systems = ["*"]
-    sourcesdir = PROGRAMS
+    sourcesdir = FAULTS
     executable = "python3"
     time_limit = "10m"
     tags = {"hvdcore", "fault-injection"}
@@ -72,7 +78,7 @@ class HvdcoreFaultJob(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         self.num_tasks, self.num_tasks_per_node, _ = fits
         self.request_node_resources(self.num_tasks_per_node)
         self.executable_opts = [
-            "faults_train.py", "--ckpt-dir", "ckpt", f"--steps={self.steps}",
+            "-m", "programs.train", "--ckpt-dir", "ckpt", f"--steps={self.steps}",
             f"--ckpt-every={self.ckpt_every}", f"--step-sleep={self.step_sleep}",
         ]
         self.record_launcher_exit()
