@@ -56,7 +56,10 @@ class HvdcoreCollectivesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     sourcesdir = "src"
     executable = "python3"
     hvdcore_module = parameter(hvdcore_modules())
+    #: Element counts (comma list) at which every collective is checked against NumPy, for
+    #: each of float32, float64 and int32.
     sizes = variable(str, value="1,1000,65536")
+    #: Message size in bytes of the bandwidth measurement (``busbw``, ``busbw_ratio``).
     bw_bytes = variable(int, value=8 * 2**20)
     #: Timed allreduces of ``bw_bytes`` (each of hvdcore and raw mpi4py).
     reps = variable(int, value=30)

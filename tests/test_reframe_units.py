@@ -544,3 +544,22 @@ def test_report_fail_on_failure_and_rows_from_reasons(tmp_path: Path) -> None:
     text = report.markdown_summary(cases)
     assert "| efficiency | 140.5 |  | - | - | **invalid** |" in text, text
     assert "| 4 | - | - | 140.5% (invalid) | **invalid**: efficiency 140.5% > 105% |" in text
+
+
+def test_every_check_variable_is_documented() -> None:
+    """Every ``variable()`` of a check has a ``#:`` comment right above it (ReFrame's own
+    convention) and a row in checks/README.md's table of check variables."""
+    readme = (CHECKS / "README.md").read_text()
+    table = readme[readme.index("## Check variables"):readme.index("## Imports")]
+    found = []
+    for path in sorted(CHECKS.glob("*.py")) + sorted((CHECKS / "faults").glob("*.py")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"\s+(\w+) = variable\(", line)
+            if not m:
+                continue
+            found.append(m.group(1))
+            assert lines[i - 1].strip().startswith("#:"), \
+                f"{path.name}:{i + 1}: variable {m.group(1)!r} has no #: comment above it"
+            assert f"| `{m.group(1)}` |" in table, f"{m.group(1)!r} is not in checks/README.md"
+    assert len(found) >= 20, found

@@ -56,7 +56,9 @@ class HvdcoreFaultJob(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
 
     #: Training steps (0.05 s sleep each: 300 steps run ~20-40 s on 4 ranks).
     steps = variable(int, value=300)
+    #: Seconds each step sleeps at least (keeps the job alive long enough to be faulted).
     step_sleep = variable(float, value=0.05)
+    #: Rank 0 writes an atomic checkpoint every this many steps.
     ckpt_every = variable(int, value=10)
     valid_systems = ["*"]
     sourcesdir = FAULTS
