@@ -9,9 +9,10 @@ in pytest)::
         --scenarios dead_rank_ends_job,stall_warns_then_ends_job
 
 Columns: scenario, launcher, trials, clean endings (every promise of the scenario held; see
-the scenario functions named in ``faults/catalog.py``), worst time to exit (from the fault to the launcher's exit, or to the
-error reaching every rank for errors a job survives; for fuzzing: the slowest example) and
-leftovers (processes of a job still alive 5 s after its launcher ended; zombies ignored).
+the scenario functions named in ``faults/catalog.py``), worst time to exit (from the fault to
+the launcher's exit, or to the error reaching every rank for errors a job survives; for
+fuzzing: the slowest example) and leftovers (processes of a job still alive 5 s after its
+launcher ended; zombies ignored).
 The fuzzing rows count hypothesis examples instead of trials. Exit status 1 if any trial was
 not clean; each failure is printed with its command and output.
 
