@@ -10,7 +10,8 @@ search, and it carries the tag ``fault-injection``. Run it by naming the file::
 It trains the fault suite's program ``tests/faults/programs/train.py`` (hvdcore's NumPy API: a
 grouped allreduce of the gradients per step, a checkpoint every ``ckpt_every`` steps) on the
 partition's ``2_nodes`` scale for ``steps`` steps of at least ``step_sleep`` seconds. Left alone
-it passes: every rank finishes with exactly the state a one-process run computes.
+it passes: every rank finishes with the same state, and rank 0's last checkpoint is the state a
+one-process run computes (to float rounding: MPI may add the ranks' gradients in another order).
 ``tests/faults/reframe_check.py`` (issue 8, the ReFrame rows of the fault suite) kills one
 node's ranks or ``scancel``s the job while it runs; the check must then end FAILED within
 seconds, not time out, with a reason that names the dead rank or the cancelled job (see
@@ -40,19 +41,38 @@ HvdcoreJobMixin, failure_reason, layout = _lib.HvdcoreJobMixin, _lib.failure_rea
 DONE = re.compile(r"^DONE (\d+) ([0-9a-f]{64})$", re.M)
 
 
-def _reference_digest(steps, size):
-    """Digest of the same training in one process, or None without NumPy in ReFrame's Python."""
+def _reference_mismatch(ckpt_dir, size):
+    """What differs between rank 0's newest checkpoint and the same training computed in one
+    process; None when they agree, or when ReFrame's Python has no NumPy to compute it.
+
+    They agree to float rounding, not bit for bit: MPI may add the ranks' gradients in another
+    order than the one-process loop (4 ranks: pairwise), so a relative 1e-5 is allowed (the
+    ranks themselves must agree exactly: their DONE digests).
+    """
     try:
+        import numpy as np
+
         train = import_module_from_file(os.path.join(FAULTS, "programs", "train.py"),
                                         load_parents=True)
     except ImportError:
         return None
-    return train.ckpt.state_digest(train.reference_state(steps, size))
+    found = train.ckpt.latest(ckpt_dir)
+    if found is None:
+        return f"no complete checkpoint in {ckpt_dir}"
+    path, step, state = found
+    want = train.reference_state(step, size)
+    differs = [key for key in sorted(want)
+               if not np.allclose(state[key], want[key], rtol=1e-5, atol=1e-12)]
+    if differs:
+        return (f"{os.path.basename(path)} (step {step}) differs from the one-process "
+                f"reference in {differs}")
+    return None
 
 
 @rfm.simple_test
 class HvdcoreFaultJob(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
-    """2-node data-parallel training that every rank must finish with the reference state."""
+    """2-node data-parallel training that every rank must finish with the same state, the
+    one-process reference's to float rounding."""
 
     #: Training steps (0.05 s sleep each: 300 steps run ~20-40 s on 4 ranks).
     steps = variable(int, value=300)
@@ -105,8 +125,9 @@ class HvdcoreFaultJob(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         done = {int(r): d for r, d in DONE.findall(out)}
         if sorted(done) != list(range(self.num_tasks)):
             raise SanityError(f"ranks {sorted(done)} of {self.num_tasks} finished training")
-        want = _reference_digest(self.steps, self.num_tasks)
-        if len(set(done.values())) != 1 or (want is not None and want not in done.values()):
-            raise SanityError(f"final states differ from the one-process reference {want}: "
-                              f"{done}")
+        if len(set(done.values())) != 1:
+            raise SanityError(f"the ranks' final states differ: {done}")
+        differs = _reference_mismatch(os.path.join(self.stagedir, "ckpt"), self.num_tasks)
+        if differs:
+            raise SanityError(differs)
         return True
