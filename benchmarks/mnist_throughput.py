@@ -38,9 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
     import torch
     import torch.nn.functional as F
-
-    sys.path.insert(0, str(ROOT / "examples"))
-    from pytorch_mnist import Net, normalise
+    from pytorch_mnist import Net, normalise  # examples/ is on PYTHONPATH (_launch)
 
     from hvdcore.datasets import mnist
 
@@ -115,7 +113,9 @@ def _free_port() -> int:
 def _launch(kind: str, ranks: int, args: argparse.Namespace) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+               # this checkout's hvdcore, and the example's model (examples/pytorch_mnist.py)
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "examples"),
+                                           env.get("PYTHONPATH", "")]),
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none",

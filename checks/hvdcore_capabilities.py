@@ -10,17 +10,14 @@ reason from hvdcore's report. A partition without GPUs must not claim them (nor 
 
 import json
 import os
-import sys
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import parameter, run_after, sanity_function
 from reframe.core.exceptions import SanityError
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from hvdcore_checks import HvdcoreJobMixin, evaluate_report, required_capabilities  # noqa: E402
-from hvdcore_checks.discovery import (  # noqa: E402
+from hvdcore_checks import HvdcoreJobMixin, evaluate_report, required_capabilities
+from hvdcore_checks.discovery import (
     ENV_PROVIDED,
     hvdcore_modules,
     module_environments,

@@ -21,8 +21,6 @@ ratio 0.86-0.95, latency ratio 5.3-7.8) and fail when hvdcore becomes 2x slower 
 response cache switched off takes latency_ratio to ~11-12).
 """
 
-import os
-import sys
 
 import reframe as rfm
 import reframe.utility.sanity as sn
@@ -34,10 +32,8 @@ from reframe.core.builtins import (
     variable,
 )
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from hvdcore_checks import HvdcoreJobMixin  # noqa: E402
-from hvdcore_checks.discovery import ENV_PROVIDED, hvdcore_modules, module_partitions  # noqa: E402
+from hvdcore_checks import HvdcoreJobMixin
+from hvdcore_checks.discovery import ENV_PROVIDED, hvdcore_modules, module_partitions
 
 PREFIX = r"hvdcore-collectives:"
 
@@ -60,7 +56,10 @@ class HvdcoreCollectivesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     sourcesdir = "src"
     executable = "python3"
     hvdcore_module = parameter(hvdcore_modules())
+    #: Element counts (comma list) at which every collective is checked against NumPy, for
+    #: each of float32, float64 and int32.
     sizes = variable(str, value="1,1000,65536")
+    #: Message size in bytes of the bandwidth measurement (``busbw``, ``busbw_ratio``).
     bw_bytes = variable(int, value=8 * 2**20)
     #: Timed allreduces of ``bw_bytes`` (each of hvdcore and raw mpi4py).
     reps = variable(int, value=30)

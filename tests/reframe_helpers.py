@@ -29,10 +29,6 @@ SITE_CONFIGS = {
 #: The MNIST check trains this example (from the torch channel).
 MNIST_EXAMPLE = ROOT / "examples" / "pytorch_mnist.py"
 
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
-
-
 def reframe_exe() -> list[str]:
     """The reframe of the Python running the tests (its venv's console script)."""
     exe = Path(sys.executable).parent / "reframe"

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 APPTAINER = shutil.which("apptainer") or shutil.which("singularity")
 NO_APPTAINER = (
     "apptainer not on PATH (not packaged for Debian 12 nor on PyPI): recipes are checked by "
-    "hvdcore.tools.defcheck and the CPU recipe runs under chroot instead"
+    "containers.recipetools.defcheck and the CPU recipe runs under chroot instead"
 )
 
 

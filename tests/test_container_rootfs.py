@@ -1,5 +1,5 @@
 """Execute the container recipes without Apptainer: a real debootstrap rootfs, %files, %post,
-%environment and %test under chroot (hvdcore.tools.rootfs).
+%environment and %test under chroot (containers.recipetools.rootfs).
 
 The full CPU build (debootstrap + apt + pip torch/tensorflow + hvdcore sdist, then %test:
 check-build and a 2-rank allreduce) takes ~3 minutes here: it is marked ``slow``. The base
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from hvdcore.tools import rootfs
-from hvdcore.tools.deffile import DefinitionError, parse_text
+from containers.recipetools import rootfs
+from containers.recipetools.deffile import DefinitionError, parse_text
 
 pytestmark = pytest.mark.container
 
@@ -294,7 +294,7 @@ def test_cli_build_reports_file_line(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "hvdcore.tools.rootfs",
+            "containers.recipetools.rootfs",
             "build",
             str(recipe),
             "--rootfs",

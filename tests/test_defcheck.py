@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hvdcore.tools.defcheck import Problem, check_definition, check_file, is_pinned, main
-from hvdcore.tools.deffile import DefinitionError, parse, parse_text
+from containers.recipetools.defcheck import Problem, check_definition, check_file, is_pinned, main
+from containers.recipetools.deffile import DefinitionError, parse, parse_text
 
 pytestmark = pytest.mark.container
 
@@ -357,7 +357,7 @@ def test_cli_as_module_on_project_recipes(sdist_context: Path) -> None:
         [
             sys.executable,
             "-m",
-            "hvdcore.tools.defcheck",
+            "containers.recipetools.defcheck",
             "--context",
             str(sdist_context),
             *map(str, RECIPES),

@@ -7,13 +7,10 @@ Every input must end as a launch command (exit 0) or a one-line usage error (exi
 from __future__ import annotations
 
 import shutil
-import sys
 
 import pytest
-from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import faults_fuzz_launcher as fl  # noqa: E402
+from faults import fuzz_launcher as fl
 
 EXAMPLES = 60
 

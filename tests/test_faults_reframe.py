@@ -2,34 +2,29 @@
 ``checks/faults/hvdcore_fault_job.py`` passes when left alone, and reports FAILED within seconds
 (not a time-out) with the dead rank or the cancelled job as its reason when one node's ranks are
 SIGKILLed or the job is ``scancel``ed; nothing of the job is left running
-(benchmarks/faults_reframe.py judges each trial)."""
+(tests/faults/reframe_check.py judges each trial)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "checks"))
-sys.path.insert(0, str(ROOT / "checks" / "tools"))
-sys.path.insert(0, str(ROOT / "checks" / "config"))
-from faults_reframe import reframe_command, reframe_env  # noqa: E402
-from faults_report import run_scenario  # noqa: E402
-from hvdcore_checks.failures import failure_lines, failure_reason  # noqa: E402
+from faults.reframe_check import reframe_command, reframe_env
+from faults.report import run_scenario
+from hvdcore_checks.failures import failure_lines, failure_reason
 
 TRIALS = 2
 
 
 @pytest.fixture(scope="module")
 def slurm():  # type: ignore[no-untyped-def]
-    from slurm_localhost import SlurmCluster, missing_requirements
+    from harness.slurm_localhost import SlurmCluster, missing_requirements
 
     missing = missing_requirements()
     if missing:
@@ -67,7 +62,8 @@ def test_fault_check_passes_when_left_alone(slurm, tmp_path: Path) -> None:  # t
 @pytest.mark.slurm
 @pytest.mark.reframe
 @pytest.mark.mpi
-@pytest.mark.parametrize("key", ["8-reframe-node-kill", "8-reframe-scancel"])
+@pytest.mark.parametrize("key", ["reframe_reports_node_loss_promptly",
+                                 "reframe_reports_scancel_promptly"])
 def test_reframe_reports_failure_not_timeout(slurm, key: str) -> None:  # type: ignore[no-untyped-def]
     row = run_scenario(key, "srun", TRIALS, seed=1)
     assert row.trials == TRIALS

@@ -1,8 +1,8 @@
 """Fault injection with real MPI jobs (issue 8): every trial must end cleanly.
 
-Quick mode (default, CI): 3 trials per scenario and launcher (2 for each scenario-5 row, 1 for
-the torch checkpoint scenario). The repeated mode (marker
-``slow``) runs ``FAULTS_TRIALS`` trials (e.g. 20, like benchmarks/faults_report.py); it only
+Quick mode (default, CI): 3 trials per scenario and launcher (2 for each signal-to-launcher row,
+1 for the torch checkpoint scenario). The repeated mode (marker
+``slow``) runs ``FAULTS_TRIALS`` trials (e.g. 20, like ``python -m faults.report``); it only
 runs when ``FAULTS_TRIALS`` is set, because 20 trials of everything take ~20 minutes on 2 cores.
 A failing trial is a runtime bug: the assertion message carries the command and its output.
 """
@@ -10,29 +10,27 @@ A failing trial is a runtime bug: the assertion message carries the command and 
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
-from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from faults_report import run_fuzz_collectives, run_scenario  # noqa: E402
-from faults_scenarios import torch_ready  # noqa: E402
+from faults.catalog import torch_ready
+from faults.report import run_fuzz_collectives, run_scenario
 
 pytestmark = pytest.mark.mpi
 
 QUICK_TRIALS = 3
+SIGNAL_KEYS = ("sigint_to_launcher_stops_job_cleanly", "sigterm_to_launcher_stops_job_cleanly")
 CASES = [
-    ("1-kill", "mpirun"),
-    ("1-kill-watchdog", "mpirun"),
-    ("2-exception", "mpirun"),
-    ("3-mismatch", "mpirun"),
-    ("4-stall", "mpirun"),
-    ("5-sigint", "mpirun"),
-    ("5-sigint", "hvdcorerun"),
-    ("5-sigterm", "mpirun"),
-    ("5-sigterm", "hvdcorerun"),
-    ("6-ckpt-kill", "mpirun"),
+    ("dead_rank_ends_job", "mpirun"),
+    ("dead_rank_ends_job_via_watchdog", "mpirun"),
+    ("exception_ends_job_one_traceback", "mpirun"),
+    ("mismatch_is_error_on_every_rank", "mpirun"),
+    ("stall_warns_then_ends_job", "mpirun"),
+    ("sigint_to_launcher_stops_job_cleanly", "mpirun"),
+    ("sigint_to_launcher_stops_job_cleanly", "hvdcorerun"),
+    ("sigterm_to_launcher_stops_job_cleanly", "mpirun"),
+    ("sigterm_to_launcher_stops_job_cleanly", "hvdcorerun"),
+    ("killed_checkpoint_write_resumes_exactly", "mpirun"),
 ]
 
 
@@ -46,12 +44,12 @@ def _check(row) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("key, launcher", CASES, ids=[f"{k}-{la}" for k, la in CASES])
 def test_fault_scenario_quick(key: str, launcher: str) -> None:
-    # scenario 5 has four rows (2 signals x 2 launchers): 2 trials each keeps CI short
-    _check(run_scenario(key, launcher, 2 if key.startswith("5-") else QUICK_TRIALS, seed=1))
+    # the signal scenarios have four rows (2 signals x 2 launchers): 2 trials each keeps CI short
+    _check(run_scenario(key, launcher, 2 if key in SIGNAL_KEYS else QUICK_TRIALS, seed=1))
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("key", ["6-ckpt-kill-torch"])
+@pytest.mark.parametrize("key", ["killed_checkpoint_write_resumes_exactly_torch"])
 def test_fault_scenario_torch(key: str) -> None:
     """Checkpoint kill + resume with PyTorch + DistributedOptimizer (1 trial: torch is slow to
     start; the report script runs all torch variants 20 times)."""

@@ -6,21 +6,17 @@ hvdcore's liveness watchdog can end the surviving ranks."""
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
-from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "checks" / "tools"))
-from faults_report import run_scenario  # noqa: E402
+from faults.report import run_scenario
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
 
 
 @pytest.fixture(scope="module")
 def slurm(monkeypatch_module: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    from slurm_localhost import SlurmCluster, missing_requirements
+    from harness.slurm_localhost import SlurmCluster, missing_requirements
 
     missing = missing_requirements()
     if missing:
@@ -37,8 +33,9 @@ def monkeypatch_module():  # type: ignore[no-untyped-def]
     mp.undo()
 
 
-@pytest.mark.parametrize("key", ["8-slurm-node-kill", "8-slurm-node-kill-watchdog", "8-scancel",
-                                 "1-kill", "1-kill-watchdog"])
+@pytest.mark.parametrize("key", ["slurm_node_loss_ends_job", "slurm_node_loss_ends_job_via_watchdog",
+                                 "slurm_scancel_ends_job", "dead_rank_ends_job",
+                                 "dead_rank_ends_job_via_watchdog"])
 def test_slurm_fault(slurm, key: str) -> None:  # type: ignore[no-untyped-def]
     assert os.environ["SLURM_CONF"] == str(slurm.conf)
     row = run_scenario(key, "srun", 2, seed=1)

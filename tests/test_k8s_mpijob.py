@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from hvdcore.tools.deffile import parse
+from containers.recipetools.deffile import parse
 
 pytestmark = pytest.mark.container
 

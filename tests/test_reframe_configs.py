@@ -91,9 +91,9 @@ def test_tensorflow_variants_follow_the_environment(tmp_path: Path) -> None:
     # An environment that declares torch only (CHECKS_VENV-style site config): no TF variant.
     config = tmp_path / "torch_only.py"
     config.write_text(
-        "import runpy\n"
-        f"site_configuration = runpy.run_path({str(CONFIGS / 'local.py')!r})"
-        "['site_configuration']\n"
+        "from reframe.utility import import_module_from_file\n"
+        f"site_configuration = import_module_from_file({str(CONFIGS / 'local.py')!r}, "
+        "load_parents=True).site_configuration\n"
         "site_configuration['environments'][0]['features'] = ['hvdcore', 'torch']\n")
     torch_only = run_reframe(["-C", str(config), "-c", str(CHECKS), "--list"], tmp_path)
     assert torch_only.returncode == 0, torch_only.stdout + torch_only.stderr

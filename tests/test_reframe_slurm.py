@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from reframe_helpers import CHECKS, CONFIGS, MNIST_EXAMPLE, ROOT, reframe_env, run_reframe
-from slurm_localhost import SlurmCluster, missing_requirements
+
+from harness.slurm_localhost import SlurmCluster, missing_requirements
 
 pytestmark = [pytest.mark.slurm, pytest.mark.reframe, pytest.mark.mpi]
 
@@ -119,7 +120,7 @@ def test_harness_stops_every_daemon_also_on_failure(tmp_path: Path) -> None:
 
 
 def test_harness_cli_run_and_stop(tmp_path: Path) -> None:
-    tool = ROOT / "checks" / "tools" / "slurm_localhost.py"
+    tool = ROOT / "tests" / "harness" / "slurm_localhost.py"
     work = tmp_path / "cli"
     res = subprocess.run([sys.executable, str(tool), "run", "--nodes", "2", "--workdir",
                           str(work), "--", "sinfo", "-h", "-N", "-o", "%N %t"],

@@ -11,17 +11,15 @@ from pathlib import Path
 import pytest
 from reframe_helpers import CHECKS, ROOT, reframe_env
 
-sys.path.insert(0, str(CHECKS))
-
-from hvdcore_checks.capability_rules import evaluate_report, required_capabilities  # noqa: E402
-from hvdcore_checks.discovery import module_frameworks  # noqa: E402
-from hvdcore_checks.examples import (  # noqa: E402
+from hvdcore_checks.capability_rules import evaluate_report, required_capabilities
+from hvdcore_checks.discovery import module_frameworks
+from hvdcore_checks.examples import (
     EXAMPLES_DIR,
     MNIST_EXAMPLES,
     RESULT_PATTERN,
     locate_examples,
 )
-from hvdcore_checks.scales import SCALES, layout  # noqa: E402
+from hvdcore_checks.scales import SCALES, layout
 
 
 def test_layout_of_each_scale() -> None:
@@ -153,8 +151,7 @@ def _perflog(tmp_path: Path) -> Path:
 
 
 def test_report_tool_separates_frameworks(tmp_path: Path) -> None:
-    sys.path.insert(0, str(CHECKS / "tools"))
-    import report
+    import report  # checks/tools/ (pytest's pythonpath)
 
     cases = report.load_perflogs(_perflog(tmp_path))
     series = report.scaling_points(cases)
@@ -182,8 +179,7 @@ def test_report_tool_separates_frameworks(tmp_path: Path) -> None:
 # --- performance references and the report tool on ReFrame JSON reports -------------------
 
 def _tools():
-    sys.path.insert(0, str(CHECKS / "tools"))
-    import record_references
+    import record_references  # checks/tools/ (pytest's pythonpath)
     import report
 
     return report, record_references
@@ -396,8 +392,8 @@ def test_record_references_merge(tmp_path: Path) -> None:
 def test_configs_take_recorded_references(tmp_path: Path) -> None:
     """common.py hands a partition its recorded entries; fake nodes on one host get an
     unjudged MNIST efficiency, whatever was recorded."""
-    sys.path.insert(0, str(CHECKS / "config"))
-    import common
+    import common  # checks/config/ (pytest's pythonpath)
+
     from hvdcore_checks.references import lookup
 
     recorded = {"cpu": {
@@ -548,3 +544,22 @@ def test_report_fail_on_failure_and_rows_from_reasons(tmp_path: Path) -> None:
     text = report.markdown_summary(cases)
     assert "| efficiency | 140.5 |  | - | - | **invalid** |" in text, text
     assert "| 4 | - | - | 140.5% (invalid) | **invalid**: efficiency 140.5% > 105% |" in text
+
+
+def test_every_check_variable_is_documented() -> None:
+    """Every ``variable()`` of a check has a ``#:`` comment right above it (ReFrame's own
+    convention) and a row in checks/README.md's table of check variables."""
+    readme = (CHECKS / "README.md").read_text()
+    table = readme[readme.index("## Check variables"):readme.index("## Imports")]
+    found = []
+    for path in sorted(CHECKS.glob("*.py")) + sorted((CHECKS / "faults").glob("*.py")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"\s+(\w+) = variable\(", line)
+            if not m:
+                continue
+            found.append(m.group(1))
+            assert lines[i - 1].strip().startswith("#:"), \
+                f"{path.name}:{i + 1}: variable {m.group(1)!r} has no #: comment above it"
+            assert f"| `{m.group(1)}` |" in table, f"{m.group(1)!r} is not in checks/README.md"
+    assert len(found) >= 20, found

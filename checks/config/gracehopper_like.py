@@ -8,11 +8,8 @@ or from a module.
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import (  # noqa: E402
+from common import (
     SLURM_MPI,
     general_config,
     gpu_resources,

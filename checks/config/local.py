@@ -11,11 +11,8 @@ cores. ``CHECKS_LOCAL_RANKS`` changes the number of ranks (default 2).
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import (  # noqa: E402
+from common import (
     OMPI_AS_ROOT,
     general_config,
     logging_config,

@@ -10,11 +10,8 @@ partition/G`` with an EasyBuild-installed hvdcore module.
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import (  # noqa: E402
+from common import (
     SLURM_MPI,
     general_config,
     gpu_resources,

@@ -8,12 +8,9 @@ without. hvdcore from a module or a venv in $HOME. Module names are examples.
     reframe -C checks/config/neuron_like.py -c checks/ -r --system neuron:a100
 """
 
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (  # noqa: E402
+from common import (
     SLURM_MPI,
     general_config,
     gpu_resources,

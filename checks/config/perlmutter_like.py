@@ -10,11 +10,8 @@ to your project (default ``m0000``). Names of modules and QOS are examples: adap
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from common import (  # noqa: E402
+from common import (
     SLURM_MPI,
     general_config,
     gpu_resources,

@@ -1,20 +1,23 @@
 """Helpers shared by the hvdcore ReFrame checks (checks/*.py): scales, job set-up, discovery.
 
-The check files put ``checks/`` on ``sys.path`` and import this package; it is not part of the
-installed ``hvdcore`` package.
+Not part of the installed ``hvdcore`` package. The check files import it by name: ReFrame puts
+the directory of the file it loads (``checks/``) on ``sys.path`` while loading it (see "Imports"
+in checks/README.md). Inside, the package imports itself relatively, so that a check outside
+``checks/`` (``checks/faults/``) can load it by path with ReFrame's
+``reframe.utility.import_module_from_file``.
 """
 
-from hvdcore_checks.capability_rules import evaluate_report, required_capabilities
-from hvdcore_checks.discovery import (
+from .capability_rules import evaluate_report, required_capabilities
+from .discovery import (
     ENV_PROVIDED,
     hvdcore_modules,
     module_environments,
     module_frameworks,
 )
-from hvdcore_checks.examples import EXAMPLES_DIR, MNIST_EXAMPLES, MnistExample, locate_examples
-from hvdcore_checks.failures import failure_reason
-from hvdcore_checks.jobsetup import HvdcoreJobMixin
-from hvdcore_checks.scales import SCALES, Scale, layout
+from .examples import EXAMPLES_DIR, MNIST_EXAMPLES, MnistExample, locate_examples
+from .failures import failure_reason
+from .jobsetup import HvdcoreJobMixin
+from .scales import SCALES, Scale, layout
 
 __all__ = [
     "ENV_PROVIDED",

@@ -72,7 +72,7 @@ class HvdcoreJobMixin(_Plugin):
         for this partition; variables without one keep the check's references (the
         machine-independent ratios are judged everywhere).
         """
-        from hvdcore_checks.references import lookup, reference_key
+        from .references import lookup, reference_key
 
         recorded = lookup(self.part_extras.get("references") or {},
                           reference_key(type(self).__name__, scale, framework))

@@ -53,9 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from report import MAX_VALID_EFFICIENCY, Case, load_report  # noqa: E402
+from report import MAX_VALID_EFFICIENCY, Case, load_report
 
 
 def _load_references() -> ModuleType:

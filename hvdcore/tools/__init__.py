@@ -1,10 +1,10 @@
-"""Command-line tools that ship with hvdcore.
+"""Small command-line entries that run on compute nodes.
 
-- :mod:`hvdcore.tools.deffile`: parse Apptainer definition files, keeping line numbers.
-- :mod:`hvdcore.tools.defcheck`: ``python -m hvdcore.tools.defcheck containers/*.def`` lints them.
-- :mod:`hvdcore.tools.rootfs`: executes a Debian-based definition in a ``debootstrap`` rootfs
-  under ``chroot`` (for machines without Apptainer).
-- :mod:`hvdcore.tools.allreduce_check`: the small allreduce self-test images run in ``%test``.
+- :mod:`hvdcore.tools.allreduce_check`: the allreduce self-test container images run in
+  ``%test`` (``hvdcorerun -np 2 python -m hvdcore.tools.allreduce_check``).
+
+Build and test tools (the Apptainer recipe linter and the chroot recipe runner) are not part of
+the runtime package: they live next to the recipes, in ``containers/recipetools/``.
 """
 
-__all__ = ["deffile", "defcheck", "rootfs", "allreduce_check"]
+__all__ = ["allreduce_check"]

@@ -3,20 +3,21 @@
 The one environment, ``hvdcore-find``, has the feature ``hvdcore-modules``: the checks load each
 ``hvdcore`` module that ``module avail`` finds on ``$MODULEPATH`` (set by the test to a tree made
 with ``modules/install.sh prefix``) and run with it. Local scheduler, ``mpirun``, 2 ranks, as
-``checks/config/local.py``.
+``checks/config/local.py``. Both modules of ``checks/config/`` are loaded the way ReFrame loads
+a configuration file (``import_module_from_file`` with ``load_parents``: their directory is on
+the path while they load).
 """
 
 import copy
 import os
-import runpy
-import sys
+
+from reframe.utility import import_module_from_file
 
 _config_dir = os.path.join(os.path.dirname(__file__), "..", "..", "checks", "config")
-sys.path.insert(0, _config_dir)
-
-from common import modules_environment  # noqa: E402
-
-_local = runpy.run_path(os.path.join(_config_dir, "local.py"))["site_configuration"]
+modules_environment = import_module_from_file(os.path.join(_config_dir, "common.py"),
+                                              load_parents=True).modules_environment
+_local = import_module_from_file(os.path.join(_config_dir, "local.py"),
+                                 load_parents=True).site_configuration
 
 site_configuration = copy.deepcopy(_local)
 _system = site_configuration["systems"][0]

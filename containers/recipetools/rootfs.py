@@ -24,9 +24,9 @@ host, binding local wheel directories read-only at the same path.
 
 Example::
 
-    python -m hvdcore.tools.rootfs build containers/hvdcore-cpu.def --rootfs /var/tmp/cpu \\
+    python -m containers.recipetools.rootfs build containers/hvdcore-cpu.def --rootfs /var/tmp/cpu \\
         --cache /var/cache/hvdcore-rootfs --host-pip --build-arg TORCH_PIP_OPTS=
-    python -m hvdcore.tools.rootfs test --rootfs /var/tmp/cpu
+    python -m containers.recipetools.rootfs test --rootfs /var/tmp/cpu
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from hvdcore.tools.defcheck import check_definition
-from hvdcore.tools.deffile import Definition, DefinitionError, Section, parse, substitute
+from .defcheck import check_definition
+from .deffile import Definition, DefinitionError, Section, parse, substitute
 
 __all__ = [
     "DEBIAN_SUITES",
@@ -415,9 +415,9 @@ def build(
 ) -> Definition:
     """Build the recipe at ``def_path`` into the directory ``rootfs`` (replaced if present).
 
-    The recipe is checked first (:func:`hvdcore.tools.defcheck.check_definition`, hvdcore
+    The recipe is checked first (:func:`containers.recipetools.defcheck.check_definition`, hvdcore
     policy off); any problem, a failing section or an unsupported base raises
-    :class:`~hvdcore.tools.deffile.DefinitionError` whose message starts with ``file:line:``.
+    :class:`~containers.recipetools.deffile.DefinitionError` whose message starts with ``file:line:``.
     """
     defn = parse(def_path)
     ctx = Path(context).resolve()
@@ -559,7 +559,7 @@ def _kv(items: Sequence[str], what: str) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: ``build``, ``test`` or ``exec``."""
     ap = argparse.ArgumentParser(
-        prog="python -m hvdcore.tools.rootfs", description=__doc__.split("\n")[0]
+        prog="python -m containers.recipetools.rootfs", description=__doc__.split("\n")[0]
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build a recipe into a rootfs directory")

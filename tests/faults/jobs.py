@@ -1,4 +1,4 @@
-"""Run real jobs with injected faults and judge how they end (used by faults_report.py and tests).
+"""Run real jobs with injected faults and watch how they end (used by the scenarios and tests).
 
 A :class:`Job` starts a launcher (``mpirun``, ``hvdcorerun`` = ``python -m hvdcore.runner``, or
 ``srun``) in a new session, timestamps every output line as it arrives, and after the launcher
@@ -20,21 +20,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = ROOT / "tests" / "programs"
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = ROOT / "tests"
 LAUNCHERS = ("mpirun", "hvdcorerun", "srun")
 
-__all__ = ["ROOT", "PROGRAMS", "LAUNCHERS", "Job", "Trial", "job_env", "launch_command",
+__all__ = ["ROOT", "TESTS", "LAUNCHERS", "Job", "Trial", "job_env", "launch_command",
            "live_processes", "program"]
 
 
-def program(name: str) -> str:
-    """Path of a fault-injection program under tests/programs."""
-    return str(PROGRAMS / name)
+def program(name: str) -> list[str]:
+    """The Python arguments that run the fault program ``name`` (a module of
+    :mod:`faults.programs`), e.g. ``["-m", "faults.programs.train"]``."""
+    return ["-m", f"faults.programs.{name}"]
 
 
 def job_env(extra: dict[str, str] | None = None, launcher: str = "mpirun") -> dict[str, str]:
-    """Environment for a job: root allowed, oversubscription, this checkout importable."""
+    """Environment for a job: root allowed, oversubscription, imports as in the tests.
+
+    The one place that gives the ranks their import path: ``PYTHONPATH`` starts with this
+    checkout (its ``hvdcore``, installed or not) and ``tests/`` (the :mod:`faults.programs`
+    the ranks run with ``python -m``).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
     env.update(
         OMPI_ALLOW_RUN_AS_ROOT="1",
@@ -42,7 +48,7 @@ def job_env(extra: dict[str, str] | None = None, launcher: str = "mpirun") -> di
         OMPI_MCA_rmaps_base_oversubscribe="1",
         OMPI_MCA_btl_vader_single_copy_mechanism="none",
         PYTHONUNBUFFERED="1",
-        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")]),
     )
     if launcher == "srun":
         # both fake nodes of the localhost cluster share one hostname: no shared memory

@@ -1,4 +1,4 @@
-"""Lint Apptainer definition files: ``python -m hvdcore.tools.defcheck containers/*.def``.
+"""Lint Apptainer definition files: ``python -m containers.recipetools.defcheck containers/*.def``.
 
 Every problem is printed as ``file:line: CODE message`` and makes the exit status 1 (2 for
 usage errors such as an unreadable file). Checks:
@@ -24,7 +24,7 @@ turns them off for other definition files.
 
 Example::
 
-    $ python -m hvdcore.tools.defcheck containers/*.def
+    $ python -m containers.recipetools.defcheck containers/*.def
     containers/bad.def:12: DEF001 unknown section '%postt' (did you mean '%post'?)
 """
 
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hvdcore.tools.deffile import PLACEHOLDER, Definition, DefinitionError, Stage, parse, substitute
+from .deffile import PLACEHOLDER, Definition, DefinitionError, Stage, parse, substitute
 
 __all__ = [
     "Problem",
@@ -445,7 +445,7 @@ def check_file(path: str | Path, context: str | Path = ".", **kwargs: object) ->
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     ap = argparse.ArgumentParser(
-        prog="python -m hvdcore.tools.defcheck",
+        prog="python -m containers.recipetools.defcheck",
         description="Lint Apptainer definition files (file:line: CODE message per problem).",
     )
     ap.add_argument("files", nargs="+", help="definition files")

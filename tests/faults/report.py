@@ -1,21 +1,25 @@
 """Fault-injection report: run every failure scenario repeatedly and print how jobs ended.
 
-Usage::
+Usage, from the repository root (``tests/`` is the import root of the test-side packages, as
+in pytest)::
 
-    python benchmarks/faults_report.py                    # 20 trials per scenario and launcher
-    python benchmarks/faults_report.py --trials 3 --launchers mpirun
-    python benchmarks/faults_report.py --scenarios 1-kill,4-stall --json
+    PYTHONPATH=tests python -m faults.report              # 20 trials per scenario and launcher
+    PYTHONPATH=tests python -m faults.report --trials 3 --launchers mpirun
+    PYTHONPATH=tests python -m faults.report --json \
+        --scenarios dead_rank_ends_job,stall_warns_then_ends_job
 
 Columns: scenario, launcher, trials, clean endings (every promise of the scenario held; see
-faults_scenarios.py), worst time to exit (from the fault to the launcher's exit, or to the
-error reaching every rank for errors a job survives; for fuzzing: the slowest example) and
-leftovers (processes of a job still alive 5 s after its launcher ended; zombies ignored).
+the scenario functions named in ``faults/catalog.py``), worst time to exit (from the fault to
+the launcher's exit, or to the error reaching every rank for errors a job survives; for
+fuzzing: the slowest example) and leftovers (processes of a job still alive 5 s after its
+launcher ended; zombies ignored).
 The fuzzing rows count hypothesis examples instead of trials. Exit status 1 if any trial was
 not clean; each failure is printed with its command and output.
 
 Launchers: ``mpirun`` (plain Open MPI mpirun), ``hvdcorerun`` (``python -m hvdcore.runner``),
-``srun`` (needs a running Slurm cluster: see --slurm). The ``8-reframe-*`` rows run ReFrame
-(``checks/faults/hvdcore_fault_job.py``) on that cluster: see faults_reframe.py.
+``srun`` (the Slurm cluster in ``$SLURM_CONF``, else a private 2-node localhost one started for
+the run). The ``reframe_*`` rows run ReFrame (``checks/faults/hvdcore_fault_job.py``) on that
+cluster: see ``faults/reframe_check.py``.
 """
 
 from __future__ import annotations
@@ -32,17 +36,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from faults_harness import ROOT, Job, job_env, launch_command, program  # noqa: E402
-from faults_reframe import REFRAME_SCENARIOS  # noqa: E402
-from faults_scenarios import SCENARIOS, torch_ready  # noqa: E402
-
-SCENARIOS = (*SCENARIOS, *REFRAME_SCENARIOS)
+from .catalog import FUZZ_COLLECTIVES, FUZZ_KEYS, FUZZ_LAUNCHER, SCENARIOS, scenario, torch_ready
+from .jobs import ROOT, Job, job_env, launch_command, program
 
 __all__ = ["Row", "run_scenario", "run_fuzz_collectives", "run_fuzz_launcher", "format_table",
            "main"]
-
-FUZZ_KEYS = ("7-fuzz-collectives", "7-fuzz-launcher")
 
 
 @dataclass
@@ -63,7 +61,7 @@ class Row:
 def run_scenario(key: str, launcher: str, trials: int, seed: int = 0,
                  log: bool = False) -> Row:
     """Run ``trials`` trials of scenario ``key`` with ``launcher``."""
-    sc = next(s for s in SCENARIOS if s.key == key)
+    sc = scenario(key)
     row = Row(key, sc.title, launcher)
     t0 = time.monotonic()
     for i in range(trials):
@@ -85,12 +83,12 @@ def run_scenario(key: str, launcher: str, trials: int, seed: int = 0,
 
 
 def run_fuzz_collectives(examples: int, launcher: str = "mpirun") -> Row:
-    """Scenario 7a: hypothesis fuzzing of every core collective in one 2-rank job."""
-    row = Row(FUZZ_KEYS[0], "fuzz every core collective (2 ranks, lockstep)", launcher)
+    """Hypothesis fuzzing of every core collective in one 2-rank job."""
+    row = Row(FUZZ_COLLECTIVES, "fuzz every core collective (2 ranks, lockstep)", launcher)
     env = job_env({"HVDCORE_STALL_CHECK_TIME_SECONDS": "5",
                    "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "20"}, launcher)
     t0 = time.monotonic()
-    job = Job(launch_command(launcher, 2, [program("faults_fuzz.py"), "--examples",
+    job = Job(launch_command(launcher, 2, [*program("fuzz_collectives"), "--examples",
                                            str(examples), "--hang-s", "30"]), env)
     rc = job.wait(max(300.0, examples * 10.0))
     left = job.leftovers()
@@ -114,10 +112,10 @@ def run_fuzz_collectives(examples: int, launcher: str = "mpirun") -> Row:
 
 
 def run_fuzz_launcher(examples: int) -> Row:
-    """Scenario 7b: hypothesis fuzzing of hvdcorerun flags, hostfiles, HVDCORE_* values."""
-    from faults_fuzz_launcher import run_all
+    """Hypothesis fuzzing of hvdcorerun flags, hostfiles, HVDCORE_* values."""
+    from .fuzz_launcher import run_all
 
-    row = Row(FUZZ_KEYS[1], "fuzz hvdcorerun flags, hostfiles, HVDCORE_* env", "hvdcorerun")
+    row = Row(FUZZ_LAUNCHER, "fuzz hvdcorerun flags, hostfiles, HVDCORE_* env", "hvdcorerun")
     t0 = time.monotonic()
     for stats in run_all(examples):
         row.trials += stats.examples
@@ -154,7 +152,8 @@ def _slurm_ready() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; see the module docstring."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m faults.report",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=20, help="trials per scenario and launcher")
     p.add_argument("--launchers", default="mpirun,hvdcorerun",
                    help="comma list of mpirun, hvdcorerun, srun (default mpirun,hvdcorerun)")
@@ -176,8 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     if "srun" in launchers and not os.environ.get("SLURM_CONF"):
         # no cluster given: start the private 2-node localhost cluster for this run
-        sys.path.insert(0, str(ROOT / "checks" / "tools"))
-        from slurm_localhost import SlurmCluster
+        from harness.slurm_localhost import SlurmCluster  # tests/harness/
 
         cluster = SlurmCluster(nodes=2)
         cluster.start()
@@ -200,12 +198,12 @@ def _run(a: argparse.Namespace, keys: list[str], launchers: list[str]) -> int:
     rows: list[Row] = []
     skipped: list[str] = []
     for key in keys:
-        if key == FUZZ_KEYS[0]:
+        if key == FUZZ_COLLECTIVES:
             rows.append(run_fuzz_collectives(a.fuzz_examples))
-        elif key == FUZZ_KEYS[1]:
+        elif key == FUZZ_LAUNCHER:
             rows.append(run_fuzz_launcher(a.fuzz_examples))
         else:
-            sc = next(s for s in SCENARIOS if s.key == key)
+            sc = scenario(key)
             why = torch_ready() if sc.needs_torch else None
             if why:
                 skipped.append(f"{key}: skipped ({why})")

@@ -1,6 +1,6 @@
 """The fault-injection training loop with PyTorch and ``hvdcore.torch.DistributedOptimizer``.
 
-Same command line, faults and output lines as faults_train.py (see there). The model is a
+Same command line, faults and output lines as train.py (see there). The model is a
 small MLP trained with SGD + momentum; DistributedOptimizer starts each gradient's allreduce
 from a backward hook, so ``kill-backward`` (from a hook on the hidden activation's gradient)
 lands while some gradient allreduces are already in flight, and ``kill-collective`` lands after
@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import faults_checkpoint as ckpt  # noqa: E402
+from . import checkpoint as ckpt
 
 DIM, HIDDEN, OUT, BATCH, LR, SEED = 64, 256, 32, 32, 0.05, 4321
 

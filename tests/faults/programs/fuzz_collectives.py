@@ -288,7 +288,7 @@ def main() -> None:
     a = p.parse_args()
     hvd.init()
     if hvd.size() != 2:
-        raise SystemExit("run faults_fuzz.py on exactly 2 ranks")
+        raise SystemExit("run faults.programs.fuzz_collectives on exactly 2 ranks")
     rank = hvd.rank()
     _say(f"READY {rank} {os.getpid()}")
     sets = Sets()

@@ -17,15 +17,15 @@ its ``squeue`` scheduler, which cannot see exit codes.
 
 As a library / pytest fixture::
 
-    from slurm_localhost import SlurmCluster
+    from harness.slurm_localhost import SlurmCluster     # tests/ on the import path
     with SlurmCluster(nodes=2) as cluster:
         subprocess.run(["srun", "-N2", "hostname"], env=cluster.env(), check=True)
 
 As a command::
 
-    python checks/tools/slurm_localhost.py run --nodes 2 -- sbatch --wait job.sh
-    python checks/tools/slurm_localhost.py start --nodes 2 --workdir /tmp/ci-slurm   # prints env
-    python checks/tools/slurm_localhost.py stop --workdir /tmp/ci-slurm
+    python tests/harness/slurm_localhost.py run --nodes 2 -- sbatch --wait job.sh
+    python tests/harness/slurm_localhost.py start --nodes 2 --workdir /tmp/ci-slurm   # prints env
+    python tests/harness/slurm_localhost.py stop --workdir /tmp/ci-slurm
 """
 
 from __future__ import annotations

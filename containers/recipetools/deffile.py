@@ -11,11 +11,11 @@ The parser follows Apptainer's own rules closely enough to report *where* a reci
   (``NAME=value`` lines) that ``apptainer build --build-arg NAME=value`` overrides.
 
 Unlike some parsers, nothing is silently dropped: an unknown section such as ``%postt`` is kept
-as a section with that name so that :mod:`hvdcore.tools.defcheck` can reject it.
+as a section with that name so that :mod:`containers.recipetools.defcheck` can reject it.
 
 Example::
 
-    >>> from hvdcore.tools.deffile import parse_text
+    >>> from containers.recipetools.deffile import parse_text
     >>> d = parse_text("Bootstrap: docker\\nFrom: debian:12.11\\n%post\\n    echo hi\\n")
     >>> d.stages[0].get("from"), d.stages[0].sections[0].name, d.stages[0].sections[0].line
     ('debian:12.11', 'post', 3)

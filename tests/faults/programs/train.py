@@ -3,7 +3,7 @@
 Each step: a deterministic "backward" computes per-rank gradients of a linear model (in
 several chunks, so a fault can land in the middle of it), ``grouped_allreduce`` averages them,
 SGD updates the state, and every ``--ckpt-every`` steps rank 0 writes an atomic checkpoint
-(see faults_checkpoint.py). ``--resume`` restores the newest complete checkpoint on rank 0 and
+(see checkpoint.py). ``--resume`` restores the newest complete checkpoint on rank 0 and
 broadcasts it to every rank.
 
 Faults (``--fault KIND --fault-rank R --fault-step S``):
@@ -25,14 +25,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import faults_checkpoint as ckpt  # noqa: E402
+from . import checkpoint as ckpt
 
 DIM = 96
 OUT = 48

@@ -1,11 +1,11 @@
-"""Scenario 8, ReFrame part: a ReFrame check whose 2-node Slurm job loses a node, or is cancelled,
-reports FAILED promptly with the reason, instead of waiting for the job's time limit.
+"""Scenario 8, ReFrame part: a ReFrame check whose 2-node Slurm job loses a node, or is
+cancelled, reports FAILED promptly with the reason, instead of waiting for the job's time limit.
 
 Each trial runs real ReFrame (``checks/config/slurm.py``, system ``generic:cpu``, scheduler
 ``squeue``, launcher ``srun --mpi=pmix`` as configured: no ``--kill-on-bad-exit``) on the opt-in
 check ``checks/faults/hvdcore_fault_job.py`` (2 nodes x 2 ranks, long enough to outlive the
 fault), against the Slurm cluster in ``$SLURM_CONF`` (the 2-node localhost cluster of
-``checks/tools/slurm_localhost.py``). Once the ranks have written a checkpoint, it either
+``tests/harness/slurm_localhost.py``). Once the ranks have written a checkpoint, it either
 SIGKILLs every rank of one node (the job step's processes on that node) or ``scancel``s the job.
 
 A trial is clean when: ReFrame exits non-zero within ``PROMPT_S`` of the fault (the check's time
@@ -28,11 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from faults_harness import ROOT, Job, Trial, live_processes
-from faults_scenarios import Scenario, _slurm_job_gone, _trial
+from .jobs import ROOT, Job, Trial, live_processes
+from .judge import slurm_job_gone, trial
 
-__all__ = ["CHECK", "PROMPT_S", "REFRAME_SCENARIOS", "reframe_command", "reframe_env",
-           "run_reframe_fault"]
+__all__ = ["CHECK", "PROMPT_S", "reframe_command", "reframe_env", "reframe_node_killed",
+           "reframe_scancel", "run_reframe_fault"]
 
 CHECK = ROOT / "checks" / "faults" / "hvdcore_fault_job.py"
 CONFIG = ROOT / "checks" / "config" / "slurm.py"
@@ -112,7 +112,7 @@ def run_reframe_fault(fault: str, rng: random.Random, workdir: Path) -> Trial:
     except RuntimeError as exc:
         job.wait(5)
         job.kill_all()
-        return _trial([str(exc)], None, 0, job, fault)
+        return trial([str(exc)], None, 0, job, fault)
     time.sleep(rng.uniform(0.0, 1.0))
     victims: list[int] = []
     victim_node = ""
@@ -162,7 +162,7 @@ def run_reframe_fault(fault: str, rng: random.Random, workdir: Path) -> Trial:
     out = job.output
     if not re.search(r"\bFAILED\b", out) or (reason and reason[:60] not in out):
         problems.append("ReFrame's output does not show FAILED with the reason")
-    _slurm_job_gone(job_id, problems)
+    slurm_job_gone(job_id, problems)
     left = job.leftovers()
     deadline = time.monotonic() + 10
     stray = _job_processes(job_id) | live_processes(set(pids.values()), None)
@@ -180,7 +180,7 @@ def run_reframe_fault(fault: str, rng: random.Random, workdir: Path) -> Trial:
                 pass
     note = (f"job {job_id}: killed node {victim_node} ranks {victims}" if victims
             else f"job {job_id}: scancel") + f"; reason: {reason[:200]}"
-    return _trial(problems, exit_s, len(left), job, note)
+    return trial(problems, exit_s, len(left), job, note)
 
 
 def reframe_node_killed(launcher: str, rng: random.Random, workdir: Path) -> Trial:
@@ -193,10 +193,3 @@ def reframe_scancel(launcher: str, rng: random.Random, workdir: Path) -> Trial:
     """The ReFrame check's running job ``scancel``ed: FAILED, promptly, naming the cancelled
     job; nothing left running."""
     return run_reframe_fault("scancel", rng, workdir)
-
-
-REFRAME_SCENARIOS: tuple[Scenario, ...] = (
-    Scenario("8-reframe-node-kill", "ReFrame check, one node's ranks SIGKILLed", ("srun",),
-             reframe_node_killed),
-    Scenario("8-reframe-scancel", "ReFrame check, job scancel'ed", ("srun",), reframe_scancel),
-)

@@ -1,0 +1,8 @@
+"""Test-side harnesses: real infrastructure the tests start for themselves.
+
+- :mod:`harness.slurm_localhost`: a private Slurm cluster on localhost (munged, slurmctld and
+  one slurmd per fake node), used by the Slurm tests, the fault-injection suite and CI.
+
+``tests/`` is on the import path of the tests (``pythonpath`` in ``pyproject.toml``), so this
+package is imported as ``harness``; ``slurm_localhost.py`` also runs as a command by its path.
+"""
