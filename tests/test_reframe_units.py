@@ -1,5 +1,8 @@
 """The pure pieces of the checks: scales, capability rules against a real hvdcore report."""
 
+# Over 400 lines on purpose: the unit tests of every pure piece of checks/ (scales, rules,
+# references, report); each test is short and independent.
+
 from __future__ import annotations
 
 import json

@@ -21,6 +21,9 @@ invalid ones a hollow marker labelled "invalid" off the line (never drawn as a r
 Perflogs must use the line format of checks/config/common.py (``logging_config``).
 """
 
+# Over 400 lines on purpose: a single script sites copy and run; the summary table, the verdicts
+# and the plot read the same parsed run.
+
 from __future__ import annotations
 
 import argparse

@@ -28,6 +28,9 @@ As a command::
     python tests/harness/slurm_localhost.py stop --workdir /tmp/ci-slurm
 """
 
+# Over 400 lines on purpose: one cluster's whole life (config, keys, daemons, waits, teardown)
+# reads best in one place; splitting it would scatter the PID bookkeeping that makes teardown safe.
+
 from __future__ import annotations
 
 import argparse
