@@ -19,7 +19,8 @@ EASYSTACKS = sorted((ROOT / "easyconfigs" / "easystacks").glob("*.yml"))
 ALL_ECS = sorted(EC_DIR.glob("*.eb"))
 FOSS_ECS = [ec for ec in ALL_ECS if "-foss-" in ec.name]
 
-# what each variant must resolve to (the easyconfigs shipped with easybuild-easyconfigs 5.x)
+# what each variant must resolve to (the easyconfigs shipped with easybuild-easyconfigs 5.x;
+# the foss/2024a, 2025a and 2025b ones checked against 5.4.1, the floor in pyproject.toml)
 EXPECTED_DEPS = {
     "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb": [
         "PyTorch/2.1.2-foss-2023a", "mpi4py/3.1.4-gompi-2023a", "Python/3.11.3-GCCcore-12.3.0",
@@ -37,6 +38,28 @@ EXPECTED_DEPS = {
     "hvdcore-0.1.0-foss-2023b-CUDA-12.4.0-PyTorch-2.3.0.eb": [
         "PyTorch/2.3.0-foss-2023b-CUDA-12.4.0", "NCCL/2.20.5-GCCcore-13.2.0-CUDA-12.4.0",
         "CUDA/12.4.0", "mpi4py/3.1.5-gompi-2023b"],
+    "hvdcore-0.1.0-foss-2024a-PyTorch-2.9.1.eb": [
+        "PyTorch/2.9.1-foss-2024a", "mpi4py/4.0.1-gompi-2024a", "Python/3.12.3-GCCcore-13.3.0",
+        "SciPy-bundle/2024.05-gfbf-2024a"],
+    "hvdcore-0.1.0-foss-2024a-CUDA-12.6.0-PyTorch-2.9.1.eb": [
+        "PyTorch/2.9.1-foss-2024a-CUDA-12.6.0", "NCCL/2.27.5-GCCcore-13.3.0-CUDA-12.6.0",
+        "CUDA/12.6.0", "mpi4py/4.0.1-gompi-2024a"],
+    "hvdcore-0.1.0-foss-2024a-TensorFlow-2.18.1.eb": [
+        "TensorFlow/2.18.1-foss-2024a", "mpi4py/4.0.1-gompi-2024a"],
+    "hvdcore-0.1.0-foss-2024a-CUDA-12.6.0-TensorFlow-2.18.1.eb": [
+        "TensorFlow/2.18.1-foss-2024a-CUDA-12.6.0", "CUDA/12.6.0", "mpi4py/4.0.1-gompi-2024a"],
+    "hvdcore-0.1.0-foss-2025a-PyTorch-2.9.1.eb": [
+        "PyTorch/2.9.1-foss-2025a", "mpi4py/4.1.0-gompi-2025a", "Python/3.13.1-GCCcore-14.2.0",
+        "SciPy-bundle/2025.06-gfbf-2025a"],
+    "hvdcore-0.1.0-foss-2025a-CUDA-12.8.0-PyTorch-2.9.1.eb": [
+        "PyTorch/2.9.1-foss-2025a-CUDA-12.8.0", "NCCL/2.27.7-GCCcore-14.2.0-CUDA-12.8.0",
+        "CUDA/12.8.0", "mpi4py/4.1.0-gompi-2025a"],
+    "hvdcore-0.1.0-foss-2025b-PyTorch-2.9.1.eb": [
+        "PyTorch/2.9.1-foss-2025b", "mpi4py/4.1.0-gompi-2025b", "Python/3.13.5-GCCcore-14.3.0",
+        "SciPy-bundle/2025.07-gfbf-2025b"],
+    "hvdcore-0.1.0-foss-2025b-CUDA-12.9.1-PyTorch-2.9.1.eb": [
+        "PyTorch/2.9.1-foss-2025b-CUDA-12.9.1", "NCCL/2.27.7-GCCcore-14.3.0-CUDA-12.9.1",
+        "CUDA/12.9.1", "mpi4py/4.1.0-gompi-2025b"],
 }
 
 
