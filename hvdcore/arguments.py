@@ -28,7 +28,7 @@ from hvdcore.process_sets import ProcessSet
 
 __all__ = [
     "SUPPORTED_DTYPES", "dtype_name", "resolve_op", "as_array", "scale_factor", "output_for",
-    "process_set_id", "broadcast_root", "splits_vector", "alltoall_splits",
+    "process_set_id", "broadcast_root", "splits_vector", "alltoall_splits", "part_names",
 ]
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
@@ -196,3 +196,8 @@ def alltoall_splits(splits: Any, rows: int, n: int, what: str = "alltoall",
             f"{_where(what, rank)} splits {sp} must have {n} non-negative entries summing to "
             f"dim 0 ({rows})")
     return sp
+
+
+def part_names(base: str, count: int) -> list[str]:
+    """Request names of a grouped call's parts (the base name alone for one part)."""
+    return [base] if count == 1 else [f"{base}.{i}" for i in range(count)]

@@ -27,6 +27,7 @@ from hvdcore.arguments import (
     broadcast_root,
     dtype_name,
     output_for,
+    part_names,
     process_set_id,
     resolve_op,
     scale_factor,
@@ -62,10 +63,6 @@ def _engine() -> Any:
     return st.engine if st is not None else None
 
 
-def _part_name(base: str, i: int, count: int) -> str:
-    return base if count == 1 else f"{base}.{i}"
-
-
 # -- allgather --------------------------------------------------------------------------------
 
 def _allgather(tensors: Sequence[Any], name: str | None, process_set: Any,
@@ -73,13 +70,20 @@ def _allgather(tensors: Sequence[Any], name: str | None, process_set: Any,
     st = basics.state()
     sid = process_set_id(process_set, st.engine.sets, ALLGATHER, st.rank)
     base = st.request_name(ALLGATHER, sid, name)
-    tensors = list(tensors)
-    items = []
-    for i, t in enumerate(tensors):
-        arr = as_array(t, ALLGATHER, st.rank)
-        shape = arr.shape if arr.ndim else (1,)
-        items.append((Meta(sid, _part_name(base, i, len(tensors)), ALLGATHER,
-                           dtype_name(arr.dtype), shape), arr, None))
+    listed = isinstance(tensors, (list, tuple))
+    names = part_names(base, len(tensors) if listed else 1)
+    try:
+        if not listed:
+            raise errors.UnsupportedError(
+                f"rank {st.rank}: {label} expects a list of arrays, got {type(tensors).__name__}")
+        items = []
+        for i, t in enumerate(tensors):
+            arr = as_array(t, ALLGATHER, st.rank)
+            shape = arr.shape if arr.ndim else (1,)
+            items.append((Meta(sid, names[i], ALLGATHER, dtype_name(arr.dtype), shape), arr,
+                          None))
+    except Exception as exc:  # the peers' matching calls must fail too, not wait
+        requests.reject(st.engine, sid, ALLGATHER, names, exc)
     return requests.submit(st.engine, items, finalize, f"{label} '{base}'")
 
 
@@ -119,11 +123,14 @@ def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
     """Start a broadcast from ``root_rank`` (a global rank that belongs to the set)."""
     st = basics.state()
     sid = process_set_id(process_set, st.engine.sets, BROADCAST, st.rank)
-    arr = as_array(tensor, BROADCAST, st.rank)
-    root = broadcast_root(root_rank, process_set.ranks, st.rank)
-    if out is not None:
-        arr = output_for(out, tensor, arr, BROADCAST, st.rank)
     nm = st.request_name(BROADCAST, sid, name)
+    try:
+        arr = as_array(tensor, BROADCAST, st.rank)
+        root = broadcast_root(root_rank, process_set.ranks, st.rank)
+        if out is not None:
+            arr = output_for(out, tensor, arr, BROADCAST, st.rank)
+    except Exception as exc:  # the peers' matching calls must fail too, not wait
+        requests.reject(st.engine, sid, BROADCAST, [nm], exc)
     meta = Meta(sid, nm, BROADCAST, dtype_name(arr.dtype), arr.shape, root=root)
     return requests.submit(st.engine, [(meta, arr, out)], requests.first, f"broadcast '{nm}'")
 
@@ -146,11 +153,14 @@ def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = No
     """Start an alltoall; ``synchronize`` returns ``(output, received_splits)``."""
     st = basics.state()
     sid = process_set_id(process_set, st.engine.sets, ALLTOALL, st.rank)
-    arr = as_array(tensor, ALLTOALL, st.rank)
-    if arr.ndim == 0:
-        raise errors.ArgumentError(f"rank {st.rank}: alltoall needs at least 1 dimension")
-    sp = alltoall_splits(splits, arr.shape[0], len(process_set.ranks), ALLTOALL, st.rank)
     nm = st.request_name(ALLTOALL, sid, name)
+    try:
+        arr = as_array(tensor, ALLTOALL, st.rank)
+        if arr.ndim == 0:
+            raise errors.ArgumentError(f"rank {st.rank}: alltoall needs at least 1 dimension")
+        sp = alltoall_splits(splits, arr.shape[0], len(process_set.ranks), ALLTOALL, st.rank)
+    except Exception as exc:  # the peers' matching calls must fail too, not wait
+        requests.reject(st.engine, sid, ALLTOALL, [nm], exc)
     meta = Meta(sid, nm, ALLTOALL, dtype_name(arr.dtype), arr.shape, splits=tuple(sp))
     return requests.submit(st.engine, [(meta, arr, None)], requests.first, f"alltoall '{nm}'")
 
@@ -173,18 +183,26 @@ def _reducescatter(tensors: Sequence[Any], name: str | None, op: Any, process_se
     st = basics.state()
     rank = st.rank
     sid = process_set_id(process_set, st.engine.sets, REDUCESCATTER, rank)
-    rop = resolve_op(None, op, REDUCESCATTER, rank, allow_adasum=False)
     base = st.request_name(REDUCESCATTER, sid, name)
-    pre = scale_factor(prescale_factor, "prescale_factor", REDUCESCATTER, rank)
-    post = scale_factor(postscale_factor, "postscale_factor", REDUCESCATTER, rank)
-    tensors = list(tensors)
-    items = []
-    for i, t in enumerate(tensors):
-        arr = as_array(t, REDUCESCATTER, rank, rop)
-        if arr.ndim == 0:
-            raise errors.ArgumentError(f"rank {rank}: reducescatter needs at least 1 dimension")
-        items.append((Meta(sid, _part_name(base, i, len(tensors)), REDUCESCATTER,
-                           dtype_name(arr.dtype), arr.shape, int(rop), -1, pre, post), arr, None))
+    listed = isinstance(tensors, (list, tuple))
+    names = part_names(base, len(tensors) if listed else 1)
+    try:
+        if not listed:
+            raise errors.UnsupportedError(
+                f"rank {rank}: {label} expects a list of arrays, got {type(tensors).__name__}")
+        rop = resolve_op(None, op, REDUCESCATTER, rank, allow_adasum=False)
+        pre = scale_factor(prescale_factor, "prescale_factor", REDUCESCATTER, rank)
+        post = scale_factor(postscale_factor, "postscale_factor", REDUCESCATTER, rank)
+        items = []
+        for i, t in enumerate(tensors):
+            arr = as_array(t, REDUCESCATTER, rank, rop)
+            if arr.ndim == 0:
+                raise errors.ArgumentError(
+                    f"rank {rank}: reducescatter needs at least 1 dimension")
+            items.append((Meta(sid, names[i], REDUCESCATTER, dtype_name(arr.dtype), arr.shape,
+                               int(rop), -1, pre, post), arr, None))
+    except Exception as exc:  # the peers' matching calls must fail too, not wait
+        requests.reject(st.engine, sid, REDUCESCATTER, names, exc)
     return requests.submit(st.engine, items, finalize, f"{label} '{base}'")
 
 
@@ -248,8 +266,8 @@ def join() -> int:
 
     Until every rank has joined, allreduces submitted by the others proceed with this rank
     contributing a neutral value (0 for Sum/Average, identity for Min/Max/Product); Average
-    divides by the number of ranks that did not join (hvdcore's documented choice). Other
-    collectives raise while a rank has joined.
+    divides by the set size, joined ranks included, as Horovod does. Other collectives raise
+    while a rank has joined.
     """
     st = basics.state()
     return requests.wait(st.engine, requests.submit_control(st.engine, JOIN, "join"))

@@ -28,7 +28,15 @@ element type; dim 0 not divisible without ``splits``
 ``out=``, ``name`` or a scale factor of the wrong type      UnsupportedError (TypeError)
 a handle that is not a handle                               UnsupportedError (TypeError)
 a call before ``init()`` or after ``shutdown()``            NotInitializedError (ValueError)
+a name this rank's earlier request still uses (raised at    ArgumentError (ValueError)
+submission; the earlier request is unaffected)
 ==========================================================  =================================
+
+A call that fails these checks on some ranks only does not leave the others waiting: the rank
+announces the rejected call under its name, and the matching calls of every rank raise the same
+type, naming the rank at fault and its reason (``alltoall 'x' was rejected by rank 0, so no
+rank runs it: rank 0: alltoall splits [..] must ...``). Negotiation failures (ranks submitted
+different shapes, dtypes, ops, roots, kinds) raise :class:`MismatchError` on every rank.
 
 ArgumentError and UnimplementedError derive from UnsupportedError (a TypeError): every argument
 error is still caught by ``except UnsupportedError`` / ``except TypeError`` as before.

@@ -25,6 +25,7 @@ from hvdcore.arguments import (
     as_array,
     dtype_name,
     output_for,
+    part_names,
     process_set_id,
     resolve_op,
     scale_factor,
@@ -92,13 +93,16 @@ def _allreduce_meta(
     st = basics.state()
     rank = st.rank
     sid = process_set_id(process_set, st.engine.sets, ALLREDUCE, rank)
-    rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
-    pre = scale_factor(prescale_factor, "prescale_factor", ALLREDUCE, rank)
-    post = scale_factor(postscale_factor, "postscale_factor", ALLREDUCE, rank)
     nm = st.request_name(ALLREDUCE, sid, name)
-    arr = as_array(tensor, ALLREDUCE, rank, rop)
-    if out is not None:
-        arr = output_for(out, tensor, arr, ALLREDUCE, rank)
+    try:
+        rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
+        pre = scale_factor(prescale_factor, "prescale_factor", ALLREDUCE, rank)
+        post = scale_factor(postscale_factor, "postscale_factor", ALLREDUCE, rank)
+        arr = as_array(tensor, ALLREDUCE, rank, rop)
+        if out is not None:
+            arr = output_for(out, tensor, arr, ALLREDUCE, rank)
+    except Exception as exc:  # the peers' matching calls must fail too, not wait
+        requests.reject(st.engine, sid, ALLREDUCE, [nm], exc)
     meta = Meta(sid, nm, ALLREDUCE, dtype_name(arr.dtype), arr.shape, int(rop), -1, pre, post)
     return st.engine, meta, arr, out
 
@@ -146,23 +150,30 @@ def grouped_allreduce_async(
     st = basics.state()
     rank = st.rank
     sid = process_set_id(process_set, st.engine.sets, ALLREDUCE, rank)
-    rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
-    if isinstance(tensors, np.ndarray) or not isinstance(tensors, (list, tuple)):
-        raise errors.UnsupportedError(
-            f"rank {rank}: grouped_allreduce expects a list of arrays, got "
-            f"{type(tensors).__name__}")
-    pre = scale_factor(prescale_factor, "prescale_factor", ALLREDUCE, rank)
-    post = scale_factor(postscale_factor, "postscale_factor", ALLREDUCE, rank)
     base = st.request_name(ALLREDUCE, sid, name)
-    items = []
-    for i, t in enumerate(tensors):
-        arr = as_array(t, ALLREDUCE, rank, rop)
-        o = out[i] if out is not None else None
-        if o is not None:
-            arr = output_for(o, t, arr, ALLREDUCE, rank)
-        nm = base if len(tensors) == 1 else f"{base}.{i}"
-        items.append((Meta(sid, nm, ALLREDUCE, dtype_name(arr.dtype), arr.shape, int(rop), -1,
-                           pre, post), arr, o))
+    listed = isinstance(tensors, (list, tuple))
+    names = part_names(base, len(tensors) if listed else 1)
+    try:
+        rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
+        if not listed:
+            raise errors.UnsupportedError(
+                f"rank {rank}: grouped_allreduce expects a list of arrays, got "
+                f"{type(tensors).__name__}")
+        pre = scale_factor(prescale_factor, "prescale_factor", ALLREDUCE, rank)
+        post = scale_factor(postscale_factor, "postscale_factor", ALLREDUCE, rank)
+        if out is not None and (not isinstance(out, (list, tuple)) or len(out) != len(tensors)):
+            raise errors.ArgumentError(
+                f"rank {rank}: grouped_allreduce out= must be a list of {len(tensors)} arrays")
+        items = []
+        for i, t in enumerate(tensors):
+            arr = as_array(t, ALLREDUCE, rank, rop)
+            o = out[i] if out is not None else None
+            if o is not None:
+                arr = output_for(o, t, arr, ALLREDUCE, rank)
+            items.append((Meta(sid, names[i], ALLREDUCE, dtype_name(arr.dtype), arr.shape,
+                               int(rop), -1, pre, post), arr, o))
+    except Exception as exc:  # the peers' matching calls must fail too, not wait
+        requests.reject(st.engine, sid, ALLREDUCE, names, exc)
     return requests.submit(st.engine, items, list, f"grouped_allreduce '{base}'")
 
 

@@ -120,3 +120,30 @@ def test_rank_that_submitted_then_joined_is_a_contributor() -> None:
     c.add(1, [ar("a")])
     (resp,) = c.poll()
     assert resp.names == ["a"] and resp.joined == ()
+
+
+def rejected(name: str, rank: int, etype: str = "ArgumentError") -> Meta:
+    return Meta(0, name, ALLREDUCE, error=f"rank {rank}: bad splits", error_type=etype)
+
+
+def test_rejected_call_fails_every_rank_once_all_announced() -> None:
+    """A call that failed its checks on one rank fails on all, naming that rank and reason,
+    but only once every member announced the name (else a late peer would wait forever)."""
+    c = make(3)
+    c.add(0, [rejected("a", 0)])
+    c.add(1, [ar("a")])
+    assert c.poll() == []
+    c.add(2, [ar("a")])
+    (resp,) = c.poll()
+    assert resp.kind == ERROR and resp.names == ["a"] and resp.error_type == "ArgumentError"
+    assert "rejected by rank 0" in resp.message and "bad splits" in resp.message
+    assert not c.busy()
+
+
+def test_call_rejected_on_every_rank_is_never_executed() -> None:
+    for size in (1, 2):
+        c = make(size)
+        for r in range(size):
+            c.add(r, [Meta(0, "a", ALLREDUCE, error="bad", error_type="UnsupportedError")])
+        (resp,) = c.poll()
+        assert resp.kind == ERROR and resp.error_type == "UnsupportedError", resp

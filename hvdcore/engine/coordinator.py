@@ -240,8 +240,9 @@ class Coordinator:
             if len(metas) < len(members) or any(r not in metas for r in members):
                 return None
             if len(metas) == 1 or check_agreement(metas, set_id) is None:
-                kind = metas[members[0]].kind
-                if kind != ADD_SET and kind != REMOVE_SET:
+                first = metas[members[0]]
+                # (agreeing metas are all rejected calls or none: a rejected call's dtype is "")
+                if first.kind != ADD_SET and first.kind != REMOVE_SET and not first.error:
                     return True
         ref = metas[min(metas)]
         if members is None:
@@ -260,6 +261,12 @@ class Coordinator:
                                "UnsupportedError")
         if any(r not in entry.metas for r in required):
             return None
+        rejected = [r for r in members if r in metas and metas[r].error]
+        if rejected:
+            reasons = "; ".join(dict.fromkeys(metas[r].error for r in rejected))
+            return self._error(set_id, name, ref.kind,
+                               f"{ref.kind} '{name}' was rejected by {_fmt_ranks(rejected)}, "
+                               f"so no rank runs it: {reasons}", metas[rejected[0]].error_type)
         msg = check_agreement(entry.metas, set_id)
         if msg is not None:
             return self._error(set_id, name, ref.kind, msg, "MismatchError")

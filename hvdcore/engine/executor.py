@@ -199,7 +199,8 @@ class Executor:
             pre = resp.prescale
             post = resp.postscale
             if resp.op == ReduceOp.AVERAGE:
-                post /= len(pset.ranks) - len(resp.joined)
+                # Horovod: joined ranks contribute zeros and still count (divide by set size)
+                post /= len(pset.ranks)
         tl = self.timeline
         r0 = reqs[0]
         if len(reqs) == 1 and r0 is not None and same and pre == 1.0:

@@ -52,6 +52,8 @@ class Engine:
     def __init__(self, plane: Any, cfg: Any, backend: Any, sets: dict[int, SetState],
                  caller_progress: bool = False) -> None:
         self.rank: int = plane.rank
+        # explicit names of this rank's data requests -> their handle (duplicate check)
+        self.names: dict[tuple[int, str], Any] = {}
         self.size: int = plane.size
         self.cfg = cfg
         self.plane = plane

@@ -65,11 +65,19 @@ class Meta:
     postscale: float = 1.0
     splits: tuple[int, ...] | None = None
     ranks: tuple[int, ...] | None = None  # add_process_set
+    # Set when the call failed its checks on this rank: the coordinator then fails the
+    # request on every rank with this reason instead of leaving the peers waiting.
+    error: str = ""
+    error_type: str = ""
 
     def wire(self) -> tuple:
         """Plain tuple for the control channel (pickles ~3x faster than the dataclass)."""
+        if not self.error:
+            return (self.set_id, self.name, self.kind, self.dtype, self.shape, self.op,
+                    self.root, self.prescale, self.postscale, self.splits, self.ranks)
         return (self.set_id, self.name, self.kind, self.dtype, self.shape, self.op, self.root,
-                self.prescale, self.postscale, self.splits, self.ranks)
+                self.prescale, self.postscale, self.splits, self.ranks, self.error,
+                self.error_type)
 
 
 @dataclass(slots=True)

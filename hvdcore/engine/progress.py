@@ -161,6 +161,9 @@ class Progress:
         """Wait for ``handle`` and return its result, driving the engine whenever it is free
         (another thread may be driving it now: then wait a little and try again)."""
         run = self.run
+        if self._driver == threading.get_ident():  # already driving (a call inside a call)
+            self.drive_until(handle)
+            return handle.wait()
         while not handle.done():
             if self.begin_drive():
                 try:

@@ -15,16 +15,17 @@ Example (what ``hvdcore.barrier()`` does)::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
+from hvdcore import errors
 from hvdcore.engine.executor import Request
 from hvdcore.engine.handle import Handle
-from hvdcore.engine.messages import Meta
+from hvdcore.engine.messages import DATA_KINDS, Meta
 
 __all__ = ["first", "submit", "submit_control", "single", "allreduce", "wait", "blocking",
-           "poll"]
+           "poll", "check_names", "reject"]
 
 Item = tuple[Meta, Any, "np.ndarray | None"]
 """(meta, input buffer or None for control requests, caller's output array or None)."""
@@ -35,15 +36,79 @@ def first(values: list[Any]) -> Any:
     return values[0]
 
 
+def check_names(engine: Any, metas: Sequence[Meta]) -> None:
+    """Raise ArgumentError (a ValueError) if a data request of this rank still being
+    processed has one of ``metas``' explicit names (Horovod raises at submission too).
+
+    Automatic names are unique by construction and are not tracked.
+    """
+    names = engine.names
+    for meta in metas:
+        name = meta.name
+        if ".noname." in name:
+            continue
+        h = names.get((meta.set_id, name))
+        if h is not None and not h.done():
+            where = "" if meta.set_id == 0 else f" in process set {meta.set_id}"
+            raise errors.ArgumentError(
+                f"rank {engine.rank}: {meta.kind} '{name}'{where}: a tensor with the same "
+                f"name is still being processed ({h.description}); give concurrent "
+                "collectives distinct names, or synchronize the first before submitting "
+                "the second")
+
+
+def _claim_names(engine: Any, reqs: list[Request], handle: Handle) -> None:
+    check_names(engine, [r.meta for r in reqs])
+    names = engine.names
+    for r in reqs:
+        meta = r.meta
+        if meta.kind in DATA_KINDS and ".noname." not in meta.name:
+            names[(meta.set_id, meta.name)] = handle
+
+
 def submit(engine: Any, items: Sequence[Item], finalize: Callable[[list[Any]], Any],
            description: str) -> Handle:
     """Enqueue one request per item, all completing one handle (``finalize`` maps the list
-    of per-item results to what ``synchronize`` returns)."""
+    of per-item results to what ``synchronize`` returns). Raises ArgumentError, before
+    enqueuing anything, if an explicit name is still in use by this rank."""
     handle = Handle(len(items), finalize, description)
     reqs = [Request(meta, t, o, handle, i) for i, (meta, t, o) in enumerate(items)]
     if reqs:
+        _claim_names(engine, reqs, handle)
         engine.enqueue(reqs)
     return handle
+
+
+def _error_type(exc: BaseException) -> str:
+    """The :mod:`hvdcore.errors` class the peers raise for ``exc``."""
+    if isinstance(exc, errors.HvdcoreError):
+        return type(exc).__name__ if hasattr(errors, type(exc).__name__) else "HvdcoreError"
+    if isinstance(exc, ValueError):
+        return "ArgumentError"
+    if isinstance(exc, TypeError):
+        return "UnsupportedError"
+    return "HvdcoreError"
+
+
+def reject(engine: Any, set_id: int, kind: str, names: Sequence[str],
+           exc: BaseException) -> NoReturn:
+    """This rank's call named ``names`` failed its checks with ``exc``: announce the
+    rejection so that the coordinator fails the matching calls of the other ranks with the
+    reason (instead of leaving them waiting for this rank), wait for that, and raise ``exc``.
+
+    A name this rank still uses raises the duplicate-name error instead: the pending request
+    owns the name. If the job fails while waiting (stall, dead rank), that error is raised.
+    """
+    metas = [Meta(set_id, n, kind, error=str(exc), error_type=_error_type(exc)) for n in names]
+    check_names(engine, metas)
+    handle = submit(engine, [(m, None, None) for m in metas], first, f"rejected {kind}")
+    try:
+        wait(engine, handle)
+    except (errors.StallError, errors.RankFailedError, errors.ShutdownError) as fatal:
+        raise fatal from exc
+    except Exception:  # noqa: BLE001 - the expected outcome: the rejection reached every rank
+        pass
+    raise exc
 
 
 def submit_control(engine: Any, kind: str, name: str, set_id: int = 0, **meta: Any) -> Handle:
@@ -56,6 +121,8 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
     """The request of one allreduce (enqueued unless ``enqueue`` is False)."""
     req = Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)
     if enqueue:
+        if ".noname." not in meta.name:
+            _claim_names(engine, [req], req.handle)
         engine.enqueue([req])
     return req
 
@@ -63,6 +130,8 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
 def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """A blocking allreduce: driven on this thread, through the engine's fast path when the
     ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``)."""
+    if engine.names and ".noname." not in meta.name:
+        check_names(engine, (meta,))
     if not engine.begin_drive():
         return engine.drive(single(engine, meta, arr, out).handle)
     try:

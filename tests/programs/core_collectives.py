@@ -217,12 +217,32 @@ if R == N - 1:
     got = hvd.allreduce(np.array([5.0]), op=hvd.Sum, name="join.extra")
     check(got, np.array([5.0]), "allreduce with joined ranks (sum)", np.float64)
     got = hvd.allreduce(np.array([7.0]), op=hvd.Average, name="join.extra.avg")
-    check(got, np.array([7.0]), "allreduce with joined ranks (avg over active)", np.float64)
+    # Horovod: joined ranks count in the average (they contribute zeros)
+    check(got, np.array([7.0 / N]), "allreduce with joined ranks (avg over the set)",
+          np.float64)
     got = hvd.allreduce(np.array([3], np.int32), op=hvd.Min, name="join.extra.min")
     check(got, np.array([3], np.int32), "allreduce with joined ranks (min)", np.int32)
 last = hvd.join()
 assert last == N - 1, f"join returned {last}, expected {N - 1}"
 hvd.barrier()
+
+# Horovod's test_horovod_join_allreduce: two fusable tensors, already cached, averaged while
+# rank 0 has joined: every other rank gets tensor * (N - 1) / N (fused and unfused)
+if N > 1:
+    ta = np.arange(5.0) - 2.0
+    tb = np.arange(17, dtype=np.float32)
+    for _ in range(2):
+        hvd.synchronize(hvd.allreduce_async(ta, name="join.a"))
+        hvd.synchronize(hvd.allreduce_async(tb, name="join.b"))
+    if R == 0:
+        hvd.join()
+    else:
+        ha = hvd.allreduce_async(ta, name="join.a")
+        hb = hvd.allreduce_async(tb, name="join.b")
+        check(hvd.synchronize(ha), ta * (N - 1) / N, "joined average, cached (a)", np.float64)
+        check(hvd.synchronize(hb), tb * (N - 1) / N, "joined average, cached (b)", np.float32)
+        hvd.join()
+    hvd.barrier()
 
 progress = "caller" if hvd.basics.state().engine.caller_progress else "thread"
 os.write(1, f"rank {R}: CHECKS {checks} DIGEST {digest.hexdigest()[:16]} PROGRESS {progress}\n"
