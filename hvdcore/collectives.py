@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -53,6 +53,7 @@ __all__ = [
     "broadcast", "broadcast_async", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "grouped_reducescatter",
     "grouped_reducescatter_async", "barrier", "join", "add_process_set", "remove_process_set",
+    "reject_call",
 ]
 
 _Finalize = Callable[[list[Any]], Any]
@@ -279,20 +280,37 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
     >>> evens = hvd.add_process_set(range(0, hvd.size(), 2))
     """
     st = basics.state()
-    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
-    if ps.process_set_id is not None:
-        raise errors.ArgumentError(f"{ps!r} is already registered")
-    bad = [r for r in ps.ranks if not 0 <= r < st.size]
-    if bad or not ps.ranks:
-        raise errors.ArgumentError(
-            f"rank {st.rank}: process set ranks {ps.ranks} must be non-empty and within "
-            f"0..{st.size - 1}")
     nm = st.request_name(ADD_SET, 0, None)
+    try:
+        ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+        if ps.process_set_id is not None:
+            raise errors.ArgumentError(f"rank {st.rank}: {ps!r} is already registered")
+        bad = [r for r in ps.ranks if not 0 <= r < st.size]
+        if bad or not ps.ranks:
+            raise errors.ArgumentError(
+                f"rank {st.rank}: process set ranks {ps.ranks} must be non-empty and within "
+                f"0..{st.size - 1}")
+    except Exception as exc:  # the other ranks' add_process_set must fail too, not wait
+        requests.reject(st.engine, 0, ADD_SET, [nm], exc)
     sid = requests.wait(st.engine, requests.submit_control(st.engine, ADD_SET, nm,
                                                            ranks=tuple(ps.ranks)))
     ps.bind(sid, st.rank)
     st.sets[sid] = ps
     return ps
+
+
+def reject_call(kind: str, exc: BaseException, name: str | None = None,
+                process_set: ProcessSet = global_process_set, parts: int = 1) -> NoReturn:
+    """For framework bindings: their own checks of a call failed with ``exc`` on this rank.
+
+    Takes the call's request name(s) as the core call would have (so automatic names stay
+    in step), makes the other ranks' matching calls fail with the reason instead of waiting
+    for this rank, and raises ``exc``. ``parts``: the number of tensors of a grouped call.
+    """
+    st = basics.state()
+    sid = process_set_id(process_set, st.engine.sets, kind, st.rank)
+    base = st.request_name(kind, sid, name)
+    requests.reject(st.engine, sid, kind, part_names(base, parts), exc)
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:

@@ -133,6 +133,14 @@ for rnd in range(ROUNDS):
          lambda: hvd.synchronize(hvd.alltoall_async(
              np.arange(2.0 * size), splits=other_rank_bad([2] * size, [-1] * size))), "rank 0")
 
+    case("add-process-set-one-rank", ValueError,
+         lambda: hvd.add_process_set(other_rank_bad([0], [size + 5])), "rank 0")
+    if size > 1:  # (at np 1 the only possible set is the global one)
+        ps = hvd.add_process_set([size - 1])
+        if rank == size - 1:
+            assert hvd.allreduce(np.ones(1), op=hvd.Sum, process_set=ps).tolist() == [1.0]
+        assert hvd.remove_process_set(ps)
+
     # -- a name still in use raises at submission, on the rank that reuses it --------------
     # (deterministic: the peers submit their 'dup' only after rank 0's second call returned)
     if rank == 0:
