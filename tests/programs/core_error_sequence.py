@@ -98,6 +98,11 @@ for rnd in range(ROUNDS):
          lambda: hvd.allreduce(np.ones(3 + (rank == 0)), name="cached.grad"),
          "mismatched shape", only_multi=True)
     assert hvd.allreduce(np.ones(3), name="cached.grad").tolist() == [1.0] * 3
+    # a cached tensor whose call is rejected on one rank (the peers' cache hits must fail)
+    case("cached-rejected-one-rank", ValueError,
+         lambda: hvd.allreduce(other_rank_bad(np.ones(3), np.ones(3, np.complex64)),
+                               name="cached.grad"), "rank 0")
+    assert hvd.allreduce(np.ones(3), name="cached.grad").tolist() == [1.0] * 3
 
     # -- errors found on one rank only: every rank must fail, with that rank named ---------
     case("splits-one-rank", ValueError,
