@@ -91,6 +91,47 @@ for dtype in (np.float32, np.float64, np.int32):
         ref = ref.astype(dtype)
     check(got, ref, f"allreduce scaled {np.dtype(dtype).name}", dtype)
 
+# Horovod's scale factors (issue 18): prescale each rank's input in its dtype (integers
+# truncate), reduce, postscale, and for Average divide by the set size after the postscale;
+# every dtype, through allreduce, a fused grouped allreduce, reducescatter (uneven rows) and
+# grouped reducescatter
+def scaled_reference(op, inputs, dtype, pre, post):
+    ins = [(x.astype(np.float64) * pre) for x in inputs]
+    if np.dtype(dtype).kind in "iu":
+        ins = [np.trunc(v) for v in ins]
+    if op in (hvd.Sum, hvd.Average):
+        v = sum(ins)
+    else:
+        v = (np.minimum if op == hvd.Min else np.maximum).reduce(ins)
+    v = v * post / (N if op == hvd.Average else 1)
+    return (np.trunc(v) if np.dtype(dtype).kind in "iu" else v).astype(dtype)
+
+
+def rows_of(total, index):
+    base, extra = divmod(total, N)
+    start = index * base + min(index, extra)
+    return slice(start, start + base + (1 if index < extra else 0))
+
+
+for dtype in (np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64):
+    for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max):
+        for pre, post in ((0.5, 3.0), (3.0, 0.25)):
+            tag = f"{np.dtype(dtype).name} {OPS[op]} pre={pre} post={post}"
+            ins = [(np.arange(12).reshape(4, 3) % 5 + r).astype(dtype) for r in range(N)]
+            want = scaled_reference(op, ins, dtype, pre, post)
+            kw = dict(op=op, prescale_factor=pre, postscale_factor=post)
+            check(hvd.allreduce(ins[R], **kw), want, f"allreduce scaled {tag}", dtype)
+            g = hvd.grouped_allreduce([ins[R], ins[R][:1]], **kw)
+            check(g[0], want, f"grouped allreduce scaled {tag}", dtype)
+            check(g[1], want[:1], f"grouped allreduce scaled (part 2) {tag}", dtype)
+            rows = 2 * N + 1
+            rins = [(np.arange(rows * 2).reshape(rows, 2) % 5 + r).astype(dtype)
+                    for r in range(N)]
+            rwant = scaled_reference(op, rins, dtype, pre, post)[rows_of(rows, R)]
+            check(hvd.reducescatter(rins[R], **kw), rwant, f"reducescatter scaled {tag}", dtype)
+            gr = hvd.grouped_reducescatter([rins[R], rins[R]], **kw)
+            check(gr[1], rwant, f"grouped reducescatter scaled {tag}", dtype)
+
 # deprecated average= flag and in-place out=
 x = np.full(5, float(R + 1))
 y = hvd.allreduce(x, average=False)
