@@ -14,6 +14,7 @@ import copy
 from typing import Any
 
 import keras
+import numpy as np
 
 from hvdcore import Average, global_process_set
 from hvdcore.errors import UnsupportedError
@@ -81,6 +82,10 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
 
     def build(self, var_list: list[Any]) -> None:
         """Create the wrapped optimizer's variables (and the accumulators, if any)."""
+        if not var_list:
+            # Keras 3's .h5 loader builds with the model's own (empty) variable list; building
+            # now would reject the real variables at the first apply: build then instead
+            return
         if self._hvd.passes > 1 and self._hvd.accumulation is None:
             counter = self.add_variable(shape=(), initializer="zeros", dtype="int64",
                                         name="hvd_backward_passes")
@@ -95,6 +100,19 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
     @property
     def variables(self) -> list[Any]:
         return self._variables + self.inner_optimizer.variables
+
+    def set_weights(self, weights: Any) -> None:
+        """Assign ``weights`` in the order of :attr:`variables`, as far as both go.
+
+        The base class would fill only this wrapper's own variables. Keras 3's .h5 loader
+        builds the optimizer before the model's variables are known, so, as for a plain Keras
+        optimizer, only the leading variables (iterations, learning rates) are restored then.
+        """
+        for variable, weight in zip(self.variables, weights, strict=False):
+            if tuple(variable.shape) != tuple(np.shape(weight)):
+                raise ValueError(f"optimizer variable {variable.path} has shape "
+                                 f"{tuple(variable.shape)}, the saved weight {np.shape(weight)}")
+            variable.assign(weight)
 
     @property
     def learning_rate(self) -> Any:
