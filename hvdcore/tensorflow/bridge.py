@@ -6,6 +6,10 @@ outputs get the static shapes the caller declares. Such ops are stateful, so ``t
 automatic control dependencies keep them in program order: every rank runs its collectives in the
 same order, which is what the core's automatic naming needs. XLA cannot run Python callbacks, so a
 collective traced under ``jit_compile=True`` is a clear error instead of a crash.
+
+Errors take Horovod's TensorFlow types (see :mod:`hvdcore.tensorflow.errors`): a negotiation
+failure is a ``tf.errors.FailedPreconditionError``, a bad argument a
+``tf.errors.InvalidArgumentError``, eagerly and inside ``tf.function``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from hvdcore.errors import ArgumentError, UnsupportedError
+from hvdcore.errors import ArgumentError, MismatchError, UnsupportedError
+from hvdcore.tensorflow.errors import to_tf_error
 
 __all__ = ["SUPPORTED_DTYPES", "check_dtype", "run_numpy", "to_tensor"]
 
@@ -76,7 +81,13 @@ def run_numpy(
         return [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays_out]
 
     if tf.executing_eagerly():
-        outs = call(*[t.numpy() for t in inputs])
+        try:
+            outs = call(*[t.numpy() for t in inputs])
+        except Exception as exc:  # noqa: BLE001  (re-raised, typed as Horovod's TF error)
+            typed = to_tf_error(exc)
+            if typed is None:
+                raise
+            raise typed from exc
         return [tf.convert_to_tensor(o) for o in outs]
     if _in_xla_context():
         raise UnsupportedError(
@@ -84,12 +95,51 @@ def run_numpy(
             "cannot call into the MPI runtime. Pass jit_compile=False to model.compile(...) "
             "or tf.function(...)."
         )
-    raw = tf.numpy_function(call, list(inputs), list(out_dtypes), stateful=True, name=_op_name(name))
-    tensors: list[tf.Tensor] = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+
+    def call_in_graph(*arrays: np.ndarray) -> list[np.ndarray]:
+        # TensorFlow turns a Python exception in a py op into UNKNOWN (ValueError into
+        # INVALID_ARGUMENT): a mismatch is handed out as a message and raised by _raise_failed
+        try:
+            return [*call(*arrays), np.asarray(b"")]
+        except MismatchError as exc:
+            message = f"{type(exc).__name__}: {exc}".encode()
+            return [*_placeholders(np_dtypes, out_shapes), np.asarray(message)]
+
+    raw = tf.numpy_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
+                            stateful=True, name=_op_name(name))
+    raw = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    failed = _raise_failed(raw[-1])
+    with tf.control_dependencies([failed]):
+        tensors = [tf.identity(t) for t in raw[:-1]]
     for out, shape in zip(tensors, out_shapes, strict=True):
         if shape is not None:
             out.set_shape(shape)
     return tensors
+
+
+def _placeholders(np_dtypes: Sequence[np.dtype],
+                  out_shapes: Sequence[tf.TensorShape | list | None]) -> list[np.ndarray]:
+    """Empty stand-in outputs for a failed op (never read: _raise_failed runs first)."""
+    outs = []
+    for dtype, shape in zip(np_dtypes, out_shapes, strict=True):
+        dims = tf.TensorShape(shape).as_list() if shape is not None else None
+        dims = [0] if dims is None else [0 if d is None else d for d in dims]
+        outs.append(np.zeros(dims, dtype=dtype))
+    return outs
+
+
+def _raise_failed(message: tf.Tensor) -> tf.Tensor:
+    """Fail with FAILED_PRECONDITION carrying ``message`` when it is not empty.
+
+    No stock TensorFlow op fails with FAILED_PRECONDITION and a message chosen at run time, and a
+    py op cannot pick its error code; a file lookup below /dev/null (not a directory: ENOTDIR)
+    does, with the path, i.e. the message, in the error text.
+    """
+    def fail() -> tf.Tensor:
+        text = tf.strings.substr(message, 0, 3000)  # stay below PATH_MAX
+        return tf.io.read_file(tf.strings.join(["/dev/null/hvdcore ", text, " "]))
+
+    return tf.cond(tf.equal(message, ""), lambda: tf.constant(""), fail)
 
 
 def _op_name(name: str) -> str:

@@ -4,8 +4,13 @@ Each function has Horovod's ``horovod.tensorflow`` signature; arguments only mea
 Horovod's C++ ops (``device_dense``, ``device_sparse``, ``ignore_name_scope``) are accepted and
 have no effect (hvdcore moves host buffers; see the README of this package). Results keep static
 shapes where they are known (allreduce, broadcast); gathered/scattered first dimensions are
-unknown (``None``) in graph mode. Gradients are defined for allreduce (Sum/Average), allgather
-and broadcast, so these ops can sit inside a differentiated computation.
+unknown (``None``) in graph mode. Gradients are Horovod's (horovod/tensorflow/mpi_ops.py):
+allreduce -> the same allreduce of the gradient; allgather -> Average-allreduce of the gradient,
+then this rank's rows; broadcast -> Average-allreduce on the root, zeros elsewhere;
+reducescatter -> allgather of the gradient (times the set size for Sum); alltoall -> alltoall
+of the gradient back with the received splits. Grouped forms do the same per tensor.
+Errors are Horovod's TensorFlow types: ``tf.errors.FailedPreconditionError`` when ranks
+disagree, ``tf.errors.InvalidArgumentError`` (also a ``ValueError``) for a bad argument.
 
 Example::
 
@@ -22,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 import hvdcore as _core
-from hvdcore import Average, ReduceOp, Sum, global_process_set
+from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
 from hvdcore.arguments import resolve_op
 from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
@@ -65,7 +70,7 @@ def _dense_allreduce(tensor: tf.Tensor, op: ReduceOp, prescale: float, postscale
 
 def _allreduce_with_grad(tensor: tf.Tensor, op: ReduceOp, prescale: float, postscale: float,
                          name: str | None, process_set: Any) -> tf.Tensor:
-    if not tensor.dtype.is_floating or op not in (Sum, Average):
+    if not tensor.dtype.is_floating or op == Adasum:
         return _dense_allreduce(tensor, op, prescale, postscale, name, process_set)
 
     @tf.custom_gradient
@@ -135,14 +140,26 @@ def grouped_allreduce(tensors: list[Any], average: bool | None = None, device_de
     for t in sent:
         check_dtype(t, "grouped_allreduce")
 
-    def fn(*arrays: np.ndarray) -> list[np.ndarray]:
-        return _core.grouped_allreduce(list(arrays), op=reduce_op,
-                                       prescale_factor=prescale_factor,
-                                       postscale_factor=postscale_factor,
-                                       process_set=process_set)
+    def raw(ts: list[tf.Tensor], label: str) -> list[tf.Tensor]:
+        def fn(*arrays: np.ndarray) -> list[np.ndarray]:
+            return _core.grouped_allreduce(list(arrays), op=reduce_op,
+                                           prescale_factor=prescale_factor,
+                                           postscale_factor=postscale_factor,
+                                           process_set=process_set)
 
-    outs = run_numpy(fn, sent, [t.dtype for t in sent], [t.shape for t in sent],
-                     "grouped_allreduce")
+        return run_numpy(fn, ts, [t.dtype for t in ts], [t.shape for t in ts], label)
+
+    if all(t.dtype.is_floating for t in sent) and reduce_op != Adasum:
+        @tf.custom_gradient
+        def reduce(*xs: tf.Tensor) -> Any:
+            def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
+                return raw(list(dys), "grouped_allreduce_grad")
+
+            return raw(list(xs), "grouped_allreduce"), grad
+
+        outs = list(reduce(*sent))
+    else:
+        outs = raw(sent, "grouped_allreduce")
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed, strict=False)]
 
 
@@ -170,37 +187,69 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
         y = _raw_allgather(x, name, process_set)
 
         def grad(dy: tf.Tensor) -> tf.Tensor:
-            grad_name = f"{name}.grad" if name else None
-            rows = tf.shape(x, out_type=tf.int64)[:1]
-
-            def fn(g: np.ndarray, n: np.ndarray) -> list[np.ndarray]:
-                summed = _core.allreduce(g, name=grad_name, op=Sum,
-                                         process_set=process_set)
-                counts = _core.allgather(np.asarray(n, dtype=np.int64), process_set=process_set)
-                start = int(counts[: process_set.rank()].sum())
-                return [summed[start:start + int(n[0])]]
-
-            return run_numpy(fn, [dy, rows], [dy.dtype], [x.shape], "allgather_grad")[0]
+            return _allgather_grads([x], [dy], f"{name}.grad" if name else None,
+                                    process_set)[0]
 
         return y, grad
 
     return gather(t)
 
 
+def _allgather_grads(xs: list[tf.Tensor], dys: list[tf.Tensor], name: str | None,
+                     process_set: Any) -> list[tf.Tensor]:
+    """Horovod's allgather gradient: Average-allreduce ``dy``, keep this rank's rows."""
+    rows = [tf.shape(x, out_type=tf.int64)[:1] for x in xs]
+    k = len(xs)
+
+    def fn(*arrays: np.ndarray) -> list[np.ndarray]:
+        gs, ns = arrays[:k], arrays[k:]
+        averaged = [_core.allreduce(g, name=f"{name}.{i}" if name else None, op=Average,
+                                    process_set=process_set) for i, g in enumerate(gs)]
+        counts = _core.allgather(np.concatenate(ns).astype(np.int64).reshape(1, k),
+                                 process_set=process_set)
+        me = process_set.rank()
+        outs = []
+        for i, a in enumerate(averaged):
+            start = int(counts[:me, i].sum())
+            outs.append(a[start:start + int(counts[me, i])])
+        return outs
+
+    dys = [tf.convert_to_tensor(dy) for dy in dys]
+    return run_numpy(fn, [*dys, *rows], [dy.dtype for dy in dys], [x.shape for x in xs],
+                     "allgather_grad")
+
+
 def grouped_allgather(tensors: list[Any], name: str | None = None,
                       process_set: Any = global_process_set) -> list[tf.Tensor]:
-    """Allgather several tensors in one request (no gradient)."""
+    """Allgather several tensors in one request.
+
+    Example: ``a, b = hvd.grouped_allgather([tf.ones([1, 2]), tf.zeros([3])])``.
+    """
     ts = [to_tensor(t) for t in tensors]
     if not ts:
         return []
     for t in ts:
         check_dtype(t, "grouped_allgather")
 
-    def fn(*arrays: np.ndarray) -> list[np.ndarray]:
-        return _core.grouped_allgather(list(arrays), name=name, process_set=process_set)
+    def raw(xs: list[tf.Tensor]) -> list[tf.Tensor]:
+        def fn(*arrays: np.ndarray) -> list[np.ndarray]:
+            return _core.grouped_allgather(list(arrays), name=name, process_set=process_set)
 
-    return run_numpy(fn, ts, [t.dtype for t in ts], [_first_dim_unknown(t) for t in ts],
-                     _label("grouped_allgather", name))
+        return run_numpy(fn, xs, [t.dtype for t in xs], [_first_dim_unknown(t) for t in xs],
+                         _label("grouped_allgather", name))
+
+    if not all(t.dtype.is_floating for t in ts):
+        return raw(ts)
+
+    @tf.custom_gradient
+    def gather(*xs: tf.Tensor) -> Any:
+        def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
+            return _allgather_grads(list(xs), list(dys), f"{name}.grad" if name else None,
+                                    process_set)
+
+        return raw(list(xs)), grad
+
+    return list(gather(*ts))
 
 
 def _raw_broadcast(t: tf.Tensor, root_rank: int, name: str | None, process_set: Any) -> tf.Tensor:
@@ -229,10 +278,10 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
 
         def grad(dy: tf.Tensor) -> tf.Tensor:
             grad_name = f"{name}.grad" if name else None
-            summed = _dense_allreduce(dy, Sum, 1.0, 1.0, grad_name, process_set)
+            averaged = _dense_allreduce(dy, Average, 1.0, 1.0, grad_name, process_set)
             if _core.rank() == root_rank:
-                return summed
-            return tf.zeros_like(summed)
+                return averaged
+            return tf.zeros_like(averaged)
 
         return y, grad
 
@@ -253,30 +302,58 @@ def broadcast_(variables: Any, root_rank: int, name: str | None = None,
     return variables
 
 
-def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
-             ignore_name_scope: bool = False,
-             process_set: Any = global_process_set) -> tuple[tf.Tensor, tf.Tensor]:
-    """Send ``splits[i]`` first-dim rows to rank i; return (received rows, received splits).
-
-    Without ``splits`` the first dimension is divided evenly.
-    Example: ``out, got = hvd.alltoall(x, splits=[1, 2])``.
-    """
-    t = to_tensor(tensor)
-    check_dtype(t, "alltoall")
-    inputs = [t]
-    if splits is not None:
-        inputs.append(tf.cast(to_tensor(splits), tf.int64))
+def _raw_alltoall(t: tf.Tensor, splits: tf.Tensor | None, name: str | None,
+                  process_set: Any) -> tuple[tf.Tensor, tf.Tensor]:
+    inputs = [t] if splits is None else [t, splits]
 
     def fn(a: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
         sp = rest[0].tolist() if rest else None
         out, received = _core.alltoall(a, splits=sp, name=name, process_set=process_set)
-        return [out, np.asarray(received, dtype=np.int64)]
+        return [out, np.asarray(received, dtype=np.int32)]
 
     n = process_set.size() if _core.is_initialized() else None
-    out, received = run_numpy(fn, inputs, [t.dtype, tf.int64],
+    out, received = run_numpy(fn, inputs, [t.dtype, tf.int32],
                               [_first_dim_unknown(t), tf.TensorShape([n])],
                               _label("alltoall", name))
-    return out, tf.cast(received, tf.int32)
+    return out, received
+
+
+def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
+             ignore_name_scope: bool = False,
+             process_set: Any = global_process_set) -> Any:
+    """Send ``splits[i]`` first-dim rows to rank i of ``process_set``; gather what others send.
+
+    As Horovod: without ``splits`` the first dimension is divided evenly and only the received
+    tensor is returned; with ``splits`` the result is ``(received, received_splits)`` (int32).
+    Bad splits or an indivisible first dimension raise ``tf.errors.InvalidArgumentError`` (also
+    a ``ValueError``) on every rank. The gradient sends the output gradient back (alltoall with
+    the received splits).
+
+    Example: ``out, got = hvd.alltoall(x, splits=[1, 2])``; ``out = hvd.alltoall(x)``.
+    """
+    t = to_tensor(tensor)
+    check_dtype(t, "alltoall")
+    sp = None if splits is None else tf.cast(to_tensor(splits), tf.int64)
+    if not t.dtype.is_floating:
+        out, received = _raw_alltoall(t, sp, name, process_set)
+    else:
+        holder: list[tf.Tensor] = []
+
+        @tf.custom_gradient
+        def exchange(x: tf.Tensor) -> Any:
+            y, got = _raw_alltoall(x, sp, name, process_set)
+            holder.append(got)
+
+            def grad(dy: tf.Tensor) -> tf.Tensor:
+                back, _ = _raw_alltoall(tf.convert_to_tensor(dy), tf.cast(got, tf.int64),
+                                        f"{name}.grad" if name else None, process_set)
+                return tf.ensure_shape(back, x.shape)
+
+            return y, grad
+
+        out = exchange(t)
+        received = holder[0]
+    return out if splits is None else (out, received)
 
 
 def reducescatter(tensor: Any, device_dense: str = "",
@@ -293,14 +370,39 @@ def reducescatter(tensor: Any, device_dense: str = "",
     check_dtype(compressed, "reducescatter")
     reduce_op = resolve_op(None, op, "reducescatter")
 
-    def fn(a: np.ndarray) -> list[np.ndarray]:
-        return [_core.reducescatter(a, name=name, op=reduce_op, process_set=process_set,
-                                    prescale_factor=prescale_factor,
-                                    postscale_factor=postscale_factor)]
+    def raw(x: tf.Tensor) -> tf.Tensor:
+        def fn(a: np.ndarray) -> list[np.ndarray]:
+            return [_core.reducescatter(a, name=name, op=reduce_op, process_set=process_set,
+                                        prescale_factor=prescale_factor,
+                                        postscale_factor=postscale_factor)]
 
-    out = run_numpy(fn, [compressed], [compressed.dtype], [_first_dim_unknown(compressed)],
-                    _label("reducescatter", name))[0]
-    return compression.decompress(out, ctx)
+        return run_numpy(fn, [x], [x.dtype], [_first_dim_unknown(x)],
+                         _label("reducescatter", name))[0]
+
+    if not compressed.dtype.is_floating:
+        return compression.decompress(raw(compressed), ctx)
+
+    @tf.custom_gradient
+    def scatter(x: tf.Tensor) -> Any:
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            return _reducescatter_grads([x], [dy], reduce_op, process_set)[0]
+
+        return raw(x), grad
+
+    return compression.decompress(scatter(compressed), ctx)
+
+
+def _reducescatter_grads(xs: list[tf.Tensor], dys: list[tf.Tensor], op: ReduceOp,
+                         process_set: Any) -> list[tf.Tensor]:
+    """Horovod's reducescatter gradient: allgather ``dy`` (times the set size for Sum)."""
+    def fn(*arrays: np.ndarray) -> list[np.ndarray]:
+        scale = process_set.size() if op == Sum else 1
+        return [_core.allgather(g * np.asarray(scale, dtype=g.dtype), process_set=process_set)
+                for g in arrays]
+
+    dys = [tf.convert_to_tensor(dy) for dy in dys]
+    return run_numpy(fn, dys, [dy.dtype for dy in dys], [x.shape for x in xs],
+                     "reducescatter_grad")
 
 
 def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
@@ -318,13 +420,27 @@ def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
         check_dtype(t, "grouped_reducescatter")
     reduce_op = resolve_op(None, op, "grouped_reducescatter")
 
-    def fn(*arrays: np.ndarray) -> list[np.ndarray]:
-        return _core.grouped_reducescatter(list(arrays), op=reduce_op, process_set=process_set,
-                                           prescale_factor=prescale_factor,
-                                           postscale_factor=postscale_factor)
+    def raw(xs: list[tf.Tensor]) -> list[tf.Tensor]:
+        def fn(*arrays: np.ndarray) -> list[np.ndarray]:
+            return _core.grouped_reducescatter(list(arrays), op=reduce_op,
+                                               process_set=process_set,
+                                               prescale_factor=prescale_factor,
+                                               postscale_factor=postscale_factor)
 
-    outs = run_numpy(fn, sent, [t.dtype for t in sent], [_first_dim_unknown(t) for t in sent],
-                     "grouped_reducescatter")
+        return run_numpy(fn, xs, [t.dtype for t in xs], [_first_dim_unknown(t) for t in xs],
+                         "grouped_reducescatter")
+
+    if all(t.dtype.is_floating for t in sent):
+        @tf.custom_gradient
+        def scatter(*xs: tf.Tensor) -> Any:
+            def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
+                return _reducescatter_grads(list(xs), list(dys), reduce_op, process_set)
+
+            return raw(list(xs)), grad
+
+        outs = list(scatter(*sent))
+    else:
+        outs = raw(sent)
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed, strict=False)]
 
 

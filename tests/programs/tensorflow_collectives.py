@@ -183,7 +183,8 @@ def gather_grad():
 
 
 offset = sum(r + 1 for r in range(R))
-expect = N * np.repeat(np.arange(offset, offset + R + 1, dtype=np.float32)[:, None], 2, axis=1)
+# Horovod's allgather gradient: Average-allreduce of the output gradient (the same on every rank)
+expect = np.repeat(np.arange(offset, offset + R + 1, dtype=np.float32)[:, None], 2, axis=1)
 check("allgather.gradient", close(gather_grad(), expect))
 
 # --- DistributedGradientTape == averaged single-process gradients ---------------------------

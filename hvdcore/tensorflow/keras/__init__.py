@@ -23,12 +23,13 @@ from __future__ import annotations
 from hvdcore.tensorflow import *  # noqa: F403  (the whole hvdcore.tensorflow API)
 from hvdcore.tensorflow import __all__ as _tf_all
 from hvdcore.tensorflow.keras import callbacks
-from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer
+from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from hvdcore.tensorflow.keras.saving import (
     broadcast_global_variables,
     load_model,
     register_for_broadcast,
 )
 
-__all__ = [*_tf_all, "callbacks", "DistributedOptimizer", "broadcast_global_variables",
+__all__ = [*_tf_all, "callbacks", "DistributedOptimizer", "PartialDistributedOptimizer",
+           "broadcast_global_variables",
            "load_model", "register_for_broadcast"]

@@ -6,6 +6,10 @@ k steps; on the k-th step the accumulated gradients (divided by k when
 optimizer, and the accumulators are reset. On the other steps the wrapped optimizer is not
 called, so its ``iterations`` counts applied updates. Works eagerly and inside ``tf.function``
 (``tf.cond`` on a step counter that is identical on every rank).
+
+Variables registered with ``register_local_var`` (Horovod's model-parallel escape hatch) keep
+their local gradient: it is not reduced, and is divided by the set size when
+``scale_local_gradients`` (Horovod's default), like horovod/_keras ``_allreduce``.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from hvdcore.arguments import resolve_op
 from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.gradients import GradientReducer
 
-__all__ = ["Accumulation", "distributed_apply", "check_passes", "set_options", "options_config"]
+__all__ = ["Accumulation", "LocalVariables", "distributed_apply", "check_passes", "set_options",
+           "options_config"]
 
 _OPTIONS = ("sparse_as_dense", "gradient_predivide_factor", "op", "backward_passes_per_step",
-            "average_aggregated_gradients")
+            "average_aggregated_gradients", "scale_local_gradients")
 
 
 def check_passes(backward_passes_per_step: Any) -> int:
@@ -35,13 +40,15 @@ def check_passes(backward_passes_per_step: Any) -> int:
 
 
 def set_options(opt: Any, sparse_as_dense: bool, gradient_predivide_factor: float, op: Any,
-                backward_passes_per_step: int, average_aggregated_gradients: bool) -> None:
+                backward_passes_per_step: int, average_aggregated_gradients: bool,
+                scale_local_gradients: bool = True) -> None:
     """Store Horovod's DistributedOptimizer options on ``opt`` (both Keras flavours)."""
     opt.sparse_as_dense = bool(sparse_as_dense)
     opt.gradient_predivide_factor = float(gradient_predivide_factor)
     opt.reduce_op = resolve_op(None, op, "DistributedOptimizer")
     opt.backward_passes_per_step = check_passes(backward_passes_per_step)
     opt.average_aggregated_gradients = bool(average_aggregated_gradients)
+    opt.scale_local_gradients = bool(scale_local_gradients)
 
 
 def options_config(opt: Any, serialized_optimizer: Any) -> dict[str, Any]:
@@ -51,6 +58,54 @@ def options_config(opt: Any, serialized_optimizer: Any) -> dict[str, Any]:
         value = opt.reduce_op if key == "op" else getattr(opt, key)
         config[key] = int(value) if key == "op" else value
     return config
+
+
+def _identities(var: Any) -> set[int]:
+    ids = {id(var)}
+    inner = getattr(var, "value", None)  # Keras 3 Variable -> its tf.Variable
+    if isinstance(inner, tf.Variable):
+        ids.add(id(inner))
+    return ids
+
+
+class LocalVariables:
+    """Variables whose gradients stay local (``register_local_var``); held, not tracked."""
+
+    def __init__(self) -> None:
+        self._vars: list[Any] = []  # keeps them alive, so their ids stay unique
+        self._ids: set[int] = set()
+
+    def add(self, var: Any) -> None:
+        self._vars.append(var)
+        self._ids |= _identities(var)
+
+    def __contains__(self, var: Any) -> bool:
+        return bool(self._ids & _identities(var))
+
+    def __len__(self) -> int:
+        return len(self._vars)
+
+
+def _reduce(reducer: GradientReducer, grads: list[Any], variables: list[Any],
+            local: LocalVariables | None, scale_local: bool) -> list[Any]:
+    if not local:
+        return reducer.reduce(grads)
+    is_local = [v in local for v in variables]
+    reduced = reducer.reduce([None if m else g for g, m in zip(grads, is_local, strict=True)])
+    n = reducer.process_set.size()
+    out = []
+    for g, r, m in zip(grads, reduced, is_local, strict=True):
+        if not m:
+            out.append(r)
+        elif not scale_local or g is None:
+            out.append(g)
+        elif isinstance(g, tf.IndexedSlices):
+            out.append(tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices,
+                                        g.dense_shape))
+        else:
+            g = tf.convert_to_tensor(g)
+            out.append(g / tf.cast(n, g.dtype))
+    return out
 
 
 class Accumulation:
@@ -73,13 +128,15 @@ def _read(v: Any) -> tf.Tensor:
 
 def distributed_apply(reducer: GradientReducer, grads: Sequence[Any], variables: Sequence[Any],
                       apply_fn: Callable[[list[Any], list[Any]], Any],
-                      accumulation: Accumulation | None, var_key: Callable[[Any], Any]) -> None:
+                      accumulation: Accumulation | None, var_key: Callable[[Any], Any],
+                      local: LocalVariables | None = None, scale_local: bool = True) -> None:
     """Reduce ``grads`` over ranks (after local accumulation) and call ``apply_fn``."""
     pairs = [(g, v) for g, v in zip(grads, variables, strict=False) if g is not None]
     if not pairs:
         return
     if accumulation is None:
-        reduced = reducer.reduce([g for g, _ in pairs])
+        reduced = _reduce(reducer, [g for g, _ in pairs], [v for _, v in pairs], local,
+                          scale_local)
         apply_fn(reduced, [v for _, v in pairs])
         return
 
@@ -93,7 +150,7 @@ def distributed_apply(reducer: GradientReducer, grads: Sequence[Any], variables:
         summed = [_read(a) for a in accs]
         if accumulation.average:
             summed = [s / tf.cast(passes, s.dtype) for s in summed]
-        reduced = reducer.reduce(summed)
+        reduced = _reduce(reducer, summed, [v for _, v in pairs], local, scale_local)
         with tf.control_dependencies([r for r in reduced if r is not None]):
             apply_fn(reduced, [v for _, v in pairs])
         with tf.control_dependencies([r for r in reduced if r is not None]):

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore.errors import ArgumentError, MismatchError
+from hvdcore.tensorflow.keras.aggregation import LocalVariables
 from hvdcore.tensorflow.variables import broadcast_variables
 
 __all__ = [
@@ -65,15 +66,26 @@ class BroadcastGlobalVariablesCallback(_Callback):
     Runs at the start of ``fit`` (hvdcore builds the optimizer first, so its slots are synced
     too); a model that is not yet built is broadcast after its first batch instead. Ranks whose
     models differ get a MismatchError naming the first differing variable.
+    ``local_variables`` (a variable or a list) are left as they are on every rank, as in
+    Horovod (e.g. the weights of model-parallel layers).
     """
 
-    def __init__(self, root_rank: int, device: str = "") -> None:
+    def __init__(self, root_rank: int, device: str = "", local_variables: Any = None) -> None:
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple, set)):
+            local_variables = [local_variables]
+        self.local_variables = LocalVariables()
+        for var in local_variables:
+            self.local_variables.add(var)
 
     def _broadcast(self) -> None:
-        broadcast_variables(model_and_optimizer_variables(self.model), self.root_rank)
+        variables = [v for v in model_and_optimizer_variables(self.model)
+                     if v not in self.local_variables]
+        broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
 
     def on_train_begin(self, logs: Any = None) -> None:

@@ -14,7 +14,7 @@ from hvdcore import Average, global_process_set
 from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.tensorflow.compression import Compression, Compressor
 
-__all__ = ["DistributedOptimizer", "is_distributed_optimizer"]
+__all__ = ["DistributedOptimizer", "PartialDistributedOptimizer", "is_distributed_optimizer"]
 
 
 def _flavour(optimizer: Any) -> str:
@@ -39,7 +39,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
                          sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
                          op: Any = Average, backward_passes_per_step: int = 1,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
-                         groups: Any = None, process_set: Any = global_process_set) -> Any:
+                         groups: Any = None, process_set: Any = global_process_set,
+                         scale_local_gradients: bool = True) -> Any:
     """Wrap a Keras 3 or tf-keras optimizer so every update uses gradients reduced over ranks.
 
     Works with ``model.compile(optimizer=...)`` and compiled ``model.fit`` (no need for
@@ -47,6 +48,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     reduction and one update (summed, or averaged with ``average_aggregated_gradients``).
     ``device_dense``, ``device_sparse``, ``num_groups`` and ``groups`` are accepted for Horovod
     compatibility; the core fuses all gradients of a step into one request.
+    ``optimizer.register_local_var(var)`` keeps ``var``'s gradient local (divided by the set
+    size when ``scale_local_gradients``, as Horovod does).
 
     Example::
 
@@ -59,7 +62,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
                   gradient_predivide_factor=gradient_predivide_factor, op=op,
                   backward_passes_per_step=backward_passes_per_step,
                   average_aggregated_gradients=average_aggregated_gradients,
-                  process_set=process_set)
+                  process_set=process_set, scale_local_gradients=scale_local_gradients)
     flavour = _flavour(optimizer)
     if flavour == "keras3":
         from hvdcore.tensorflow.keras.optimizer_keras3 import Keras3DistributedOptimizer
@@ -74,3 +77,46 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
         f"(tf_keras.optimizers.*) optimizer, got {type(optimizer).__module__}."
         f"{type(optimizer).__name__}; for custom training loops use DistributedGradientTape"
     )
+
+
+def PartialDistributedOptimizer(optimizer: Any, name: str | None = None,
+                                device_dense: str = "", device_sparse: str = "",
+                                compression: type[Compressor] = Compression.none,
+                                sparse_as_dense: bool = False,
+                                gradient_predivide_factor: float = 1.0, op: Any = Average,
+                                backward_passes_per_step: int = 1,
+                                average_aggregated_gradients: bool = False, groups: Any = None,
+                                process_set: Any = global_process_set,
+                                local_layers: Any = None,
+                                scale_local_gradients: bool = True) -> Any:
+    """A DistributedOptimizer whose ``local_layers`` (a layer or a list) keep local gradients.
+
+    Every trainable weight of those layers is registered with ``register_local_var``: its
+    gradient is not reduced over ranks (and is divided by the set size when
+    ``scale_local_gradients``). Other arguments are :func:`DistributedOptimizer`'s.
+
+    Example::
+
+        opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1),
+                                              local_layers=[model.layers[-1]])
+    """
+    if local_layers is None:
+        layers: list[Any] = []
+    elif isinstance(local_layers, (list, tuple, set)):
+        layers = list(local_layers)
+    else:
+        layers = [local_layers]
+    for layer in layers:
+        if not hasattr(layer, "trainable_weights") or not hasattr(layer, "built"):
+            raise ArgumentError(f"local_layers must be Keras layers, got {type(layer).__name__}")
+    opt = DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+        process_set=process_set, scale_local_gradients=scale_local_gradients)
+    for layer in layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt

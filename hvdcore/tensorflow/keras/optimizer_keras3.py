@@ -10,9 +10,11 @@ It works in compiled ``model.fit`` (the collectives are ``tf.numpy_function`` op
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import keras
+import numpy as np
 
 from hvdcore import Average, global_process_set
 from hvdcore.errors import UnsupportedError
@@ -20,6 +22,7 @@ from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.gradients import GradientReducer
 from hvdcore.tensorflow.keras.aggregation import (
     Accumulation,
+    LocalVariables,
     check_passes,
     distributed_apply,
     options_config,
@@ -37,6 +40,7 @@ class _State:
         self.passes = passes
         self.average = average
         self.accumulation: Accumulation | None = None
+        self.local = LocalVariables()
 
 
 @keras.saving.register_keras_serializable(package="hvdcore", name="DistributedOptimizer")
@@ -51,14 +55,16 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
                  sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
                  op: Any = Average, backward_passes_per_step: int = 1,
                  average_aggregated_gradients: bool = False,
-                 process_set: Any = global_process_set) -> None:
+                 process_set: Any = global_process_set,
+                 scale_local_gradients: bool = True) -> None:
         if not isinstance(optimizer, keras.optimizers.Optimizer):
             raise UnsupportedError(f"expected a keras.optimizers.Optimizer, got {type(optimizer)}")
         check_passes(backward_passes_per_step)
         super().__init__(learning_rate=0.0, name=name or f"Distributed{optimizer.name}")
         self.inner_optimizer = optimizer
         set_options(self, sparse_as_dense, gradient_predivide_factor, op,
-                    backward_passes_per_step, average_aggregated_gradients)
+                    backward_passes_per_step, average_aggregated_gradients,
+                    scale_local_gradients)
         self._hvd = _State(
             GradientReducer(op, compression, sparse_as_dense, gradient_predivide_factor,
                             process_set),
@@ -69,8 +75,17 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
         """The gradient reducer (op, compression, process set)."""
         return self._hvd.reducer
 
+    def register_local_var(self, var: Any) -> None:
+        """Keep ``var``'s gradient local to this rank (not reduced; divided by the set size
+        when ``scale_local_gradients``), e.g. for model-parallel layers."""
+        self._hvd.local.add(var)
+
     def build(self, var_list: list[Any]) -> None:
         """Create the wrapped optimizer's variables (and the accumulators, if any)."""
+        if not var_list:
+            # Keras 3's .h5 loader builds with the model's own (empty) variable list; building
+            # now would reject the real variables at the first apply: build then instead
+            return
         if self._hvd.passes > 1 and self._hvd.accumulation is None:
             counter = self.add_variable(shape=(), initializer="zeros", dtype="int64",
                                         name="hvd_backward_passes")
@@ -85,6 +100,19 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
     @property
     def variables(self) -> list[Any]:
         return self._variables + self.inner_optimizer.variables
+
+    def set_weights(self, weights: Any) -> None:
+        """Assign ``weights`` in the order of :attr:`variables`, as far as both go.
+
+        The base class would fill only this wrapper's own variables. Keras 3's .h5 loader
+        builds the optimizer before the model's variables are known, so, as for a plain Keras
+        optimizer, only the leading variables (iterations, learning rates) are restored then.
+        """
+        for variable, weight in zip(self.variables, weights, strict=False):
+            if tuple(variable.shape) != tuple(np.shape(weight)):
+                raise ValueError(f"optimizer variable {variable.path} has shape "
+                                 f"{tuple(variable.shape)}, the saved weight {np.shape(weight)}")
+            variable.assign(weight)
 
     @property
     def learning_rate(self) -> Any:
@@ -118,7 +146,8 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
             self.inner_optimizer.apply(gs, vs)
 
         distributed_apply(self._hvd.reducer, grads, trainable_variables, apply_fn,
-                          self._hvd.accumulation, self._var_key)
+                          self._hvd.accumulation, self._var_key, self._hvd.local,
+                          self.scale_local_gradients)
 
     def apply_gradients(self, grads_and_vars: Any) -> Any:
         grads, variables = zip(*grads_and_vars, strict=False)
@@ -133,7 +162,7 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
-        config = dict(config)
+        config = copy.deepcopy(config)  # deserializing may edit the nested dict in place
         inner = keras.saving.deserialize_keras_object(config.pop("optimizer"),
                                                       custom_objects=custom_objects)
         return cls(inner, **config)

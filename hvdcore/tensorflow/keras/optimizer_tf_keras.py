@@ -9,6 +9,7 @@ gradients over ranks and calls the wrapped optimizer's ``apply_gradients``; ``le
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import tensorflow as tf
@@ -20,6 +21,7 @@ from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.gradients import GradientReducer
 from hvdcore.tensorflow.keras.aggregation import (
     Accumulation,
+    LocalVariables,
     check_passes,
     distributed_apply,
     options_config,
@@ -49,14 +51,17 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
                  sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
                  op: Any = Average, backward_passes_per_step: int = 1,
                  average_aggregated_gradients: bool = False,
-                 process_set: Any = global_process_set) -> None:
+                 process_set: Any = global_process_set,
+                 scale_local_gradients: bool = True) -> None:
         if not isinstance(optimizer, TF_KERAS_OPTIMIZER_TYPES):
             raise UnsupportedError(f"expected a tf_keras optimizer, got {type(optimizer)}")
         check_passes(backward_passes_per_step)
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}")
         self._optimizer = optimizer
         set_options(self, sparse_as_dense, gradient_predivide_factor, op,
-                    backward_passes_per_step, average_aggregated_gradients)
+                    backward_passes_per_step, average_aggregated_gradients,
+                    scale_local_gradients)
+        self._local = self._no_dependency(LocalVariables())
         self._reducer = self._no_dependency(GradientReducer(
             op, compression, sparse_as_dense, gradient_predivide_factor, process_set))
         self._accumulation: Accumulation | None = None
@@ -70,6 +75,11 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
     def reducer(self) -> GradientReducer:
         """The gradient reducer (op, compression, process set)."""
         return self._reducer
+
+    def register_local_var(self, var: Any) -> None:
+        """Keep ``var``'s gradient local to this rank (not reduced; divided by the set size
+        when ``scale_local_gradients``), e.g. for model-parallel layers."""
+        self._local.add(var)
 
     def build(self, var_list: list[Any]) -> None:
         """Create the wrapped optimizer's variables (and the accumulators, if any)."""
@@ -90,10 +100,24 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
             inner._create_all_weights(var_list)
         self._built = True
 
+    def _own_variables(self) -> list[Any]:
+        # this wrapper's own "iteration" variable is unused (``iterations`` is the wrapped
+        # optimizer's); listing it would give two variables of that name in an .h5 file
+        return [v for v in self._variables if v is not self._iterations]
+
     @property
     def variables(self) -> Any:
         return tf_keras.src.optimizers.optimizer.CallableList(
-            list(self._variables) + _as_list(self._optimizer.variables))
+            _as_list(self._optimizer.variables) + self._own_variables())
+
+    def set_weights(self, weights: Any) -> None:
+        """Assign ``weights`` in the order of :attr:`variables` (as .h5 loading does)."""
+        variables = list(self.variables)
+        if len(variables) != len(weights):
+            raise ValueError(f"optimizer {self.name} has {len(variables)} variables, "
+                             f"got {len(weights)} weights")
+        for variable, weight in zip(variables, weights, strict=True):
+            variable.assign(weight)
 
     @property
     def learning_rate(self) -> Any:
@@ -124,7 +148,8 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
             self._optimizer.apply_gradients(list(zip(gs, vs, strict=False)))
 
         distributed_apply(self._reducer, [g for g, _ in pairs], variables, apply_fn,
-                          self._accumulation, self._var_key)
+                          self._accumulation, self._var_key, self._local,
+                          self.scale_local_gradients)
         return self.iterations
 
     def finalize_variable_values(self, var_list: Any) -> None:
@@ -132,11 +157,11 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
             self._optimizer.finalize_variable_values(var_list)
 
     def get_config(self) -> dict[str, Any]:
-        return options_config(self, tf_keras.optimizers.serialize(self._optimizer))
+        return options_config(self, tf_keras.saving.serialize_keras_object(self._optimizer))
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
-        config = dict(config)
+        config = copy.deepcopy(config)  # tf_keras' deserialize lower-cases class_name in place
         inner = tf_keras.optimizers.deserialize(config.pop("optimizer"),
                                                 custom_objects=custom_objects)
         return cls(inner, **config)

@@ -1,0 +1,52 @@
+"""hvdcore.tensorflow / hvdcore.keras follow Horovod 0.28.1's semantics (issue 18).
+
+Real mpirun jobs at world sizes 1, 2, 3; each program batches many checks against references
+computed in one process (see their docstrings): gradients of collectives, alltoall's return,
+Horovod's TensorFlow error types with back-to-back error cases that leave the runtime working,
+join, and the Keras API (register_local_var, PartialDistributedOptimizer,
+BroadcastGlobalVariablesCallback(local_variables=), config round trip, .h5/.keras saving).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import program, run_mpi
+
+pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
+
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("TensorFlow is not installed (pip install -e .[tensorflow])",
+                allow_module_level=True)
+
+
+def _assert_ok(proc, marker: str, np: int) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{out[-6000:]}"
+    assert proc.stdout.count(marker) == np, out[-6000:]
+
+
+def test_gradients_alltoall_errors_join(world_size: int) -> None:
+    """Horovod's collective gradients, alltoall return, TF error types (twice each), join."""
+    proc = run_mpi(world_size, [program("tensorflow_semantics.py")], timeout=300)
+    _assert_ok(proc, "TF-SEMANTICS-OK", world_size)
+    assert "CHECK gradient.alltoall.graph ok" in proc.stdout
+    assert "CHECK recovers.alltoall.splits_length.graph ok" in proc.stdout
+    if world_size > 1:
+        assert "CHECK error.allreduce.dim.graph.2 ok" in proc.stdout
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_keras_local_variables_config_and_saving(world_size: int, flavour: str,
+                                                 tmp_path) -> None:
+    """Keras API details users rely on, with Keras 3 and with tf-keras."""
+    env = {}
+    if flavour == "tf_keras":
+        if importlib.util.find_spec("tf_keras") is None:
+            pytest.skip("tf-keras is not installed (pip install --no-deps tf-keras)")
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    proc = run_mpi(world_size, [program("tensorflow_keras_semantics.py"), str(tmp_path)],
+                   env=env, timeout=300)
+    _assert_ok(proc, f"KERAS-SEMANTICS-OK flavour={flavour}", world_size)
+    assert f"CHECK {flavour}.save.h5.trains_on_in_sync ok" in proc.stdout
