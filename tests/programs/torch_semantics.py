@@ -61,7 +61,6 @@ def splits_of(r: int) -> list[int]:
 def section_grad() -> None:
     """Each rank's loss is (w_r * output).sum(); the gradients are Horovod's definitions."""
     counts = [5 // N + (1 if i < 5 % N else 0) for i in range(N)]
-    off = sum(counts[:ME])
     # allgather: the average over ranks of the output gradient, this rank's rows.
     rows = [r + 1 for r in range(N)]
     ws = [data(r, (sum(rows), 2), 1) for r in range(N)]
