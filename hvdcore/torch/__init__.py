@@ -3,9 +3,9 @@
 Change ``import horovod.torch as hvd`` to ``import hvdcore.torch as hvd``; the documented names
 keep their signatures and semantics. Documented differences: handles are objects rather than
 ints; ``DistributedOptimizer`` wraps by composition (``isinstance(opt, torch.optim.SGD)`` is
-False, the wrapped optimizer is ``opt.wrapped_optimizer``); gradients of allgather and
-broadcast are exact sums rather than Horovod's averages; ``broadcast_optimizer_state`` never
-takes an optimizer step to create lazy state.
+False, the wrapped optimizer is ``opt.wrapped_optimizer``); ``broadcast_optimizer_state`` never
+takes an optimizer step to create lazy state. Gradients of collectives are Horovod's;
+``gradient="exact"`` gives the exact derivative of the summed loss instead.
 
 Example::
 

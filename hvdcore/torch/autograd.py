@@ -1,20 +1,22 @@
 """Autograd through the collectives.
 
-Convention: the quantity being differentiated is the **sum of every rank's loss** (what each
-rank's ``loss.backward()`` contributes). The gradients below are the exact derivatives under
-that convention, so a computation spread over ranks gets the same gradient as the one-process
-computation on the concatenated data:
+Two definitions of the gradients are offered, chosen per call with ``gradient=``:
 
-* allreduce Sum/Average: allreduce of the output gradients with the same op and scale factors;
-  Min/Max: the summed gradient goes to the rank(s) holding the extreme value (split on ties);
-  Product: summed gradient times the product of the other ranks' inputs.
-* allgather: sum of the output gradients over ranks, this rank's rows.
-* broadcast: sum of the output gradients over ranks on the root, zero elsewhere.
-* alltoall: the output gradients sent back along the received splits.
-* reducescatter: allgather of the output gradients (scaled for Average).
+* ``"horovod"`` (the default): Horovod 0.28.1's definitions, so a migrated model trains with
+  the same numbers. allreduce (every op) and grouped_allreduce: the output gradients reduced
+  with the same op and scale factors; allgather: the **average** over ranks of the output
+  gradients, this rank's rows; broadcast: the average over ranks on the root, zero elsewhere;
+  reducescatter: allgather of the output gradients, times the set size for Sum, times the
+  prescale and postscale factors.
+* ``"exact"``: the exact derivative of the **sum of every rank's loss** (what each rank's
+  ``loss.backward()`` contributes), so a computation spread over ranks gets the gradient of
+  the one-process computation on the concatenated data. allgather and broadcast sum instead
+  of averaging; reducescatter divides by the set size for Average (and not multiplies for
+  Sum); Min/Max send the summed gradient to the rank(s) holding the extreme value (split on
+  ties); Product: summed gradient times the product of the other ranks' inputs.
 
-Horovod averages (instead of summing) the gradients of allgather and broadcast; hvdcore uses
-the exact derivative, which differs from Horovod by a factor of the set size there.
+alltoall has one gradient under both: the output gradients sent back along the received
+splits.
 """
 
 from __future__ import annotations
@@ -28,7 +30,17 @@ from hvdcore.errors import ArgumentError
 from hvdcore.torch import collectives as C
 
 __all__ = ["AllreduceFn", "GroupedAllreduceFn", "AllgatherFn", "BroadcastFn", "AlltoallFn",
-           "ReducescatterFn", "is_root"]
+           "ReducescatterFn", "is_root", "gradient_mode", "GRADIENT_MODES"]
+
+GRADIENT_MODES = ("horovod", "exact")
+
+
+def gradient_mode(gradient: Any) -> bool:
+    """Validate a ``gradient=`` argument; True for ``"exact"``."""
+    if gradient not in GRADIENT_MODES:
+        raise ArgumentError(f"gradient must be one of {', '.join(map(repr, GRADIENT_MODES))}, "
+                            f"got {gradient!r}")
+    return gradient == "exact"
 
 
 def _grad_name(name: str | None) -> str | None:
@@ -40,8 +52,8 @@ def is_root(root_rank: int, process_set: Any) -> bool:
     return _core.rank() == root_rank
 
 
-def _sum(t: torch.Tensor, name: str | None, ps: Any) -> torch.Tensor:
-    return C.allreduce_async_impl(t.contiguous(), _core.Sum, name, 1.0, 1.0, ps, False).wait()
+def _reduce(t: torch.Tensor, op: Any, name: str | None, ps: Any) -> torch.Tensor:
+    return C.allreduce_async_impl(t.contiguous(), op, name, 1.0, 1.0, ps, False).wait()
 
 
 class AllreduceFn(torch.autograd.Function):
@@ -49,33 +61,35 @@ class AllreduceFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, op: Any, name: str | None, pre: float,
-                post: float, ps: Any) -> torch.Tensor:
-        ctx.op, ctx.name, ctx.pre, ctx.post, ctx.ps = op, name, pre, post, ps
-        if op in (_core.Min, _core.Max, _core.Product):
+                post: float, ps: Any, exact: bool = False) -> torch.Tensor:
+        ctx.op, ctx.name, ctx.pre, ctx.post, ctx.ps, ctx.exact = op, name, pre, post, ps, exact
+        if exact and op in (_core.Min, _core.Max, _core.Product):
             ctx.save_for_backward(tensor)
         return C.allreduce_async_impl(tensor, op, name, pre, post, ps, False).wait()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         op, name, pre, post, ps = ctx.op, _grad_name(ctx.name), ctx.pre, ctx.post, ctx.ps
-        if op in (_core.Sum, _core.Average, _core.Adasum):
+        none = (None,) * 6
+        if not ctx.exact or op in (_core.Sum, _core.Average, _core.Adasum):
             g = C.allreduce_async_impl(grad.contiguous(), op, name, pre, post, ps, False).wait()
-            return g, None, None, None, None, None
+            return (g, *none)
         (x,) = ctx.saved_tensors
         z = x.detach() * pre
-        gsum = _sum(grad, name, ps)
+        gsum = _reduce(grad, _core.Sum, name, ps)
         if op == _core.Product:
             gathered = C.allgather_async_impl(z.unsqueeze(0), None, ps).wait()
             others = torch.cat([gathered[: ps.rank()], gathered[ps.rank() + 1:]])
-            return gsum * pre * post * torch.prod(others, dim=0), None, None, None, None, None
+            return (gsum * pre * post * torch.prod(others, dim=0), *none)
         extreme = C.allreduce_async_impl(z, op, None, 1.0, 1.0, ps, False).wait()
         mask = (z == extreme).to(grad.dtype)
-        count = _sum(mask, None, ps)
-        return gsum * pre * post * mask / count, None, None, None, None, None
+        count = _reduce(mask, _core.Sum, None, ps)
+        return (gsum * pre * post * mask / count, *none)
 
 
 class GroupedAllreduceFn(torch.autograd.Function):
-    """Differentiable grouped allreduce (Sum, Average, Adasum)."""
+    """Differentiable grouped allreduce: the output gradients reduced as one group with the
+    same op and scale factors (Horovod's definition; the exact gradient for Sum/Average)."""
 
     @staticmethod
     def forward(ctx: Any, op: Any, name: str | None, pre: float, post: float, ps: Any,
@@ -98,18 +112,20 @@ class AllgatherFn(torch.autograd.Function):
     """Differentiable allgather (ragged first dimension)."""
 
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, ps: Any) -> torch.Tensor:
-        ctx.name, ctx.ps, ctx.shape = name, ps, tensor.shape
+    def forward(ctx: Any, tensor: torch.Tensor, name: str | None, ps: Any,
+                exact: bool = False) -> torch.Tensor:
+        ctx.name, ctx.ps, ctx.shape, ctx.exact = name, ps, tensor.shape, exact
         return C.allgather_async_impl(tensor, name, ps).wait()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         rows = ctx.shape[0] if len(ctx.shape) else 1
-        gsum = _sum(grad, _grad_name(ctx.name), ctx.ps)
+        op = _core.Sum if ctx.exact else _core.Average
+        reduced = _reduce(grad, op, _grad_name(ctx.name), ctx.ps)
         sizes = C.allgather_async_impl(torch.tensor([rows], dtype=torch.int64), None,
                                        ctx.ps).wait()
         offset = int(sizes[: ctx.ps.rank()].sum())
-        return gsum.narrow(0, offset, rows).reshape(ctx.shape), None, None
+        return reduced.narrow(0, offset, rows).reshape(ctx.shape), None, None, None
 
 
 class BroadcastFn(torch.autograd.Function):
@@ -117,32 +133,36 @@ class BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: str | None,
-                ps: Any) -> torch.Tensor:
-        ctx.root, ctx.name, ctx.ps = root_rank, name, ps
+                ps: Any, exact: bool = False) -> torch.Tensor:
+        ctx.root, ctx.name, ctx.ps, ctx.exact = root_rank, name, ps, exact
         return C.broadcast_async_impl(tensor, root_rank, name, ps, False).wait()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        gsum = _sum(grad, _grad_name(ctx.name), ctx.ps)
+        op = _core.Sum if ctx.exact else _core.Average
+        reduced = _reduce(grad, op, _grad_name(ctx.name), ctx.ps)
         if not is_root(ctx.root, ctx.ps):
-            gsum = torch.zeros_like(gsum)
-        return gsum, None, None, None
+            reduced = torch.zeros_like(reduced)
+        return reduced, None, None, None, None
 
 
 class AlltoallFn(torch.autograd.Function):
-    """Differentiable alltoall; returns ``(output, received_splits)``."""
+    """Differentiable alltoall; returns ``output`` alone without splits (as Horovod), else
+    ``(output, received_splits)``."""
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: str | None,
-                ps: Any) -> tuple[torch.Tensor, torch.Tensor]:
+                ps: Any) -> Any:
         ctx.name, ctx.ps = name, ps
         out, received = C.alltoall_async_impl(tensor, splits, name, ps).wait()
         ctx.received = received
+        if splits is None:
+            return out
         ctx.mark_non_differentiable(received)
         return out, received
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor, _unused: Any) -> tuple[Any, ...]:
+    def backward(ctx: Any, grad: torch.Tensor, *_unused: Any) -> tuple[Any, ...]:
         back, _ = C.alltoall_async_impl(grad.contiguous(), ctx.received, _grad_name(ctx.name),
                                         ctx.ps).wait()
         return back, None, None, None
@@ -153,8 +173,8 @@ class ReducescatterFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, op: Any, name: str | None, ps: Any, pre: float,
-                post: float) -> torch.Tensor:
-        ctx.op, ctx.name, ctx.ps, ctx.pre, ctx.post = op, name, ps, pre, post
+                post: float, exact: bool = False) -> torch.Tensor:
+        ctx.op, ctx.name, ctx.ps, ctx.pre, ctx.post, ctx.exact = op, name, ps, pre, post, exact
         return C.reducescatter_async_impl(tensor, op, name, ps, pre, post).wait()
 
     @staticmethod
@@ -163,5 +183,9 @@ class ReducescatterFn(torch.autograd.Function):
             raise ArgumentError("the gradient of reducescatter is defined for Sum and Average, "
                                 f"not {ctx.op.name.capitalize()}")
         gathered = C.allgather_async_impl(grad.contiguous(), _grad_name(ctx.name), ctx.ps).wait()
-        scale = ctx.pre * ctx.post / (ctx.ps.size() if ctx.op == _core.Average else 1)
-        return gathered * scale, None, None, None, None, None
+        n = ctx.ps.size()
+        if ctx.exact:
+            scale = 1.0 / n if ctx.op == _core.Average else 1.0
+        else:
+            scale = float(n) if ctx.op == _core.Sum else 1.0
+        return gathered * (scale * ctx.pre * ctx.post), None, None, None, None, None, None

@@ -94,14 +94,16 @@ def _slots(obj: Any, out: list[_TensorSlot]) -> list[_TensorSlot]:
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                               process_set: Any = _GLOBAL) -> None:
-    """Make every rank's optimizer state and hyper-parameters equal to ``root_rank``'s.
+    """Make every rank's optimizer state and options equal to ``root_rank``'s.
 
     Works for any optimizer whose ``state_dict()`` nests tensors in dicts/lists/tuples
     (including LBFGS), and for state created lazily: a rank whose optimizer has not stepped yet
     (empty state) receives the root's state, and when the root's state is empty every rank
-    ends up with empty state. Unlike Horovod, no optimizer step is taken to create the state,
-    so parameters are never touched. The structure travels as one pickled object; the tensors
-    as in-place broadcasts.
+    ends up with empty state. Options keep their type (an int stays an int, a bool a bool, a
+    tuple a tuple, a tensor such as ``lr=torch.tensor(0.1)`` a tensor). As in Horovod, a rank
+    whose state is empty gives every trainable parameter without a gradient a zero gradient;
+    unlike Horovod, no optimizer step is taken to create the state, so parameters are never
+    touched. The structure travels as one pickled object; the tensors as in-place broadcasts.
 
     Example::
 
@@ -110,6 +112,11 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     """
     inner = getattr(optimizer, "wrapped_optimizer", optimizer)
     is_root = root_of(root_rank, process_set)
+    if not inner.state:
+        for group in inner.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
     tensors: list[torch.Tensor] = []
     skeleton = _split(inner.state_dict(), tensors) if is_root else None
     skeleton = _core.broadcast_object(skeleton, root_rank=root_rank,
@@ -124,7 +131,9 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     for h in handles:
         h.wait()
     if not is_root:
-        inner.load_state_dict(_fill(skeleton, tensors))
+        # Through the wrapper when there is one: torch's load_state_dict replaces the
+        # param_groups and state containers, which a DistributedOptimizer shares.
+        optimizer.load_state_dict(_fill(skeleton, tensors))
 
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,

@@ -3,7 +3,9 @@
 A handle wraps what is in flight (a core handle, or a ``torch.distributed`` work object on the
 NCCL path) and a function that turns the finished buffers into the torch result. Unlike
 Horovod, where a handle is an ``int``, it is a small object; code that only passes handles to
-``poll``/``synchronize`` (the documented use) works unchanged.
+``poll``/``synchronize`` (the documented use) works unchanged. A handle is also callable
+(``handle()`` waits and returns the result), which is how Horovod's
+``sparse_allreduce_async`` handle is used.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class Handle:
             self._result = self._finish(raw)
             self._waitable = None
         return self._result
+
+    def __call__(self) -> Any:
+        """Same as :meth:`wait` (Horovod's ``sparse_allreduce_async`` returns a callable)."""
+        return self.wait()
 
     def __repr__(self) -> str:
         state = "done" if self._result is not _PENDING else "in flight"

@@ -6,6 +6,10 @@ alltoall and reducescatter). Blocking versions are differentiable (see
 :func:`synchronize`; trailing-underscore versions work in place. ``name`` identifies the
 operation across ranks (when None, ranks must call collectives in the same order).
 
+Gradients follow Horovod 0.28.1's definitions; the differentiable collectives also take
+``gradient="exact"`` for the exact derivative of the sum of every rank's loss (see
+:mod:`hvdcore.torch.autograd`).
+
 Example::
 
     >>> import torch, hvdcore.torch as hvd
@@ -31,6 +35,7 @@ from hvdcore.torch.autograd import (
     BroadcastFn,
     GroupedAllreduceFn,
     ReducescatterFn,
+    gradient_mode,
 )
 from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
@@ -51,7 +56,7 @@ _GLOBAL = _core.global_process_set
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
               compression: type[Compressor] = Compression.none, op: Any = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              process_set: Any = _GLOBAL) -> torch.Tensor:
+              process_set: Any = _GLOBAL, *, gradient: str = "horovod") -> torch.Tensor:
     """Reduce ``tensor`` over all ranks of ``process_set`` (default op Average); differentiable.
 
     Example::
@@ -59,8 +64,10 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
         >>> avg = hvd.allreduce(torch.ones(2) * hvd.rank())   # doctest: +SKIP
     """
     op = resolve_op(average, op)
+    exact = gradient_mode(gradient)
     compressed, ctx = compression.compress(tensor)
-    out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set)
+    out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set,
+                            exact)
     return compression.decompress(out, ctx)
 
 
@@ -91,14 +98,16 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = None,
                       name: str | None = None, compression: type[Compressor] = Compression.none,
                       op: Any = None, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0,
-                      process_set: Any = _GLOBAL) -> list[torch.Tensor]:
+                      postscale_factor: float = 1.0, process_set: Any = _GLOBAL, *,
+                      gradient: str = "horovod") -> list[torch.Tensor]:
     """Allreduce a list of tensors as one unit (one negotiation, fused); differentiable."""
     op = resolve_op(average, op, "grouped_allreduce")
+    exact = gradient_mode(gradient)
     pairs = [compression.compress(t) for t in tensors]
-    if op in (_core.Min, _core.Max, _core.Product) and any(t.requires_grad for t, _ in pairs):
+    if (exact and op in (_core.Min, _core.Max, _core.Product)
+            and any(t.requires_grad for t, _ in pairs)):
         outs = [AllreduceFn.apply(t, op, None if name is None else f"{name}.{i}",
-                                  prescale_factor, postscale_factor, process_set)
+                                  prescale_factor, postscale_factor, process_set, True)
                 for i, (t, _) in enumerate(pairs)]
     else:
         outs = list(GroupedAllreduceFn.apply(op, name, prescale_factor, postscale_factor,
@@ -139,16 +148,21 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
                            process_set: Any = _GLOBAL) -> Handle:
     """Start an allreduce of a sparse COO tensor (allgather of indices and values).
 
-    ``synchronize(handle)`` returns a coalesced sparse tensor.
+    The handle is callable, as Horovod's: ``handle()`` (or ``synchronize(handle)``) returns a
+    coalesced sparse tensor.
     """
     op = resolve_op(None, op, "sparse_allreduce_async")
     return C.sparse_allreduce_async_impl(tensor, name or "", op, process_set)
 
 
-def allgather(tensor: torch.Tensor, name: str | None = None,
-              process_set: Any = _GLOBAL) -> torch.Tensor:
-    """Concatenate every rank's ``tensor`` on dim 0 (sizes may differ); differentiable."""
-    return AllgatherFn.apply(tensor, name, process_set)
+def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = _GLOBAL, *,
+              gradient: str = "horovod") -> torch.Tensor:
+    """Concatenate every rank's ``tensor`` on dim 0 (sizes may differ); differentiable.
+
+    The gradient is the average over ranks of the output gradient (Horovod), or their sum with
+    ``gradient="exact"``.
+    """
+    return AllgatherFn.apply(tensor, name, process_set, gradient_mode(gradient))
 
 
 def allgather_async(tensor: torch.Tensor, name: str | None = None,
@@ -158,10 +172,12 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
 
 
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
-                      process_set: Any = _GLOBAL) -> list[torch.Tensor]:
-    """Allgather a list of tensors as one unit; differentiable."""
+                      process_set: Any = _GLOBAL, *,
+                      gradient: str = "horovod") -> list[torch.Tensor]:
+    """Allgather a list of tensors as one unit; differentiable (as :func:`allgather`)."""
+    exact = gradient_mode(gradient)
     if any(t.requires_grad for t in tensors):
-        return [AllgatherFn.apply(t, None if name is None else f"{name}.{i}", process_set)
+        return [AllgatherFn.apply(t, None if name is None else f"{name}.{i}", process_set, exact)
                 for i, t in enumerate(tensors)]
     return C.grouped_allgather_async_impl(tensors, name, process_set).wait()
 
@@ -173,9 +189,13 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = 
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
-              process_set: Any = _GLOBAL) -> torch.Tensor:
-    """Return ``root_rank``'s ``tensor`` on every rank (a new tensor); differentiable."""
-    return BroadcastFn.apply(tensor, root_rank, name, process_set)
+              process_set: Any = _GLOBAL, *, gradient: str = "horovod") -> torch.Tensor:
+    """Return ``root_rank``'s ``tensor`` on every rank (a new tensor); differentiable.
+
+    The gradient on the root is the average over ranks of the output gradient (Horovod), or
+    their sum with ``gradient="exact"``; zero on the other ranks.
+    """
+    return BroadcastFn.apply(tensor, root_rank, name, process_set, gradient_mode(gradient))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
@@ -197,30 +217,38 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
 
 
 def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
-             process_set: Any = _GLOBAL) -> tuple[torch.Tensor, torch.Tensor]:
-    """Send ``splits[i]`` rows of ``tensor`` to rank i; returns ``(output, received_splits)``.
+             process_set: Any = _GLOBAL) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Send ``splits[i]`` rows of ``tensor`` to rank i; differentiable in ``tensor``.
 
-    Without ``splits``, dim 0 is split evenly. Differentiable in ``tensor``.
+    Returns the output alone when ``splits`` is None (dim 0 is split evenly), and
+    ``(output, received_splits)`` when ``splits`` is given, as Horovod. Bad splits, or a dim 0
+    not divisible by the set size without splits, raise ``ArgumentError`` (a ``ValueError``).
     """
     return AlltoallFn.apply(tensor, splits, name, process_set)
 
 
 def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
                    process_set: Any = _GLOBAL) -> Handle:
-    """Start an alltoall; ``synchronize`` returns ``(output, received_splits)``."""
+    """Start an alltoall; ``synchronize`` returns ``(output, received_splits)`` (with or
+    without ``splits``, as Horovod)."""
     return C.alltoall_async_impl(tensor, splits, name, process_set)
 
 
 def reducescatter(tensor: torch.Tensor, name: str | None = None,
                   compression: type[Compressor] = Compression.none, op: Any = _core.Average,
                   process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
-                  postscale_factor: float = 1.0) -> torch.Tensor:
+                  postscale_factor: float = 1.0, *, gradient: str = "horovod") -> torch.Tensor:
     """Reduce over ranks, then rank i keeps block i of dim 0 (the first ``dim0 % n`` ranks get
-    one row more); differentiable for Sum/Average."""
+    one row more); differentiable for Sum/Average.
+
+    The gradient is the allgather of the output gradient, times the set size for Sum
+    (Horovod); ``gradient="exact"`` gives the derivative of the summed loss instead.
+    """
+    exact = gradient_mode(gradient)
     compressed, ctx = compression.compress(tensor)
     op = resolve_op(None, op, "reducescatter")
     out = ReducescatterFn.apply(compressed, op, name, process_set, prescale_factor,
-                                postscale_factor)
+                                postscale_factor, exact)
     return compression.decompress(out, ctx)
 
 
@@ -236,14 +264,16 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any =
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = None,
                           compression: type[Compressor] = Compression.none,
                           op: Any = _core.Average, process_set: Any = _GLOBAL,
-                          prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> list[torch.Tensor]:
-    """Reducescatter a list of tensors as one unit; differentiable for Sum/Average."""
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0, *,
+                          gradient: str = "horovod") -> list[torch.Tensor]:
+    """Reducescatter a list of tensors as one unit; differentiable for Sum/Average (as
+    :func:`reducescatter`)."""
     op = resolve_op(None, op, "grouped_reducescatter")
+    exact = gradient_mode(gradient)
     pairs = [compression.compress(t) for t in tensors]
     if any(t.requires_grad for t, _ in pairs):
         outs = [ReducescatterFn.apply(t, op, None if name is None else f"{name}.{i}",
-                                      process_set, prescale_factor, postscale_factor)
+                                      process_set, prescale_factor, postscale_factor, exact)
                 for i, (t, _) in enumerate(pairs)]
     else:
         outs = C.grouped_reducescatter_async_impl([t for t, _ in pairs], op, name, process_set,

@@ -45,7 +45,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     Args:
         optimizer: any ``torch.optim.Optimizer`` (closures: see :meth:`step`).
         named_parameters: ``model.named_parameters()``; names the allreduces (recommended;
-            required to be unique and to cover every parameter of ``optimizer``).
+            required to be unique and to cover every parameter of ``optimizer``). Without it
+            the parameter at position j of param group i is named
+            ``allreduce.noname.{i}.{j}``, as Horovod names it (``opt._parameter_names``).
         compression: ``Compression.none`` or ``Compression.fp16`` (gradients travel as fp16).
         backward_passes_per_step: backward passes accumulated locally (summed into ``.grad``)
             before the allreduce; call ``step()`` after that many passes.
@@ -57,7 +59,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             parameters; each group is reduced as one grouped allreduce once all its members
             have gradients.
         sparse_as_dense: reduce sparse gradients as dense tensors instead of allgathering
-            their indices and values.
+            their indices and values (the reduced gradient is made sparse again, as Horovod,
+            so optimizers such as ``SparseAdam`` keep working).
         process_set: the ranks that average their gradients (default: all).
 
     Example::
@@ -113,7 +116,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                          ) -> dict[torch.Tensor, str]:
         all_params = [p for g in self.param_groups for p in g["params"]]
         if named is None:
-            return {p: f"allreduce.param.{i}" for i, p in enumerate(all_params)}
+            return {p: f"allreduce.noname.{i}.{j}" for i, g in enumerate(self.param_groups)
+                    for j, p in enumerate(g["params"])}
         named = list(named)
         if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
             raise ArgumentError("named_parameters must be (name, parameter) tuples, as produced "
@@ -129,7 +133,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise ArgumentError(f"named_parameters was given but {len(unnamed)} parameter(s) "
                                 f"of the optimizer are not in it (positions {unnamed[:10]}); "
                                 "pass model.named_parameters() of the model the optimizer trains")
-        return {p: f"allreduce.{by_id[id(p)]}" for p in all_params}
+        return {p: by_id[id(p)] for p in all_params}
+
+    @property
+    def _parameter_names(self) -> dict[torch.Tensor, str]:
+        # Horovod's attribute (its tests and some user code read it): parameter -> name.
+        return dict(self._names)
 
     def _make_groups(self, groups: Any) -> tuple[dict[torch.Tensor, int], list[list[Any]]]:
         if not groups:
@@ -178,12 +187,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for n in sorted(set(ref) ^ set(here)):
                 where = "rank 0" if n in ref else f"rank {r}"
                 missing = f"rank {r}" if n in ref else "rank 0"
-                problems.append(f"parameter {n[len('allreduce.'):]!r} exists on {where} but "
+                problems.append(f"parameter {n!r} exists on {where} but "
                                 f"not on {missing}")
             for n in sorted(set(ref) & set(here)):
                 if ref[n] != here[n]:
                     problems.append(
-                        f"parameter {n[len('allreduce.'):]!r} is (shape, dtype, trainable)="
+                        f"parameter {n!r} is (shape, dtype, trainable)="
                         f"{tuple(here[n])} on rank {r} but {tuple(ref[n])} on rank 0")
         raise MismatchError(
             f"DistributedOptimizer on rank {_core.rank()}: ranks wrap different models: "
@@ -200,7 +209,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _on_grad(self, p: torch.Tensor) -> None:
         if self._delay[p] <= 0:
             raise HvdcoreError(
-                f"gradient of {self._names[p][len('allreduce.'):]!r} was computed more than "
+                f"gradient of {self._names[p]!r} was computed more than "
                 f"backward_passes_per_step={self.backward_passes_per_step} times before "
                 "step()/synchronize(); raise backward_passes_per_step to accumulate more "
                 "passes locally, or call step() after each pass")
@@ -219,16 +228,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._submit(("group", gid), self._members[gid])
 
     def _dense_grad(self, p: torch.Tensor) -> torch.Tensor:
+        """The tensor to reduce for ``p``: its gradient, a zero one when it has none, a dense
+        copy of a sparse one (``sparse_as_dense``)."""
         if p.grad is None:
             p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
-        elif p.grad.is_sparse and self.sparse_as_dense:
-            p.grad = p.grad.to_dense()
+        if p.grad.is_sparse and self.sparse_as_dense:
+            return p.grad.to_dense()
         return p.grad
 
     def _submit(self, key: Any, params: list[torch.Tensor]) -> None:
         if self.process_set.size() == 1:
             for p in params:  # nothing to reduce; unused parameters still get a zero gradient
-                self._dense_grad(p)
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
             self._handles[key] = (Handle(None, lambda _r: None, "local"), [])
             return
         pre, post = self._scales()
@@ -274,6 +286,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             for p, sent, ctx in entries:
                 if ctx == "sparse":
                     p.grad = result
+                elif p.grad is not None and p.grad.is_sparse:
+                    # sparse_as_dense: the reduced dense gradient goes back as a sparse one.
+                    p.grad = self._compression.decompress(sent, ctx).to_sparse()
                 elif sent is not p.grad and p.grad is not None:
                     with torch.no_grad():
                         p.grad.copy_(self._compression.decompress(sent, ctx))
@@ -313,10 +328,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         if self._should_synchronize:
             if self._synchronized:
+                # Attributed to this module (stacklevel 1) as Horovod's is to its own: Python's
+                # default filter then shows it once per process, however many steps do this.
                 warnings.warn("optimizer.step() called after optimizer.synchronize() without "
                               "optimizer.skip_synchronize(): gradients are reduced twice. Use "
                               "`with optimizer.skip_synchronize(): optimizer.step()`.",
-                              stacklevel=2)
+                              UserWarning, stacklevel=1)
             self.synchronize()
         self._synchronized = False
         self.wrapped_optimizer.step()
@@ -350,9 +367,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             super().add_param_group(param_group)
             return
         self.wrapped_optimizer.add_param_group(param_group)
-        start = len(self._names)
-        for i, p in enumerate(self.param_groups[-1]["params"]):
-            self._names.setdefault(p, f"allreduce.param.{start + i}")
+        gi = len(self.param_groups) - 1
+        for j, p in enumerate(self.param_groups[-1]["params"]):
+            self._names.setdefault(p, f"allreduce.noname.{gi}.{j}")
             if p.requires_grad and p not in self._delay:
                 self._params.append(p)
                 self._delay[p] = self.backward_passes_per_step

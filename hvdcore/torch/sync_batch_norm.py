@@ -80,7 +80,9 @@ class SyncBatchNorm(_BatchNorm):
         else:
             mean = var = x.new_zeros(c)
         local = torch.cat([mean, var, x.new_tensor([float(count)])]).unsqueeze(0)
-        every = AllgatherFn.apply(local, None, self.process_set)  # [ranks, 2C + 1]
+        # exact=True: the statistics need the true derivative of the global batch, not
+        # Horovod's averaged allgather gradient.
+        every = AllgatherFn.apply(local, None, self.process_set, True)  # [ranks, 2C + 1]
         means, vars_, counts = every[:, :c], every[:, c:2 * c], every[:, 2 * c:]
         total = counts.sum()
         n = float(total.detach())

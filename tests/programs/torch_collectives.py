@@ -1,8 +1,9 @@
 """Every hvdcore.torch collective against a torch reference computed in this one process.
 
 Each rank can regenerate every rank's input (seeded by rank), so the reference result of a
-collective -- and the reference gradient of the sum of all ranks' losses -- is computed with
-plain torch ops here and compared with what hvdcore returns. Prints one summary line per rank.
+collective -- and the reference gradient of the sum of all ranks' losses (``gradient="exact"``;
+Horovod's default gradients are checked in torch_semantics.py) -- is computed with plain torch
+ops here and compared with what hvdcore returns. Prints one summary line per rank.
 """
 
 from __future__ import annotations
@@ -178,8 +179,9 @@ assert recv.tolist() == [splits_of(r)[ME] for r in range(N)], recv
 out, recv = hvd.synchronize(hvd.alltoall_async(sends[ME], splits=torch.tensor(splits_of(ME))))
 check(out, want, "alltoall_async")
 even = [data(r, (2 * N, 3), torch.bfloat16, 51) for r in range(N)]
-out, recv = hvd.alltoall(even[ME])
+out = hvd.alltoall(even[ME])  # without splits: the tensor alone, as Horovod
 check(out, torch.cat([even[r][2 * ME: 2 * ME + 2] for r in range(N)]), "alltoall even bf16")
+out, recv = hvd.synchronize(hvd.alltoall_async(even[ME]))
 assert recv.tolist() == [2] * N
 
 # --------------------------------------------------------------------- reducescatter
@@ -219,16 +221,20 @@ def grad_check(name: str, dist_fn, ref_fn, shape_of=lambda r: (3, 2), out_shape_
 
 
 for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
-    grad_check(f"allreduce {op.name}", lambda x, op=op: hvd.allreduce(x, op=op),
+    grad_check(f"allreduce {op.name}",
+               lambda x, op=op: hvd.allreduce(x, op=op, gradient="exact"),
                lambda xs, op=op: [REDUCE[op](xs)] * N)
 grad_check("allreduce scaled", lambda x: hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0,
-                                                        postscale_factor=0.25),
+                                                        postscale_factor=0.25,
+                                                        gradient="exact"),
            lambda xs: [0.5 * sum(xs)] * N)
 grad_check("grouped_allreduce", lambda x: hvd.grouped_allreduce([x, 2 * x])[1],
            lambda xs: [2 * sum(xs) / N] * N)
-grad_check("allgather", hvd.allgather, lambda xs: [torch.cat(xs)] * N,
+grad_check("allgather", lambda x: hvd.allgather(x, gradient="exact"),
+           lambda xs: [torch.cat(xs)] * N,
            shape_of=lambda r: (r + 1, 2))
-grad_check("broadcast root", lambda x: hvd.broadcast(x, N - 1), lambda xs: [xs[N - 1]] * N)
+grad_check("broadcast root", lambda x: hvd.broadcast(x, N - 1, gradient="exact"),
+           lambda xs: [xs[N - 1]] * N)
 grad_check("alltoall", lambda x: hvd.alltoall(x, splits=splits_of(ME))[0],
            lambda xs: [torch.cat([xs[r][sum(splits_of(r)[:i]): sum(splits_of(r)[:i + 1])]
                                   for r in range(N)]) for i in range(N)],
@@ -241,7 +247,8 @@ def rs_ref(xs: list[torch.Tensor]) -> list[torch.Tensor]:
     return [total[sum(counts[:i]): sum(counts[: i + 1])] for i in range(N)]
 
 
-grad_check("reducescatter", hvd.reducescatter, rs_ref, shape_of=lambda r: (5, 2))
+grad_check("reducescatter", lambda x: hvd.reducescatter(x, gradient="exact"), rs_ref,
+           shape_of=lambda r: (5, 2))
 
 # --------------------------------------------------------------------- SyncBatchNorm
 for dims in ((4,), (4, 3, 3)):
