@@ -48,6 +48,7 @@ class ProcessState:
     def request_name(self, kind: str, set_id: int, name: str | None) -> str:
         """``name`` (checked to be a str), or the next automatic name of ``kind`` in the set:
         ranks that call the same collectives in the same order get the same names."""
+        _thread.named = getattr(_thread, "named", 0) + 1
         if name is not None:
             if not isinstance(name, str):
                 raise errors.UnsupportedError(
@@ -56,10 +57,17 @@ class ProcessState:
         key = (kind, set_id)
         n = self.counters.get(key, 0) + 1
         self.counters[key] = n
-        return f"{kind}.noname.{n}"
+        return f"{kind}#{n}"  # "#": automatic (Horovod-style names use ".noname.")
 
 
 _state: ProcessState | None = None
+_thread = threading.local()  # .named: request names this thread took (see names_taken)
+
+
+def names_taken() -> int:
+    """How many request names the calling thread has taken so far (for
+    :func:`hvdcore.collectives.rejecting`: did a failed call reach the core?)."""
+    return getattr(_thread, "named", 0)
 _lock = threading.Lock()
 _hooks_installed = False
 _aborting = False

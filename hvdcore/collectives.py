@@ -15,8 +15,10 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
@@ -53,10 +55,11 @@ __all__ = [
     "broadcast", "broadcast_async", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "grouped_reducescatter",
     "grouped_reducescatter_async", "barrier", "join", "add_process_set", "remove_process_set",
-    "reject_call",
+    "reject_call", "rejecting",
 ]
 
 _Finalize = Callable[[list[Any]], Any]
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _engine() -> Any:
@@ -311,6 +314,37 @@ def reject_call(kind: str, exc: BaseException, name: str | None = None,
     sid = process_set_id(process_set, st.engine.sets, kind, st.rank)
     base = st.request_name(kind, sid, name)
     requests.reject(st.engine, sid, kind, part_names(base, parts), exc)
+
+
+def rejecting(kind: str, grouped: bool = False,
+              local_only: Callable[[tuple], bool] | None = None) -> Callable[[_F], _F]:
+    """Decorator for a binding's collective: an exception raised before the call reached the
+    core (the binding's own checks: tensor type, dtype, splits form) is turned into a rejected
+    call (:func:`reject_call`), so the other ranks' matching calls fail with the reason
+    instead of waiting. The call's ``name`` and ``process_set`` arguments are read from its
+    signature; ``grouped``: the first argument is the list of tensors (one name per tensor);
+    ``local_only(args)`` True: raise as is (a path that never negotiates through the core).
+    The success path costs one thread-local read.
+    """
+    def wrap(fn: _F) -> _F:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            before = basics.names_taken()
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                if (basics.names_taken() != before or basics.current() is None
+                        or (local_only is not None and local_only(args))):
+                    raise
+                bound = sig.bind_partial(*args, **kwargs).arguments
+                first = next(iter(bound.values()), None)
+                parts = len(first) if grouped and isinstance(first, (list, tuple)) else 1
+                reject_call(kind, exc, bound.get("name"),
+                            bound.get("process_set", global_process_set), parts)
+        return call  # type: ignore[return-value]
+    return wrap
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:

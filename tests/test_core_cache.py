@@ -37,7 +37,7 @@ def test_cache_skips_what_it_cannot_share() -> None:
     c = ResponseCache(2)
     c.insert(_resp("ps", set_id=1))  # process sets other than the global one
     c.insert(_resp("joined", joined=(1,)))  # a response with neutral contributions
-    c.insert(_resp("allreduce.noname.7"))  # automatic names never come back
+    c.insert(_resp("allreduce#7"))  # automatic names never come back
     c.insert(_resp("x", "y", "z"))  # beyond capacity
     assert len(c) == 2 and c.lookup(_meta("z")) == (MISS, -1)
     c.disable()

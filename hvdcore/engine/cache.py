@@ -66,7 +66,7 @@ class ResponseCache:
         if (not self.enabled or resp.kind != ALLREDUCE or resp.set_id != 0 or resp.joined):
             return
         for name, shape in zip(resp.names, resp.shapes, strict=True):
-            if name in self._ids or len(self._metas) >= self.capacity or ".noname." in name:
+            if name in self._ids or len(self._metas) >= self.capacity or "#" in name:
                 continue  # (an automatic name is used once: caching it would only fill up)
             self._ids[name] = len(self._metas)
             self._metas.append(Meta(0, name, ALLREDUCE, resp.dtype, tuple(shape), resp.op,

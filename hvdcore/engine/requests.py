@@ -8,7 +8,7 @@ engine itself when the engine is free, so a blocking call needs no thread hand-o
 
 Example (what ``hvdcore.barrier()`` does)::
 
-    handle = requests.submit_control(engine, BARRIER, "barrier.noname.1", set_id)
+    handle = requests.submit_control(engine, BARRIER, "barrier#1", set_id)
     requests.wait(engine, handle)
 """
 
@@ -45,7 +45,7 @@ def check_names(engine: Any, metas: Sequence[Meta]) -> None:
     names = engine.names
     for meta in metas:
         name = meta.name
-        if ".noname." in name:
+        if "#" in name:
             continue
         h = names.get((meta.set_id, name))
         if h is not None and not h.done():
@@ -62,7 +62,7 @@ def _claim_names(engine: Any, reqs: list[Request], handle: Handle) -> None:
     names = engine.names
     for r in reqs:
         meta = r.meta
-        if meta.kind in DATA_KINDS and ".noname." not in meta.name:
+        if meta.kind in DATA_KINDS and "#" not in meta.name:
             names[(meta.set_id, meta.name)] = handle
 
 
@@ -121,7 +121,7 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
     """The request of one allreduce (enqueued unless ``enqueue`` is False)."""
     req = Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)
     if enqueue:
-        if ".noname." not in meta.name:
+        if "#" not in meta.name:
             _claim_names(engine, [req], req.handle)
         engine.enqueue([req])
     return req
@@ -130,7 +130,7 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
 def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """A blocking allreduce: driven on this thread, through the engine's fast path when the
     ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``)."""
-    if engine.names and ".noname." not in meta.name:
+    if engine.names and "#" not in meta.name:
         check_names(engine, (meta,))
     if not engine.begin_drive():
         return engine.drive(single(engine, meta, arr, out).handle)

@@ -31,11 +31,12 @@ __all__ = [
     "allreduce_async_impl", "grouped_allreduce_async_impl",
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
-    "sparse_allreduce_async_impl",
+    "sparse_allreduce_async_impl", "check_tensor",
 ]
 
 
-def _check(tensor: Any, what: str) -> torch.Tensor:
+def check_tensor(tensor: Any, what: str) -> torch.Tensor:
+    """``tensor`` if it is a torch.Tensor, else UnsupportedError (a TypeError)."""
     if not isinstance(tensor, torch.Tensor):
         raise UnsupportedError(f"{what} expects a torch.Tensor, got {type(tensor).__name__}")
     return tensor
@@ -69,7 +70,7 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
                          prescale_factor: float, postscale_factor: float, process_set: Any,
                          inplace: bool) -> Handle:
     """Start an allreduce of ``tensor``; in-place when ``inplace``."""
-    _check(tensor, "allreduce")
+    check_tensor(tensor, "allreduce")
     if (inplace and tensor.dtype in CORE_DTYPES and tensor.device.type == "cpu"
             and tensor.layout == torch.strided and tensor.is_contiguous()):
         # The DistributedOptimizer's case (a contiguous CPU gradient reduced in place): the
@@ -94,7 +95,7 @@ def grouped_allreduce_async_impl(tensors: Sequence[torch.Tensor], op: Any, name:
                                  prescale_factor: float, postscale_factor: float,
                                  process_set: Any, inplace: bool) -> Handle:
     """Start one grouped allreduce of ``tensors`` (reduced together, as one negotiation unit)."""
-    tensors = [_check(t, "grouped_allreduce") for t in tensors]
+    tensors = [check_tensor(t, "grouped_allreduce") for t in tensors]
     if tensors and all(gpu.routes(t, process_set, op) for t in tensors):
         hs = [gpu.allreduce_async(t, op, prescale_factor, postscale_factor, process_set, inplace)
               for t in tensors]
@@ -111,7 +112,7 @@ def grouped_allreduce_async_impl(tensors: Sequence[torch.Tensor], op: Any, name:
 
 def allgather_async_impl(tensor: torch.Tensor, name: str | None, process_set: Any) -> Handle:
     """Start an allgather (concatenation on dim 0; first dimensions may differ by rank)."""
-    _check(tensor, "allgather")
+    check_tensor(tensor, "allgather")
     if gpu.routes(tensor, process_set):
         return gpu.allgather_async(tensor, process_set)
     buf = bytes_buffer(tensor)
@@ -125,7 +126,7 @@ def allgather_async_impl(tensor: torch.Tensor, name: str | None, process_set: An
 def grouped_allgather_async_impl(tensors: Sequence[torch.Tensor], name: str | None,
                                  process_set: Any) -> Handle:
     """Start one grouped allgather of ``tensors``."""
-    tensors = [_check(t, "grouped_allgather") for t in tensors]
+    tensors = [check_tensor(t, "grouped_allgather") for t in tensors]
     if tensors and all(gpu.routes(t, process_set) for t in tensors):
         hs = [gpu.allgather_async(t, process_set) for t in tensors]
         return Handle(hs, lambda raw: raw, "grouped_allgather (nccl)")
@@ -142,7 +143,7 @@ def grouped_allgather_async_impl(tensors: Sequence[torch.Tensor], name: str | No
 def broadcast_async_impl(tensor: torch.Tensor, root_rank: int, name: str | None,
                          process_set: Any, inplace: bool) -> Handle:
     """Start a broadcast from ``root_rank``; in-place when ``inplace``."""
-    _check(tensor, "broadcast")
+    check_tensor(tensor, "broadcast")
     if gpu.routes(tensor, process_set):
         return gpu.broadcast_async(tensor, root_rank, process_set, inplace)
     buf = bytes_buffer(tensor)
@@ -163,7 +164,7 @@ def _splits_array(splits: Any) -> np.ndarray | None:
 def alltoall_async_impl(tensor: torch.Tensor, splits: Any, name: str | None,
                         process_set: Any) -> Handle:
     """Start an alltoall; the result is ``(output, received_splits)``."""
-    _check(tensor, "alltoall")
+    check_tensor(tensor, "alltoall")
     split_arr = _splits_array(splits)
     if gpu.routes(tensor, process_set):
         return gpu.alltoall_async(tensor, split_arr, process_set)
@@ -180,7 +181,7 @@ def alltoall_async_impl(tensor: torch.Tensor, splits: Any, name: str | None,
 def reducescatter_async_impl(tensor: torch.Tensor, op: Any, name: str | None, process_set: Any,
                              prescale_factor: float, postscale_factor: float) -> Handle:
     """Start a reducescatter: reduce, then rank i keeps the i-th block of dim 0."""
-    _check(tensor, "reducescatter")
+    check_tensor(tensor, "reducescatter")
     if gpu.routes(tensor, process_set, op):
         return gpu.reducescatter_async(tensor, op, process_set, prescale_factor,
                                        postscale_factor)
@@ -198,7 +199,7 @@ def grouped_reducescatter_async_impl(tensors: Sequence[torch.Tensor], op: Any, n
                                      process_set: Any, prescale_factor: float,
                                      postscale_factor: float) -> Handle:
     """Start one grouped reducescatter of ``tensors``."""
-    tensors = [_check(t, "grouped_reducescatter") for t in tensors]
+    tensors = [check_tensor(t, "grouped_reducescatter") for t in tensors]
     if tensors and all(gpu.routes(t, process_set, op) for t in tensors):
         hs = [gpu.reducescatter_async(t, op, process_set, prescale_factor, postscale_factor)
               for t in tensors]
@@ -220,7 +221,7 @@ def sparse_allreduce_async_impl(tensor: torch.Tensor, name: str, op: Any,
 
     The result is a coalesced sparse tensor (divided by the set size for Average).
     """
-    _check(tensor, "sparse_allreduce_async")
+    check_tensor(tensor, "sparse_allreduce_async")
     if not tensor.is_sparse:
         raise ArgumentError("sparse_allreduce_async expects a sparse COO tensor "
                             f"(layout torch.sparse_coo), got layout {tensor.layout}")

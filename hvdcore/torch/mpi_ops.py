@@ -4,7 +4,9 @@ Results keep the input's dtype, device and shape (first dimension aside for allg
 alltoall and reducescatter). Blocking versions are differentiable (see
 :mod:`hvdcore.torch.autograd`); ``*_async`` versions return a handle for :func:`poll` /
 :func:`synchronize`; trailing-underscore versions work in place. ``name`` identifies the
-operation across ranks (when None, ranks must call collectives in the same order).
+operation across ranks (when None, ranks must call collectives in the same order). A call
+whose arguments fail a check on one rank fails on every rank, naming that rank (see
+:func:`hvdcore.collectives.rejecting`).
 
 Gradients follow Horovod 0.28.1's definitions; the differentiable collectives also take
 ``gradient="exact"`` for the exact derivative of the sum of every rank's loss (see
@@ -27,6 +29,9 @@ import torch
 
 import hvdcore as _core
 from hvdcore.arguments import resolve_op
+from hvdcore.collectives import rejecting
+from hvdcore.engine.messages import ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER
+from hvdcore.errors import UnsupportedError
 from hvdcore.torch import collectives as C
 from hvdcore.torch.autograd import (
     AllgatherFn,
@@ -53,6 +58,24 @@ __all__ = [
 _GLOBAL = _core.global_process_set
 
 
+def _tensor_list(tensors: Any, what: str) -> list[torch.Tensor]:
+    """``tensors`` as a list, each a torch.Tensor (UnsupportedError, a TypeError, if not)."""
+    if not isinstance(tensors, (list, tuple)):
+        raise UnsupportedError(f"{what} expects a list of tensors, got {type(tensors).__name__}")
+    for t in tensors:
+        C.check_tensor(t, what)
+    return list(tensors)
+
+
+def _on_device(args: tuple) -> bool:
+    """A call on device tensors: it may take the torch.distributed path, which never
+    negotiates through the core (so a rejection could not reach the other ranks)."""
+    first = args[0] if args else None
+    items = first if isinstance(first, (list, tuple)) else (first,)
+    return any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in items)
+
+
+@rejecting(ALLREDUCE, local_only=_on_device)
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
               compression: type[Compressor] = Compression.none, op: Any = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -71,6 +94,7 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     return compression.decompress(out, ctx)
 
 
+@rejecting(ALLREDUCE, local_only=_on_device)
 def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                     op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: Any = _GLOBAL) -> Handle:
@@ -79,6 +103,7 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
                                   postscale_factor, process_set, inplace=False)
 
 
+@rejecting(ALLREDUCE, local_only=_on_device)
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: Any = _GLOBAL) -> torch.Tensor:
@@ -87,6 +112,7 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                             process_set).wait()
 
 
+@rejecting(ALLREDUCE, local_only=_on_device)
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                      op: Any = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0, process_set: Any = _GLOBAL) -> Handle:
@@ -95,6 +121,7 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
                                   postscale_factor, process_set, inplace=True)
 
 
+@rejecting(ALLREDUCE, grouped=True, local_only=_on_device)
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = None,
                       name: str | None = None, compression: type[Compressor] = Compression.none,
                       op: Any = None, prescale_factor: float = 1.0,
@@ -103,7 +130,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = No
     """Allreduce a list of tensors as one unit (one negotiation, fused); differentiable."""
     op = resolve_op(average, op, "grouped_allreduce")
     exact = gradient_mode(gradient)
-    pairs = [compression.compress(t) for t in tensors]
+    pairs = [compression.compress(t) for t in _tensor_list(tensors, 'grouped collective')]
     if (exact and op in (_core.Min, _core.Max, _core.Product)
             and any(t.requires_grad for t, _ in pairs)):
         outs = [AllreduceFn.apply(t, op, None if name is None else f"{name}.{i}",
@@ -115,6 +142,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = No
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs, strict=True)]
 
 
+@rejecting(ALLREDUCE, grouped=True, local_only=_on_device)
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None,
                             name: str | None = None, op: Any = None,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -125,6 +153,7 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | Non
                                           process_set, False)
 
 
+@rejecting(ALLREDUCE, grouped=True, local_only=_on_device)
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = None,
                        name: str | None = None, op: Any = None, prescale_factor: float = 1.0,
                        postscale_factor: float = 1.0,
@@ -134,6 +163,7 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = N
                                     postscale_factor, process_set).wait()
 
 
+@rejecting(ALLREDUCE, grouped=True, local_only=_on_device)
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | None = None,
                              name: str | None = None, op: Any = None,
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -155,6 +185,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
     return C.sparse_allreduce_async_impl(tensor, name or "", op, process_set)
 
 
+@rejecting(ALLGATHER, local_only=_on_device)
 def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = _GLOBAL, *,
               gradient: str = "horovod") -> torch.Tensor:
     """Concatenate every rank's ``tensor`` on dim 0 (sizes may differ); differentiable.
@@ -165,16 +196,19 @@ def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = 
     return AllgatherFn.apply(tensor, name, process_set, gradient_mode(gradient))
 
 
+@rejecting(ALLGATHER, local_only=_on_device)
 def allgather_async(tensor: torch.Tensor, name: str | None = None,
                     process_set: Any = _GLOBAL) -> Handle:
     """Start an allgather."""
     return C.allgather_async_impl(tensor, name, process_set)
 
 
+@rejecting(ALLGATHER, grouped=True, local_only=_on_device)
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
                       process_set: Any = _GLOBAL, *,
                       gradient: str = "horovod") -> list[torch.Tensor]:
     """Allgather a list of tensors as one unit; differentiable (as :func:`allgather`)."""
+    tensors = _tensor_list(tensors, "grouped_allgather")
     exact = gradient_mode(gradient)
     if any(t.requires_grad for t in tensors):
         return [AllgatherFn.apply(t, None if name is None else f"{name}.{i}", process_set, exact)
@@ -182,12 +216,14 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
     return C.grouped_allgather_async_impl(tensors, name, process_set).wait()
 
 
+@rejecting(ALLGATHER, grouped=True, local_only=_on_device)
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = None,
                             process_set: Any = _GLOBAL) -> Handle:
     """Start a grouped allgather."""
     return C.grouped_allgather_async_impl(tensors, name, process_set)
 
 
+@rejecting(BROADCAST, local_only=_on_device)
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
               process_set: Any = _GLOBAL, *, gradient: str = "horovod") -> torch.Tensor:
     """Return ``root_rank``'s ``tensor`` on every rank (a new tensor); differentiable.
@@ -198,24 +234,28 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
     return BroadcastFn.apply(tensor, root_rank, name, process_set, gradient_mode(gradient))
 
 
+@rejecting(BROADCAST, local_only=_on_device)
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                     process_set: Any = _GLOBAL) -> Handle:
     """Start a broadcast into a new tensor."""
     return C.broadcast_async_impl(tensor, root_rank, name, process_set, inplace=False)
 
 
+@rejecting(BROADCAST, local_only=_on_device)
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: Any = _GLOBAL) -> torch.Tensor:
     """Broadcast in place: ``tensor`` receives ``root_rank``'s values."""
     return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
+@rejecting(BROADCAST, local_only=_on_device)
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                      process_set: Any = _GLOBAL) -> Handle:
     """Start an in-place broadcast."""
     return C.broadcast_async_impl(tensor, root_rank, name, process_set, inplace=True)
 
 
+@rejecting(ALLTOALL, local_only=_on_device)
 def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
              process_set: Any = _GLOBAL) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Send ``splits[i]`` rows of ``tensor`` to rank i; differentiable in ``tensor``.
@@ -227,6 +267,7 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
     return AlltoallFn.apply(tensor, splits, name, process_set)
 
 
+@rejecting(ALLTOALL, local_only=_on_device)
 def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
                    process_set: Any = _GLOBAL) -> Handle:
     """Start an alltoall; ``synchronize`` returns ``(output, received_splits)`` (with or
@@ -234,6 +275,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     return C.alltoall_async_impl(tensor, splits, name, process_set)
 
 
+@rejecting(REDUCESCATTER, local_only=_on_device)
 def reducescatter(tensor: torch.Tensor, name: str | None = None,
                   compression: type[Compressor] = Compression.none, op: Any = _core.Average,
                   process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
@@ -252,6 +294,7 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None,
     return compression.decompress(out, ctx)
 
 
+@rejecting(REDUCESCATTER, local_only=_on_device)
 def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any = _core.Average,
                         process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> Handle:
@@ -261,6 +304,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any =
                                       postscale_factor)
 
 
+@rejecting(REDUCESCATTER, grouped=True, local_only=_on_device)
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = None,
                           compression: type[Compressor] = Compression.none,
                           op: Any = _core.Average, process_set: Any = _GLOBAL,
@@ -270,7 +314,7 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = No
     :func:`reducescatter`)."""
     op = resolve_op(None, op, "grouped_reducescatter")
     exact = gradient_mode(gradient)
-    pairs = [compression.compress(t) for t in tensors]
+    pairs = [compression.compress(t) for t in _tensor_list(tensors, 'grouped collective')]
     if any(t.requires_grad for t, _ in pairs):
         outs = [ReducescatterFn.apply(t, op, None if name is None else f"{name}.{i}",
                                       process_set, prescale_factor, postscale_factor, exact)
@@ -281,6 +325,7 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = No
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs, strict=True)]
 
 
+@rejecting(REDUCESCATTER, grouped=True, local_only=_on_device)
 def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | None = None,
                                 op: Any = _core.Average, process_set: Any = _GLOBAL,
                                 prescale_factor: float = 1.0,
