@@ -48,7 +48,7 @@ class ProcessState:
     def request_name(self, kind: str, set_id: int, name: str | None) -> str:
         """``name`` (checked to be a str), or the next automatic name of ``kind`` in the set:
         ranks that call the same collectives in the same order get the same names."""
-        _thread.named = getattr(_thread, "named", 0) + 1
+        _thread.named += 1
         if name is not None:
             if not isinstance(name, str):
                 raise errors.UnsupportedError(
@@ -61,13 +61,17 @@ class ProcessState:
 
 
 _state: ProcessState | None = None
-_thread = threading.local()  # .named: request names this thread took (see names_taken)
+class _ThreadNames(threading.local):
+    named = 0  # request names this thread took (see names_taken)
+
+
+_thread = _ThreadNames()
 
 
 def names_taken() -> int:
     """How many request names the calling thread has taken so far (for
     :func:`hvdcore.collectives.rejecting`: did a failed call reach the core?)."""
-    return getattr(_thread, "named", 0)
+    return _thread.named
 _lock = threading.Lock()
 _hooks_installed = False
 _aborting = False

@@ -122,7 +122,11 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
     req = Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)
     if enqueue:
         if "#" not in meta.name:
-            _claim_names(engine, [req], req.handle)
+            key = (meta.set_id, meta.name)
+            h = engine.names.get(key)
+            if h is not None and not h.done():
+                check_names(engine, (meta,))  # raises the duplicate-name error
+            engine.names[key] = req.handle
         engine.enqueue([req])
     return req
 
@@ -130,8 +134,11 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
 def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """A blocking allreduce: driven on this thread, through the engine's fast path when the
     ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``)."""
-    if engine.names and "#" not in meta.name:
-        check_names(engine, (meta,))
+    names = engine.names
+    if names:
+        h = names.get((meta.set_id, meta.name))
+        if h is not None and not h.done():
+            check_names(engine, (meta,))  # raises the duplicate-name error
     if not engine.begin_drive():
         return engine.drive(single(engine, meta, arr, out).handle)
     try:
