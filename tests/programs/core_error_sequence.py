@@ -147,23 +147,32 @@ for rnd in range(ROUNDS):
         assert hvd.remove_process_set(ps)
 
     # -- a name still in use raises at submission, on the rank that reuses it --------------
-    # (deterministic: the peers submit their 'dup' only after rank 0's second call returned)
-    if rank == 0:
-        first = hvd.allreduce_async(x, name=f"dup{rnd}")
-        try:
-            hvd.allreduce_async(x * 2, name=f"dup{rnd}")
-        except ValueError as err:
-            assert "same name" in str(err), err
+    # (Horovod's test_horovod_*_duplicate_name_error; deterministic: the peers submit their
+    # counterpart only after rank 0's second call returned)
+    dup_calls = {
+        "allreduce": lambda nm: hvd.allreduce_async(x, name=nm),
+        "allgather": lambda nm: hvd.allgather_async(x, name=nm),
+        "broadcast": lambda nm: hvd.broadcast_async(x, 0, name=nm),
+        "reducescatter": lambda nm: hvd.reducescatter_async(np.ones(2 * size), name=nm),
+    }
+    for kind, submit in dup_calls.items():
+        nm = f"dup.{kind}{rnd}"
+        if rank == 0:
+            first = submit(nm)
+            try:
+                submit(nm)
+            except ValueError as err:
+                assert "same name" in str(err), err
+            else:
+                raise AssertionError(f"a duplicate {kind} name was accepted")
+            hvd.allreduce(x, name=f"sync.{nm}")
+            hvd.synchronize(first)
         else:
-            raise AssertionError("a duplicate name was accepted")
-        hvd.allreduce(x, name=f"dup.sync{rnd}")
-        assert hvd.synchronize(first).tolist() == [1.0] * 4
-    else:
-        hvd.allreduce(x, name=f"dup.sync{rnd}")
-        assert hvd.allreduce(x, name=f"dup{rnd}").tolist() == [1.0] * 4
-    healthy("duplicate-name")
-    done += 1
-    print("CASE duplicate-name OK", flush=True)
+            hvd.allreduce(x, name=f"sync.{nm}")
+            hvd.synchronize(submit(nm))
+        healthy(f"duplicate-{kind}")
+        done += 1
+        print(f"CASE duplicate-{kind} OK", flush=True)
 
 elapsed = time.monotonic() - t_start
 t0 = time.monotonic()
