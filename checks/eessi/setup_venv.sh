@@ -21,6 +21,10 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/reframe
   echo "$VENV"
   exit 0
 fi
+if [ -e "$VENV" ] && [ ! -f "$VENV/pyvenv.cfg" ]; then
+  echo "setup_venv.sh: $VENV exists and is not a venv: not touching it" >&2
+  exit 2
+fi
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PINS[@]}" >&2
