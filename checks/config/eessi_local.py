@@ -20,7 +20,7 @@ that runs ReFrame (``checks/eessi/setup_venv.sh``)::
 
 import os
 
-from common import OMPI_AS_ROOT
+from common import OMPI_AS_ROOT, general_config
 from eessi.testsuite.common_config import (
     common_general_config,
     common_logging_config,
@@ -72,6 +72,8 @@ site_configuration = {
         {
             **common_general_config(PREFIX),
             "purge_environment": True,
+            # hvdcore's rule for every config: no recursive search (the fault check stays out)
+            **general_config()[0],
         }
     ],
     "logging": common_logging_config(PREFIX),
