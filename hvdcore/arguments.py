@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from hvdcore.backends.base import DeviceBuffer
 from hvdcore.engine.messages import ReduceOp
 from hvdcore.errors import ArgumentError, UnimplementedError, UnsupportedError
 from hvdcore.process_sets import ProcessSet
 
 __all__ = [
-    "SUPPORTED_DTYPES", "dtype_name", "resolve_op", "as_array", "scale_factor", "output_for",
+    "SUPPORTED_DTYPES", "dtype_name", "device_of", "resolve_op", "as_array", "scale_factor", "output_for",
     "process_set_id", "broadcast_root", "splits_vector", "alltoall_splits", "part_names",
 ]
 
@@ -46,6 +47,11 @@ def _where(what: str, rank: int | None) -> str:
 def dtype_name(dtype: np.dtype) -> str:
     """``dtype.name`` without numpy's slow property on the hot path."""
     return _DTYPE_NAMES.get(dtype) or dtype.name
+
+
+def device_of(arr: Any) -> str:
+    """The data plane of a checked array: "" for host NumPy, else the DeviceBuffer's."""
+    return arr.device if type(arr) is DeviceBuffer else ""
 
 
 def resolve_op(average: bool | None, op: Any, what: str = "allreduce",
@@ -83,6 +89,8 @@ def as_array(tensor: Any, what: str, rank: int | None = None,
     if isinstance(tensor, np.generic):
         tensor = np.asarray(tensor)
     if not isinstance(tensor, np.ndarray):
+        if type(tensor) is DeviceBuffer:
+            return _device_buffer(tensor, what, rank, op)
         raise UnsupportedError(
             f"{_where(what, rank)} expects a NumPy array, got {type(tensor).__name__}; use the "
             "framework binding (hvdcore.torch / hvdcore.tensorflow) for framework tensors")
@@ -100,6 +108,20 @@ def as_array(tensor: Any, what: str, rank: int | None = None,
             f"{_where(what, rank)}: Average of a bool tensor is undefined; use op=Sum "
             "(logical or), Min/Product (logical and) or Max")
     return tensor if tensor.flags.c_contiguous else tensor.copy(order="C")
+
+
+def _device_buffer(buf: DeviceBuffer, what: str, rank: int | None,
+                   op: ReduceOp | None) -> DeviceBuffer:
+    """The checks of :func:`as_array` for a binding's device buffer (contiguous by contract)."""
+    if buf.dtype not in SUPPORTED_DTYPES:
+        raise ArgumentError(
+            f"{_where(what, rank)} does not support dtype {buf.dtype}; supported: "
+            f"{_SUPPORTED_NAMES}")
+    if op is ReduceOp.AVERAGE and buf.dtype == np.bool_:
+        raise ArgumentError(
+            f"{_where(what, rank)}: Average of a bool tensor is undefined; use op=Sum "
+            "(logical or), Min/Product (logical and) or Max")
+    return buf
 
 
 def scale_factor(value: Any, which: str, what: str, rank: int | None = None) -> float:
@@ -124,6 +146,13 @@ def output_for(out: Any, tensor: Any, arr: np.ndarray, what: str,
     """Check ``out=`` (an array like ``arr``) and return the array to send: ``out`` itself when
     it is the input's memory (in place), a private copy of ``arr`` when they only overlap,
     else ``arr``. ``tensor`` is what the caller passed, ``arr`` its checked array."""
+    if type(arr) is DeviceBuffer:
+        if (type(out) is not DeviceBuffer or out.device != arr.device or out.shape != arr.shape
+                or out.dtype != arr.dtype):
+            raise ArgumentError(
+                f"{_where(what, rank)}: out= must be a buffer of the {arr.device} data plane "
+                f"of shape {arr.shape} and dtype {arr.dtype}")
+        return out if out.ptr == arr.ptr else arr
     if not isinstance(out, np.ndarray):
         raise UnsupportedError(
             f"{_where(what, rank)}: out= must be a NumPy array, got {type(out).__name__}")

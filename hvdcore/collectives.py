@@ -26,6 +26,7 @@ from hvdcore import basics, errors
 from hvdcore.arguments import (
     alltoall_splits,
     as_array,
+    device_of,
     broadcast_root,
     dtype_name,
     output_for,
@@ -84,8 +85,8 @@ def _allgather(tensors: Sequence[Any], name: str | None, process_set: Any,
         for i, t in enumerate(tensors):
             arr = as_array(t, ALLGATHER, st.rank)
             shape = arr.shape if arr.ndim else (1,)
-            items.append((Meta(sid, names[i], ALLGATHER, dtype_name(arr.dtype), shape), arr,
-                          None))
+            items.append((Meta(sid, names[i], ALLGATHER, dtype_name(arr.dtype), shape,
+                               device=device_of(arr)), arr, None))
     except Exception as exc:  # the peers' matching calls must fail too, not wait
         requests.reject(st.engine, sid, ALLGATHER, names, exc)
     return requests.submit(st.engine, items, finalize, f"{label} '{base}'")
@@ -135,7 +136,8 @@ def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
             arr = output_for(out, tensor, arr, BROADCAST, st.rank)
     except Exception as exc:  # the peers' matching calls must fail too, not wait
         requests.reject(st.engine, sid, BROADCAST, [nm], exc)
-    meta = Meta(sid, nm, BROADCAST, dtype_name(arr.dtype), arr.shape, root=root)
+    meta = Meta(sid, nm, BROADCAST, dtype_name(arr.dtype), arr.shape, root=root,
+                device=device_of(arr))
     return requests.submit(st.engine, [(meta, arr, out)], requests.first, f"broadcast '{nm}'")
 
 
@@ -165,7 +167,8 @@ def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = No
         sp = alltoall_splits(splits, arr.shape[0], len(process_set.ranks), ALLTOALL, st.rank)
     except Exception as exc:  # the peers' matching calls must fail too, not wait
         requests.reject(st.engine, sid, ALLTOALL, [nm], exc)
-    meta = Meta(sid, nm, ALLTOALL, dtype_name(arr.dtype), arr.shape, splits=tuple(sp))
+    meta = Meta(sid, nm, ALLTOALL, dtype_name(arr.dtype), arr.shape, splits=tuple(sp),
+                device=device_of(arr))
     return requests.submit(st.engine, [(meta, arr, None)], requests.first, f"alltoall '{nm}'")
 
 
@@ -204,7 +207,7 @@ def _reducescatter(tensors: Sequence[Any], name: str | None, op: Any, process_se
                 raise errors.ArgumentError(
                     f"rank {rank}: reducescatter needs at least 1 dimension")
             items.append((Meta(sid, names[i], REDUCESCATTER, dtype_name(arr.dtype), arr.shape,
-                               int(rop), -1, pre, post), arr, None))
+                               int(rop), -1, pre, post, device=device_of(arr)), arr, None))
     except Exception as exc:  # the peers' matching calls must fail too, not wait
         requests.reject(st.engine, sid, REDUCESCATTER, names, exc)
     return requests.submit(st.engine, items, finalize, f"{label} '{base}'")

@@ -23,6 +23,7 @@ from hvdcore import basics, errors
 from hvdcore.arguments import (
     SUPPORTED_DTYPES,
     as_array,
+    device_of,
     dtype_name,
     output_for,
     part_names,
@@ -104,6 +105,8 @@ def _allreduce_meta(
     except Exception as exc:  # the peers' matching calls must fail too, not wait
         requests.reject(st.engine, sid, ALLREDUCE, [nm], exc)
     meta = Meta(sid, nm, ALLREDUCE, dtype_name(arr.dtype), arr.shape, int(rop), -1, pre, post)
+    if type(arr) is not np.ndarray:
+        meta.device = device_of(arr)
     return st.engine, meta, arr, out
 
 
@@ -171,7 +174,7 @@ def grouped_allreduce_async(
             if o is not None:
                 arr = output_for(o, t, arr, ALLREDUCE, rank)
             items.append((Meta(sid, names[i], ALLREDUCE, dtype_name(arr.dtype), arr.shape,
-                               int(rop), -1, pre, post), arr, o))
+                               int(rop), -1, pre, post, device=device_of(arr)), arr, o))
     except Exception as exc:  # the peers' matching calls must fail too, not wait
         requests.reject(st.engine, sid, ALLREDUCE, names, exc)
     return requests.submit(st.engine, items, list, f"grouped_allreduce '{base}'")

@@ -1,7 +1,8 @@
 """The two protocols below the engine.
 
 :class:`Backend` is the data plane: the collectives that move tensor bytes, one implementation
-per transport (MPI today; the device path adds more). :class:`ControlPlane` is how the ranks'
+per transport (MPI for host memory; a binding registers more, such as torch.distributed
+Gloo/NCCL). :class:`ControlPlane` is how the ranks'
 engines agree on what to run; it is always MPI. The engine imports neither mpi4py nor a
 framework: everything it does between ranks goes through these two.
 """
@@ -13,36 +14,100 @@ from typing import Any, Protocol
 import numpy as np
 
 
+class DeviceBuffer:
+    """A framework tensor handed to the core for a registered data plane (not host NumPy).
+
+    The core checks and negotiates it like an array: ``dtype`` (the NumPy dtype that stands
+    for the tensor's), ``shape``; ``device`` names the data plane (``"gloo"``, ``"nccl"``)
+    the engine hands ``tensor`` to, untouched. ``ptr`` (the data address) lets ``out=``
+    recognise an in-place call. Bindings make these; users never see them.
+    """
+
+    __slots__ = ("tensor", "device", "dtype", "shape", "ptr")
+
+    def __init__(self, tensor: Any, device: str, dtype: np.dtype, shape: tuple[int, ...],
+                 ptr: int = 0) -> None:
+        self.tensor = tensor
+        self.device = device
+        self.dtype = dtype
+        self.shape = shape
+        self.ptr = ptr
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer({self.device}, {self.dtype}, {list(self.shape)})"
+
+
 class Backend(Protocol):
-    """Collectives on contiguous NumPy buffers over one group of ranks (a process set)."""
+    """A data plane: collectives on contiguous buffers of one device kind, over the group of
+    ranks of a process set, plus the buffer operations the engine's executor needs to build
+    fusion buffers on that device.
+
+    ``pset`` is the engine's :class:`~hvdcore.engine.executor.SetState` (``set_id``,
+    ``ranks``, the MPI ``comm``); a backend keeps its own group per set (see :meth:`add_set`).
+    Buffers are whatever the backend's device holds (NumPy arrays for MPI, torch tensors for
+    the torch.distributed backends); the executor only slices, reshapes and reads ``shape`` /
+    ``ndim`` of them, and does everything else through the methods below. Implementations:
+    :class:`~hvdcore.backends.mpi.MPIBackend` (host memory) and the torch binding's
+    ``hvdcore.torch.backends.TorchBackend`` (Gloo, NCCL/RCCL), registered at
+    ``hvdcore.torch.init()``.
+    """
 
     name: str
+    """Names timeline spans (``MPI_ALLREDUCE``, ``GLOO_ALLREDUCE``, ``NCCL_ALLREDUCE``)."""
+    reduces_float16: bool
+    """False when float16 must be reduced in a float32 buffer (MPI has no half type)."""
 
-    def allreduce(self, comm: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
+    def allreduce(self, pset: Any, buf: Any, out: Any, op: str) -> None:
         """Reduce ``buf`` element-wise across ranks into ``out`` (``out is buf``: in place).
 
         ``op`` is one of "sum", "min", "max", "prod".
         """
 
-    def allgatherv(self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
+    def allgatherv(self, pset: Any, buf: Any, out: Any, counts: list[int]) -> None:
         """Concatenate every rank's ``buf`` (``counts[r]`` bytes from rank r) into ``out``."""
 
-    def broadcast(self, comm: Any, buf: np.ndarray, root: int) -> None:
-        """Overwrite ``buf`` on every rank with root's ``buf`` (root is a rank of ``comm``)."""
+    def broadcast(self, pset: Any, buf: Any, root: int) -> None:
+        """Overwrite ``buf`` on every rank with root's ``buf`` (root: an index into the set)."""
 
     def alltoallv(
-        self, comm: Any, buf: np.ndarray, send_bytes: list[int], out: np.ndarray,
-        recv_bytes: list[int],
+        self, pset: Any, buf: Any, send_bytes: list[int], out: Any, recv_bytes: list[int],
     ) -> None:
         """Send ``send_bytes[r]`` consecutive bytes of ``buf`` to rank r; receive into ``out``."""
 
-    def reduce_scatter(
-        self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int], op: str
-    ) -> None:
+    def reduce_scatter(self, pset: Any, buf: Any, out: Any, counts: list[int], op: str) -> None:
         """Reduce ``buf`` across ranks; rank r receives ``counts[r]`` elements into ``out``."""
 
-    def barrier(self, comm: Any) -> None:
-        """Wait until every rank of ``comm`` arrives."""
+    def barrier(self, pset: Any) -> None:
+        """Wait until every rank of the set arrives."""
+
+    def empty(self, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
+        """An uninitialised buffer on this backend's device."""
+
+    def result_block(self, dtype: np.dtype, count: int) -> Any:
+        """A 1-d buffer of ``count`` elements whose views are handed to callers as results."""
+
+    def scale_into(self, dst: Any, src: Any, factor: float) -> None:
+        """``dst[...] = src * factor`` in ``dst``'s dtype (integers truncate toward zero)."""
+
+    def fill(self, dst: Any, value: Any) -> None:
+        """Set every element of ``dst`` to ``value``."""
+
+    def concat_into(self, srcs: list[Any], dst: Any) -> None:
+        """Copy the 1-d buffers ``srcs`` one after the other into ``dst``."""
+
+    def as_uint8(self, buf: Any) -> Any:
+        """``buf`` (bool) reinterpreted as uint8, sharing memory."""
+
+    def add_set(self, pset: Any) -> None:
+        """A process set was registered (called on every rank, in the same order)."""
+
+    def remove_set(self, pset: Any) -> None:
+        """A process set was removed (called on every rank, in the same order)."""
 
 
 class RoundRequest(Protocol):

@@ -88,33 +88,37 @@ class DegradedBackend:
         for _ in range(self.fault.repeat - 1):
             call(*args)
 
-    def allreduce(self, comm: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
+    def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """Extra allreduces of a scratch copy (in-place results must not be reduced twice)."""
         src, dst = self._scratch_pair(buf, out) if self.fault.repeat > 1 else (buf, out)
-        self._waste(self.inner.allreduce, comm, src, dst, op)
-        self.inner.allreduce(comm, buf, out, op)
+        self._waste(self.inner.allreduce, pset, src, dst, op)
+        self.inner.allreduce(pset, buf, out, op)
 
-    def allgatherv(self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
-        self._waste(self.inner.allgatherv, comm, buf, out, counts)
-        self.inner.allgatherv(comm, buf, out, counts)
+    def allgatherv(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
+        self._waste(self.inner.allgatherv, pset, buf, out, counts)
+        self.inner.allgatherv(pset, buf, out, counts)
 
-    def broadcast(self, comm: Any, buf: np.ndarray, root: int) -> None:
+    def broadcast(self, pset: Any, buf: np.ndarray, root: int) -> None:
         scratch = buf.copy() if self.fault.repeat > 1 else buf  # the root's data must survive
-        self._waste(self.inner.broadcast, comm, scratch, root)
-        self.inner.broadcast(comm, buf, root)
+        self._waste(self.inner.broadcast, pset, scratch, root)
+        self.inner.broadcast(pset, buf, root)
 
-    def alltoallv(self, comm: Any, buf: np.ndarray, send_bytes: list[int], out: np.ndarray,
+    def alltoallv(self, pset: Any, buf: np.ndarray, send_bytes: list[int], out: np.ndarray,
                   recv_bytes: list[int]) -> None:
-        self._waste(self.inner.alltoallv, comm, buf, send_bytes, out, recv_bytes)
-        self.inner.alltoallv(comm, buf, send_bytes, out, recv_bytes)
+        self._waste(self.inner.alltoallv, pset, buf, send_bytes, out, recv_bytes)
+        self.inner.alltoallv(pset, buf, send_bytes, out, recv_bytes)
 
-    def reduce_scatter(self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int],
+    def reduce_scatter(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int],
                        op: str) -> None:
-        self._waste(self.inner.reduce_scatter, comm, buf, out, counts, op)
-        self.inner.reduce_scatter(comm, buf, out, counts, op)
+        self._waste(self.inner.reduce_scatter, pset, buf, out, counts, op)
+        self.inner.reduce_scatter(pset, buf, out, counts, op)
 
-    def barrier(self, comm: Any) -> None:
-        self.inner.barrier(comm)
+    def barrier(self, pset: Any) -> None:
+        self.inner.barrier(pset)
+
+    def __getattr__(self, attr: str) -> Any:
+        # buffer operations and the rest of the protocol are the wrapped backend's own
+        return getattr(self.inner, attr)
 
 
 def wrap_from_env(backend: Any, environ: Any, rank: int) -> Any:

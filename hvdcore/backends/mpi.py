@@ -1,17 +1,23 @@
 """MPI transport (mpi4py): blocking collectives on contiguous host buffers.
 
 Blocking calls are safe because the engine executes the coordinator's responses in one global
-order on every rank, so no two ranks can wait on different collectives.
+order on every rank, so no two ranks can wait on different collectives. Buffers are NumPy
+arrays in host memory.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
+
+_POOL_MIN_BYTES = 32 << 10
+_POOL_MAX_BYTES = 16 << 20
+_POOL_BLOCKS = 4
 
 
 def _displs(counts: list[int]) -> list[int]:
@@ -23,44 +29,109 @@ def _displs(counts: list[int]) -> list[int]:
 
 
 class MPIBackend:
-    """:class:`~hvdcore.backends.base.Backend` over mpi4py communicators."""
+    """:class:`~hvdcore.backends.base.Backend` over mpi4py communicators (a process set's
+    ``comm``) and NumPy buffers."""
 
     name = "mpi"
+    reduces_float16 = False  # MPI has no half type: float16 is reduced in float32
 
-    def allreduce(self, comm: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
+    def __init__(self) -> None:
+        self._pool: dict[str, list[np.ndarray]] = {}
+
+    # -- collectives ------------------------------------------------------------------------
+
+    def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """See :meth:`Backend.allreduce`."""
         if out is buf:
-            comm.Allreduce(MPI.IN_PLACE, out, op=_OPS[op])
+            pset.comm.Allreduce(MPI.IN_PLACE, out, op=_OPS[op])
         else:
-            comm.Allreduce(buf, out, op=_OPS[op])
+            pset.comm.Allreduce(buf, out, op=_OPS[op])
 
-    def allgatherv(self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
+    def allgatherv(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
         """See :meth:`Backend.allgatherv` (byte counts)."""
-        comm.Allgatherv(
+        pset.comm.Allgatherv(
             [buf.reshape(-1).view(np.uint8), MPI.BYTE],
             [out.reshape(-1).view(np.uint8), (counts, _displs(counts)), MPI.BYTE],
         )
 
-    def broadcast(self, comm: Any, buf: np.ndarray, root: int) -> None:
+    def broadcast(self, pset: Any, buf: np.ndarray, root: int) -> None:
         """See :meth:`Backend.broadcast`."""
-        comm.Bcast([buf.reshape(-1).view(np.uint8), MPI.BYTE], root=root)
+        pset.comm.Bcast([buf.reshape(-1).view(np.uint8), MPI.BYTE], root=root)
 
     def alltoallv(
-        self, comm: Any, buf: np.ndarray, send_bytes: list[int], out: np.ndarray,
+        self, pset: Any, buf: np.ndarray, send_bytes: list[int], out: np.ndarray,
         recv_bytes: list[int],
     ) -> None:
         """See :meth:`Backend.alltoallv`."""
-        comm.Alltoallv(
+        pset.comm.Alltoallv(
             [buf.reshape(-1).view(np.uint8), (send_bytes, _displs(send_bytes)), MPI.BYTE],
             [out.reshape(-1).view(np.uint8), (recv_bytes, _displs(recv_bytes)), MPI.BYTE],
         )
 
     def reduce_scatter(
-        self, comm: Any, buf: np.ndarray, out: np.ndarray, counts: list[int], op: str
+        self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int], op: str
     ) -> None:
         """See :meth:`Backend.reduce_scatter` (element counts)."""
-        comm.Reduce_scatter(buf.reshape(-1), out.reshape(-1), recvcounts=counts, op=_OPS[op])
+        pset.comm.Reduce_scatter(buf.reshape(-1), out.reshape(-1), recvcounts=counts,
+                                 op=_OPS[op])
 
-    def barrier(self, comm: Any) -> None:
+    def barrier(self, pset: Any) -> None:
         """See :meth:`Backend.barrier`."""
-        comm.Barrier()
+        pset.comm.Barrier()
+
+    # -- buffers ----------------------------------------------------------------------------
+
+    def empty(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """See :meth:`Backend.empty`."""
+        return np.empty(shape, dtype=dtype)
+
+    def result_block(self, dtype: np.dtype, count: int) -> np.ndarray:
+        """A fresh-looking 1-d array of ``count`` elements for results handed to the caller.
+
+        Blocks of at least 32 KiB are pooled: a block is reused once no result view of it is
+        alive any more (its reference count shows that). Fresh memory is page-faulted in on
+        first touch, which on a VM costs more than reducing it.
+        """
+        nbytes = count * dtype.itemsize
+        if nbytes < _POOL_MIN_BYTES or nbytes > _POOL_MAX_BYTES:
+            return np.empty(count, dtype=dtype)
+        pool = self._pool.setdefault(dtype.str, [])
+        for blk in pool:
+            # references: the pool's list, the loop variable, getrefcount's argument
+            if blk.size >= count and sys.getrefcount(blk) <= 3:
+                return blk[:count]
+        blk = np.empty(count, dtype=dtype)
+        if len(pool) < _POOL_BLOCKS:
+            pool.append(blk)
+        return blk[:count]
+
+    @staticmethod
+    def scale_into(dst: np.ndarray, src: np.ndarray, factor: float) -> None:
+        """See :meth:`Backend.scale_into`."""
+        if factor == 1.0:
+            np.copyto(dst, src, casting="unsafe")
+        else:
+            np.multiply(src, factor, out=dst, casting="unsafe")
+
+    @staticmethod
+    def fill(dst: np.ndarray, value: Any) -> None:
+        """See :meth:`Backend.fill`."""
+        dst.fill(value)
+
+    @staticmethod
+    def concat_into(srcs: list[np.ndarray], dst: np.ndarray) -> None:
+        """See :meth:`Backend.concat_into`."""
+        np.concatenate(srcs, out=dst)
+
+    @staticmethod
+    def as_uint8(buf: np.ndarray) -> np.ndarray:
+        """See :meth:`Backend.as_uint8`."""
+        return buf.view(np.uint8)
+
+    # -- process sets -----------------------------------------------------------------------
+
+    def add_set(self, pset: Any) -> None:
+        """Nothing to do: the engine made the set's communicator (``pset.comm``)."""
+
+    def remove_set(self, pset: Any) -> None:
+        """Nothing to do: the engine frees the set's communicator."""

@@ -9,7 +9,7 @@ The next time a rank submits the name with the same meta (shape, dtype, op, scal
 *hit*: instead of announcing it, the rank sets the id's bit in its contribution to a *round*,
 one non-blocking bitwise-or allreduce (``MPI_Iallreduce``) of a small vector over the world.
 A hit is ready when no rank left its bit unset; every rank then executes the ready ids'
-cached responses (fused by dtype/op) in id order. A rank whose request no longer matches the
+cached responses (fused by device/dtype/op) in id order. A rank whose request no longer matches the
 cached meta sets the id's *invalid* bit and announces the request normally; every rank then
 drops the id and sends its own pending hit of it to the coordinator, which reports the
 mismatch as usual.
@@ -70,10 +70,11 @@ class ResponseCache:
                 continue  # (an automatic name is used once: caching it would only fill up)
             self._ids[name] = len(self._metas)
             self._metas.append(Meta(0, name, ALLREDUCE, resp.dtype, tuple(shape), resp.op,
-                                    -1, resp.prescale, resp.postscale))
+                                    -1, resp.prescale, resp.postscale, device=resp.device))
             self._single.append(Response(kind=ALLREDUCE, set_id=0, names=[name],
                                          dtype=resp.dtype, shapes=[tuple(shape)], op=resp.op,
-                                         prescale=resp.prescale, postscale=resp.postscale))
+                                         prescale=resp.prescale, postscale=resp.postscale,
+                                         device=resp.device))
 
     def invalidate(self, cid: int) -> None:
         """Drop id ``cid`` for good (ids are never reused)."""
@@ -111,7 +112,7 @@ class ResponseCache:
             meta = self._metas[cid]
             assert meta is not None, f"ready cache id {cid} is not live"
             nbytes = math.prod(meta.shape) * itemsize(meta.dtype)
-            key = (meta.dtype, meta.op, meta.prescale, meta.postscale)
+            key = (meta.device, meta.dtype, meta.op, meta.prescale, meta.postscale)
             cur = open_resp.get(key)
             if cur is not None and cur[1] + nbytes <= fusion_threshold:
                 cur[0].names.append(meta.name)
@@ -120,7 +121,7 @@ class ResponseCache:
                 continue
             resp = Response(kind=ALLREDUCE, set_id=0, names=[meta.name], dtype=meta.dtype,
                             shapes=[meta.shape], op=meta.op, prescale=meta.prescale,
-                            postscale=meta.postscale)
+                            postscale=meta.postscale, device=meta.device)
             out.append(resp)
             open_resp[key] = (resp, nbytes)
         return out

@@ -2,8 +2,8 @@
 
 Every rank announces each request it submits (a :class:`Meta`). The coordinator keeps one table
 entry per (process set, name). An entry is *ready* when every member that has to take part has
-announced it; it is then checked for agreement (kind, dtype, shape, op, root, scale factors) and
-turned into a :class:`Response`. Ready allreduces with the same dtype/op/scales are fused into one
+announced it; it is then checked for agreement (kind, device, dtype, shape, op, root, scale factors) and
+turned into a :class:`Response`. Ready allreduces with the same device/dtype/op/scales are fused into one
 response up to the fusion threshold. Responses go to every rank in one list, and every rank
 executes them in that order, which is what makes blocking backend collectives deadlock-free.
 
@@ -59,6 +59,8 @@ def _fmt_ranks(ranks: list[int]) -> str:
 
 
 def _describe(value: object, fld: str) -> str:
+    if fld == "device":
+        return f"a tensor for the {value or 'host (MPI)'} data plane"
     if isinstance(value, tuple):
         return str(list(value))
     if fld == "op" and isinstance(value, int) and value in ReduceOp._value2member_map_:
@@ -68,11 +70,11 @@ def _describe(value: object, fld: str) -> str:
 
 def _fields(kind: str) -> tuple[str, ...]:
     if kind in (ALLREDUCE, REDUCESCATTER):
-        return ("kind", "dtype", "shape", "op", "prescale", "postscale")
+        return ("kind", "device", "dtype", "shape", "op", "prescale", "postscale")
     if kind == BROADCAST:
-        return ("kind", "dtype", "shape", "root")
+        return ("kind", "device", "dtype", "shape", "root")
     if kind in (ALLGATHER, ALLTOALL):
-        return ("kind", "dtype", "ndim", "trailing shape")
+        return ("kind", "device", "dtype", "ndim", "trailing shape")
     if kind == ADD_SET:
         return ("kind", "ranks")
     return ("kind",)
@@ -292,7 +294,7 @@ class Coordinator:
         ref = metas[min(metas)]
         resp = Response(kind=ref.kind, set_id=set_id, names=[name], dtype=ref.dtype,
                         shapes=[ref.shape], op=ref.op, root=ref.root, prescale=ref.prescale,
-                        postscale=ref.postscale)
+                        postscale=ref.postscale, device=ref.device)
         members = self.sets[set_id] if ref.kind != ADD_SET else ()
         if ref.kind == ALLGATHER:
             resp.per_rank = [[metas[r].shape[0] if metas[r].shape else 1 for r in members]]
@@ -319,7 +321,7 @@ class Coordinator:
             # ranks that joined without submitting this tensor contribute neutral values
             joined = tuple(r for r in members if r in self.joined and r not in entry.metas)
             nbytes = math.prod(ref.shape) * itemsize(ref.dtype)
-            key = (set_id, ref.dtype, ref.op, ref.prescale, ref.postscale, joined)
+            key = (set_id, ref.device, ref.dtype, ref.op, ref.prescale, ref.postscale, joined)
             cur = open_resp.get(key)
             if cur is not None and cur[1] + nbytes <= self.fusion_threshold:
                 cur[0].names.append(name)
@@ -328,7 +330,7 @@ class Coordinator:
                 continue
             resp = Response(kind=ALLREDUCE, set_id=set_id, names=[name], dtype=ref.dtype,
                             shapes=[ref.shape], op=ref.op, prescale=ref.prescale,
-                            postscale=ref.postscale, joined=joined)
+                            postscale=ref.postscale, joined=joined, device=ref.device)
             out.append(resp)
             open_resp[key] = (resp, nbytes)
         return out

@@ -2,7 +2,8 @@
 
 The dispatcher owns the requests this rank has announced and not yet seen answered
 (``inflight``, keyed by process set and name). Data responses go to the
-:class:`~hvdcore.engine.executor.Executor`; control responses (errors, stall warnings, aborts,
+:class:`~hvdcore.engine.executor.Executor` of their data plane (``Response.device``: "" is the
+host/MPI one, others are registered by bindings); control responses (errors, stall warnings, aborts,
 join, shutdown, process-set changes) are handled here.
 """
 
@@ -44,6 +45,8 @@ class Dispatcher:
                  abort: Callable[[BaseException], None]) -> None:
         self.rank = rank
         self.executor = executor
+        # data plane name -> its executor ("" = the host data plane the engine started with)
+        self.executors: dict[str, Executor] = {"": executor}
         self.sets = sets
         self.cache = cache
         self.plane = plane
@@ -55,11 +58,19 @@ class Dispatcher:
             ABORT: self._abort_job, JOIN: self._join, SHUTDOWN: self._shutdown,
             ADD_SET: self._add_set, REMOVE_SET: self._remove_set,
         }
-        data = {ALLGATHER: executor.allgather, BROADCAST: executor.broadcast,
-                ALLTOALL: executor.alltoall, REDUCESCATTER: executor.reducescatter,
-                BARRIER: executor.barrier}
+        data = {ALLGATHER: Executor.allgather, BROADCAST: Executor.broadcast,
+                ALLTOALL: Executor.alltoall, REDUCESCATTER: Executor.reducescatter,
+                BARRIER: Executor.barrier}
         for kind, run_one in data.items():
             self._handlers[kind] = self._data(run_one)
+
+    def add_executor(self, device: str, executor: Executor) -> None:
+        """Run responses whose ``device`` is ``device`` on ``executor``; its backend gets a
+        group for every process set known now (collective: every rank calls this in the
+        same order)."""
+        for sid in sorted(self.sets):
+            executor.backend.add_set(self.sets[sid])
+        self.executors[device] = executor
 
     # -- the requests awaiting a response ------------------------------------------------------
 
@@ -108,11 +119,12 @@ class Dispatcher:
             return  # a response for a set this rank is not in
         inflight = self.inflight
         reqs = [inflight.pop((resp.set_id, n), None) for n in resp.names]
-        self.executor.allreduce(resp, reqs, pset)
+        ex = self.executor if not resp.device else self.executors[resp.device]
+        ex.allreduce(resp, reqs, pset)
         if not cached:
             self.cache.insert(resp)
 
-    def _data(self, run_one: Callable[[Response, Request, SetState], None]
+    def _data(self, run_one: Callable[[Executor, Response, Request, SetState], None]
               ) -> Callable[[Response, bool], None]:
         def handle(resp: Response, _cached: bool) -> None:
             pset = self.sets.get(resp.set_id)
@@ -120,7 +132,7 @@ class Dispatcher:
                 return  # a response for a set this rank is not in
             req = self._take(resp, resp.names[0])
             if req is not None:
-                run_one(resp, req, pset)
+                run_one(self.executors[resp.device], resp, req, pset)
         return handle
 
     def _error(self, resp: Response, _cached: bool) -> None:
@@ -162,14 +174,19 @@ class Dispatcher:
         req = self._take(resp, resp.names[0])
         ranks = tuple(resp.ranks or ())
         comm = self.plane.split(self.sets[0].comm, self.rank in ranks, self.rank)
-        self.sets[resp.value] = SetState(resp.value, ranks, comm)
+        state = self.sets[resp.value] = SetState(resp.value, ranks, comm)
+        for ex in self.executors.values():
+            ex.backend.add_set(state)
         if req is not None:
             req.handle.set_part(req.part, resp.value)
 
     def _remove_set(self, resp: Response, _cached: bool) -> None:
         req = self._take(resp, resp.names[0])
         state = self.sets.pop(resp.value, None)
-        if state is not None and state.comm is not None:
-            self.plane.free(state.comm)
+        if state is not None:
+            for ex in self.executors.values():
+                ex.backend.remove_set(state)
+            if state.comm is not None:
+                self.plane.free(state.comm)
         if req is not None:
             req.handle.set_part(req.part, True)

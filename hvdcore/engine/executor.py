@@ -1,14 +1,19 @@
 """Execution of data responses on one rank: fusion-buffer packing, backend call, unpacking.
 
-dtype handling: float16 is reduced in a float32 buffer (MPI has no half type); bool is reduced
-as uint8 with MAX (Sum/Max: logical or) or MIN (Min/Product: logical and). Averages and scale
-factors on integer tensors are computed in floating point and truncated back to the dtype.
+One :class:`Executor` per data plane (the MPI backend for host buffers, and whatever a binding
+registers, such as torch.distributed Gloo or NCCL): the executor does the same work for every
+backend and touches buffers only through the backend's buffer operations, so fusion buffers
+live on the backend's device and the engine never imports a framework.
+
+dtype handling: the backend says which dtype a reduction runs in (MPI reduces float16 in a
+float32 buffer: it has no half type); bool is reduced as uint8 with MAX (Sum/Max: logical or)
+or MIN (Min/Product: logical and). Averages and scale factors on integer tensors are computed
+in floating point and truncated back to the dtype.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +21,6 @@ import numpy as np
 
 from hvdcore.engine.messages import ReduceOp, Response
 from hvdcore.engine.timeline import Timeline
-
-_POOL_MIN_BYTES = 32 << 10
-_POOL_MAX_BYTES = 16 << 20
-_POOL_BLOCKS = 4
-
 
 @dataclass(slots=True)
 class Request:
@@ -59,19 +59,19 @@ class ReducePlan:
     same: bool  # rdtype == dtype: results need no conversion
 
     @classmethod
-    def build(cls, dtype_name: str, op: int) -> ReducePlan:
-        """The plan for tensors of ``dtype_name`` reduced with ReduceOp ``op``."""
+    def build(cls, dtype_name: str, op: int, backend: Any) -> ReducePlan:
+        """The plan for tensors of ``dtype_name`` reduced with ReduceOp ``op`` on ``backend``."""
         dtype = np.dtype(dtype_name)
-        rdtype = reduce_dtype(dtype)
+        rdtype = reduce_dtype(dtype, backend)
         return cls(dtype, rdtype, backend_op(op, dtype), dtype == np.bool_, rdtype == dtype)
 
 
-def reduce_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a tensor of ``dtype`` is reduced in."""
-    if dtype == np.float16:
-        return np.dtype(np.float32)
+def reduce_dtype(dtype: np.dtype, backend: Any) -> np.dtype:
+    """The dtype a tensor of ``dtype`` is reduced in on ``backend``."""
     if dtype == np.bool_:
         return np.dtype(np.uint8)
+    if dtype == np.float16 and not backend.reduces_float16:
+        return np.dtype(np.float32)
     return dtype
 
 
@@ -97,51 +97,33 @@ def neutral(op: int, dtype: np.dtype) -> Any:
     return info.max if op == ReduceOp.MIN else info.min
 
 
-def _scale_into(dst: np.ndarray, src: np.ndarray, factor: float) -> None:
-    """dst[...] = src * factor, converting dtype (truncating for integers)."""
-    if factor == 1.0:
-        np.copyto(dst, src, casting="unsafe")
-    else:
-        np.multiply(src, factor, out=dst, casting="unsafe")
-
-
 class Executor:
     """Runs data responses on this rank with a backend; owns the fusion buffers."""
 
     def __init__(self, backend: Any, rank: int) -> None:
         self.backend = backend
         self.rank = rank
-        self._fusion: dict[str, np.ndarray] = {}
+        # timeline spans are named after the backend operation, as Horovod's are
+        self.prefix = backend.name.upper()
+        self._fusion: dict[str, Any] = {}
+        self._sizes: dict[str, int] = {}
         self._plans: dict[tuple[str, int], ReducePlan] = {}
-        self._pool: dict[str, list[np.ndarray]] = {}
         self.timeline: Timeline | None = None
 
-    def _buffer(self, dtype: np.dtype, count: int) -> np.ndarray:
+    def _buffer(self, dtype: np.dtype, count: int) -> Any:
+        """The fusion buffer of ``dtype`` (on the backend's device), ``count`` elements long."""
         buf = self._fusion.get(dtype.str)
-        if buf is None or buf.size < count:
-            buf = np.empty(max(count, 1024), dtype=dtype)
-            self._fusion[dtype.str] = buf
+        if buf is None or self._sizes[dtype.str] < count:
+            size = max(count, 1024)
+            buf = self._fusion[dtype.str] = self.backend.empty(dtype, (size,))
+            self._sizes[dtype.str] = size
         return buf[:count]
 
-    def _result_block(self, dtype: np.dtype, count: int) -> np.ndarray:
-        """A fresh-looking 1-d array of ``count`` elements for results handed to the caller.
-
-        Blocks of at least ``_POOL_MIN_BYTES`` are pooled: a block is reused once no result
-        view of it is alive any more (its reference count shows that). Fresh memory is
-        page-faulted in on first touch, which on a VM costs more than reducing it.
-        """
-        nbytes = count * dtype.itemsize
-        if nbytes < _POOL_MIN_BYTES or nbytes > _POOL_MAX_BYTES:
-            return np.empty(count, dtype=dtype)
-        pool = self._pool.setdefault(dtype.str, [])
-        for blk in pool:
-            # references: the pool's list, the loop variable, getrefcount's argument
-            if blk.size >= count and sys.getrefcount(blk) <= 3:
-                return blk[:count]
-        blk = np.empty(count, dtype=dtype)
-        if len(pool) < _POOL_BLOCKS:
-            pool.append(blk)
-        return blk[:count]
+    def _plan(self, dtype: str, op: int) -> ReducePlan:
+        plan = self._plans.get((dtype, op))
+        if plan is None:
+            plan = self._plans[(dtype, op)] = ReducePlan.build(dtype, op, self.backend)
+        return plan
 
     def _span(self, reqs: list[Request | None], names: list[str], phase: str, t0: float,
               **args: object) -> None:
@@ -165,17 +147,17 @@ class Executor:
 
     def allreduce_single(self, resp: Response, arr: np.ndarray, out: np.ndarray | None,
                          pset: SetState) -> np.ndarray | None:
-        """One tensor's allreduce with nothing to convert, straight to the result array;
+        """One host tensor's allreduce with nothing to convert, straight to the result array;
         None (nothing done) when the tensor needs the general path (float16, bool, prescale,
-        joined ranks, a timeline)."""
+        joined ranks, a timeline). The blocking fast path of the host (MPI) data plane."""
         if resp.prescale != 1.0 or resp.joined or self.timeline is not None:
             return None
         plan = self._plans.get((resp.dtype, resp.op))
         if plan is None or plan.is_bool or not plan.same:
             return None  # (the first call of a dtype/op builds its plan on the general path)
         if out is None:
-            out = self._result_block(plan.dtype, arr.size).reshape(arr.shape)
-        self.backend.allreduce(pset.comm, arr, out, plan.op)
+            out = self.backend.result_block(plan.dtype, arr.size).reshape(arr.shape)
+        self.backend.allreduce(pset, arr, out, plan.op)
         post = resp.postscale
         if resp.op == ReduceOp.AVERAGE:
             post /= len(pset.ranks)
@@ -190,7 +172,7 @@ class Executor:
         key = (resp.dtype, resp.op)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = ReducePlan.build(resp.dtype, resp.op)
+            plan = self._plan(resp.dtype, resp.op)
         dtype, rdtype, op, is_bool, same = (plan.dtype, plan.rdtype, plan.op, plan.is_bool,
                                             plan.same)
         if is_bool:
@@ -201,57 +183,60 @@ class Executor:
             if resp.op == ReduceOp.AVERAGE:
                 # Horovod: joined ranks contribute zeros and still count (divide by set size)
                 post /= len(pset.ranks)
+        b = self.backend
         tl = self.timeline
         r0 = reqs[0]
         if len(reqs) == 1 and r0 is not None and same and pre == 1.0:
             src = r0.tensor
-            out = r0.out if r0.out is not None else self._result_block(
-                dtype, src.size).reshape(src.shape)
+            out = r0.out if r0.out is not None else b.result_block(
+                dtype, math.prod(src.shape)).reshape(src.shape)
             if tl is None:
-                self.backend.allreduce(pset.comm, src, out, op)
+                b.allreduce(pset, src, out, op)
             else:
                 t0 = tl.now_us()
-                self.backend.allreduce(pset.comm, src, out, op)
-                self._span(reqs, resp.names, "MPI_ALLREDUCE", t0, bytes=src.nbytes)
+                b.allreduce(pset, src, out, op)
+                self._span(reqs, resp.names, f"{self.prefix}_ALLREDUCE", t0,
+                           bytes=math.prod(src.shape) * dtype.itemsize)
             if post != 1.0:
-                np.multiply(out, post, out=out, casting="unsafe")
+                b.scale_into(out, out, post)
             r0.handle.set_part(r0.part, out)
             return
         sizes = [math.prod(s) for s in resp.shapes]
         total = sum(sizes)
+        nbytes = total * rdtype.itemsize
         t0 = tl.now_us() if tl else 0.0
         # Results that need no conversion and go to no caller-given array are handed out as
         # views of a buffer of their own: one allocation instead of one per tensor (each of
         # those page-faults its fresh memory in; that cost more than the whole reduction).
         views = same and all(r is None or r.out is None for r in reqs)
-        buf = self._result_block(rdtype, total) if views else self._buffer(rdtype, total)
+        buf = b.result_block(rdtype, total) if views else self._buffer(rdtype, total)
         packing: list[Request | None] = reqs
         if same and pre == 1.0 and dtype != np.bool_ and None not in reqs:
-            # One C-level copy of every tensor instead of a NumPy call per tensor.
-            np.concatenate([r.tensor.reshape(-1) for r in reqs if r is not None], out=buf)
+            # One call copying every tensor instead of one per tensor.
+            b.concat_into([r.tensor.reshape(-1) for r in reqs if r is not None], buf)
             packing = []
         off = 0
         for req, n in zip(packing, sizes, strict=False):
             dst = buf[off:off + n]
             if req is None:
-                dst.fill(neutral(resp.op, dtype))
+                b.fill(dst, neutral(resp.op, dtype))
             else:
                 src = req.tensor.reshape(-1)
-                if dtype == np.bool_:
-                    src = src.view(np.uint8)
-                _scale_into(dst, src, pre)
+                if is_bool:
+                    src = b.as_uint8(src)
+                b.scale_into(dst, src, pre)
             off += n
         if len(reqs) > 1 or rdtype != dtype or pre != 1.0:
-            self._span(reqs, resp.names, "FUSE", t0, bytes=buf.nbytes)
+            self._span(reqs, resp.names, "FUSE", t0, bytes=nbytes)
         t1 = tl.now_us() if tl else 0.0
-        self.backend.allreduce(pset.comm, buf, buf, op)
-        self._span(reqs, resp.names, "MPI_ALLREDUCE", t1, bytes=buf.nbytes,
+        b.allreduce(pset, buf, buf, op)
+        self._span(reqs, resp.names, f"{self.prefix}_ALLREDUCE", t1, bytes=nbytes,
                    tensors=len(reqs))
         t2 = tl.now_us() if tl else 0.0
         off = 0
         if views:
             if post != 1.0:
-                _scale_into(buf, buf, post)
+                b.scale_into(buf, buf, post)
             for req, n, shape in zip(reqs, sizes, resp.shapes, strict=True):
                 if req is not None:
                     req.handle.set_part(req.part, buf[off:off + n].reshape(shape))
@@ -260,14 +245,14 @@ class Executor:
             return
         for req, n, shape in zip(reqs, sizes, resp.shapes, strict=True):
             if req is not None:
-                out = req.out if req.out is not None else np.empty(shape, dtype=dtype)
+                out = req.out if req.out is not None else b.empty(dtype, shape)
                 flat = out.reshape(-1)
-                if dtype == np.bool_:
-                    flat = flat.view(np.uint8)
-                _scale_into(flat, buf[off:off + n], post)
+                if is_bool:
+                    flat = b.as_uint8(flat)
+                b.scale_into(flat, buf[off:off + n], post)
                 req.handle.set_part(req.part, out)
             off += n
-        self._span(reqs, resp.names, "UNFUSE", t2, bytes=buf.nbytes)
+        self._span(reqs, resp.names, "UNFUSE", t2, bytes=nbytes)
 
     # -- other collectives -------------------------------------------------------------------
 
@@ -277,35 +262,35 @@ class Executor:
         dtype = np.dtype(resp.dtype)
         shape = resp.shapes[0]
         tail = tuple(shape[1:])
-        row = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
+        row = math.prod(tail) * dtype.itemsize
         rows = resp.per_rank[0]
-        out = np.empty((sum(rows), *tail), dtype=dtype)
+        out = self.backend.empty(dtype, (sum(rows), *tail))
         # explicit row count: reshape(-1, ...) is ambiguous (an error) when a trailing dim is 0
         src = (req.tensor.reshape((req.tensor.shape[0], *tail)) if req.tensor.ndim
                else req.tensor.reshape(1))
         t0 = self.timeline.now_us() if self.timeline else 0.0
-        self.backend.allgatherv(pset.comm, src, out, [r * row for r in rows])
-        self._span([req], resp.names, "MPI_ALLGATHER", t0, bytes=out.nbytes)
+        self.backend.allgatherv(pset, src, out, [r * row for r in rows])
+        self._span([req], resp.names, f"{self.prefix}_ALLGATHER", t0,
+                   bytes=sum(rows) * row)
         req.handle.set_part(req.part, out)
 
     def broadcast(self, resp: Response, req: Request, pset: SetState) -> None:
         """Copy the root's tensor to every member (the root's input is never modified)."""
         self._negotiated([req], resp.names)
+        b = self.backend
         root = pset.ranks.index(resp.root)
         src = req.tensor
         t0 = self.timeline.now_us() if self.timeline else 0.0
         if pset.index == root:
-            self.backend.broadcast(pset.comm, src, root)
-            if req.out is None:
-                out = src.copy()
-            else:
-                out = req.out
-                if out is not src:
-                    np.copyto(out, src)
+            b.broadcast(pset, src, root)
+            out = req.out if req.out is not None else b.empty(np.dtype(resp.dtype), src.shape)
+            if out is not src:
+                b.scale_into(out, src, 1.0)
         else:
-            out = req.out if req.out is not None else np.empty_like(src)
-            self.backend.broadcast(pset.comm, out, root)
-        self._span([req], resp.names, "MPI_BCAST", t0, bytes=src.nbytes)
+            out = req.out if req.out is not None else b.empty(np.dtype(resp.dtype), src.shape)
+            b.broadcast(pset, out, root)
+        self._span([req], resp.names, f"{self.prefix}_BCAST", t0,
+                   bytes=math.prod(src.shape) * np.dtype(resp.dtype).itemsize)
         req.handle.set_part(req.part, out)
 
     def alltoall(self, resp: Response, req: Request, pset: SetState) -> None:
@@ -313,55 +298,57 @@ class Executor:
         self._negotiated([req], resp.names)
         dtype = np.dtype(resp.dtype)
         tail = tuple(req.tensor.shape[1:])
-        row = int(np.prod(tail, dtype=np.int64)) * dtype.itemsize
+        row = math.prod(tail) * dtype.itemsize
         matrix = resp.per_rank[0]
         me = pset.index
         send_rows = matrix[me]
         recv_rows = [matrix[i][me] for i in range(len(matrix))]
-        out = np.empty((sum(recv_rows), *tail), dtype=dtype)
+        out = self.backend.empty(dtype, (sum(recv_rows), *tail))
         t0 = self.timeline.now_us() if self.timeline else 0.0
-        self.backend.alltoallv(pset.comm, req.tensor, [r * row for r in send_rows], out,
+        self.backend.alltoallv(pset, req.tensor, [r * row for r in send_rows], out,
                                [r * row for r in recv_rows])
-        self._span([req], resp.names, "MPI_ALLTOALL", t0, bytes=out.nbytes)
+        self._span([req], resp.names, f"{self.prefix}_ALLTOALL", t0,
+                   bytes=sum(recv_rows) * row)
         req.handle.set_part(req.part, (out, np.asarray(recv_rows, dtype=np.int32)))
 
     def reducescatter(self, resp: Response, req: Request, pset: SetState) -> None:
         """Reduce across members; member i receives its block of the first dimension."""
         self._negotiated([req], resp.names)
-        dtype = np.dtype(resp.dtype)
-        rdtype = reduce_dtype(dtype)
+        b = self.backend
+        plan = self._plan(resp.dtype, resp.op)
+        dtype, rdtype, op = plan.dtype, plan.rdtype, plan.op
         shape = resp.shapes[0]
         n = len(pset.ranks)
         base, extra = divmod(shape[0], n)
         rows = [base + (1 if i < extra else 0) for i in range(n)]
         tail = tuple(shape[1:])
-        per_row = int(np.prod(tail, dtype=np.int64))
+        per_row = math.prod(tail)
         counts = [r * per_row for r in rows]
-        op = backend_op(resp.op, dtype)
         post = resp.postscale / n if resp.op == ReduceOp.AVERAGE else resp.postscale
         pre = resp.prescale
-        if dtype == np.bool_:
+        if plan.is_bool:
             pre = post = 1.0
         t0 = self.timeline.now_us() if self.timeline else 0.0
         src = req.tensor.reshape(-1)
-        if dtype == np.bool_:
-            src = src.view(np.uint8)
+        if plan.is_bool:
+            src = b.as_uint8(src)
         if rdtype != dtype or pre != 1.0:
-            tmp = np.empty(src.size, dtype=rdtype)
-            _scale_into(tmp, src, pre)
+            tmp = b.empty(rdtype, (math.prod(shape),))
+            b.scale_into(tmp, src, pre)
             src = tmp
-        recv = np.empty(counts[pset.index], dtype=rdtype)
-        self.backend.reduce_scatter(pset.comm, src, recv, counts, op)
-        out = np.empty((rows[pset.index], *tail), dtype=dtype)
+        recv = b.empty(rdtype, (counts[pset.index],))
+        b.reduce_scatter(pset, src, recv, counts, op)
+        out = b.empty(dtype, (rows[pset.index], *tail))
         flat = out.reshape(-1)
-        if dtype == np.bool_:
-            flat = flat.view(np.uint8)
-        _scale_into(flat, recv, post)
-        self._span([req], resp.names, "MPI_REDUCESCATTER", t0, bytes=req.tensor.nbytes)
+        if plan.is_bool:
+            flat = b.as_uint8(flat)
+        b.scale_into(flat, recv, post)
+        self._span([req], resp.names, f"{self.prefix}_REDUCESCATTER", t0,
+                   bytes=math.prod(shape) * dtype.itemsize)
         req.handle.set_part(req.part, out)
 
     def barrier(self, resp: Response, req: Request, pset: SetState) -> None:
         """Wait for every member."""
         self._negotiated([req], resp.names)
-        self.backend.barrier(pset.comm)
+        self.backend.barrier(pset)
         req.handle.set_part(req.part, None)

@@ -110,10 +110,38 @@ class Engine:
         return self.rounds.fast_allreduce(meta, arr, out, idle, make_request, self.executor,
                                           self.sets[0])
 
+    def register_backend(self, device: str, backend: Any) -> None:
+        """Add a data plane: requests whose ``Meta.device`` is ``device`` run on ``backend``.
+
+        Collective: every rank registers the same devices in the same order, before any
+        request for them is submitted (a binding does it in its ``init()``).
+        """
+        if not device or device in self.dispatcher.executors:
+            raise errors.ArgumentError(f"data plane {device!r} is already registered")
+        ex = Executor(backend, self.rank)
+        ex.timeline = self.timeline
+        with self.progress.hold():
+            self.dispatcher.add_executor(device, ex)
+
+    def unregister_backend(self, device: str) -> None:
+        """Remove a data plane added by :meth:`register_backend` (its pending requests fail
+        when they are executed)."""
+        with self.progress.hold():
+            ex = self.dispatcher.executors.pop(device, None)
+        if ex is not None:
+            for sid in sorted(self.sets):
+                ex.backend.remove_set(self.sets[sid])
+
+    @property
+    def devices(self) -> list[str]:
+        """The registered data planes ("" is the host one)."""
+        return list(self.dispatcher.executors)
+
     def set_timeline(self, timeline: Timeline | None) -> Timeline | None:
         """Install (or remove, with None) the timeline; returns the previous one."""
         old, self.timeline = self.timeline, timeline
-        self.executor.timeline = timeline
+        for ex in self.dispatcher.executors.values():
+            ex.timeline = timeline
         return old
 
     def stop(self, timeout: float | None = None) -> None:

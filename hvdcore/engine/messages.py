@@ -69,15 +69,19 @@ class Meta:
     # request on every rank with this reason instead of leaving the peers waiting.
     error: str = ""
     error_type: str = ""
+    # The data plane the buffer belongs to ("" = host memory through the default backend,
+    # else a registered backend such as "gloo" or "nccl"): ranks must agree on it, and only
+    # requests of one device are fused together.
+    device: str = ""
 
     def wire(self) -> tuple:
         """Plain tuple for the control channel (pickles ~3x faster than the dataclass)."""
-        if not self.error:
+        if not self.error and not self.device:
             return (self.set_id, self.name, self.kind, self.dtype, self.shape, self.op,
                     self.root, self.prescale, self.postscale, self.splits, self.ranks)
         return (self.set_id, self.name, self.kind, self.dtype, self.shape, self.op, self.root,
                 self.prescale, self.postscale, self.splits, self.ranks, self.error,
-                self.error_type)
+                self.error_type, self.device)
 
 
 @dataclass(slots=True)
@@ -104,9 +108,10 @@ class Response:
     error_type: str = ""
     value: int = -1  # join: last rank to join; add_process_set: the new set id
     ranks: tuple[int, ...] | None = None
+    device: str = ""  # the data plane that runs it (see Meta.device)
 
     def wire(self) -> tuple:
         """Plain tuple for the control channel; ``Response(*t)`` rebuilds it."""
         return (self.kind, self.set_id, self.names, self.dtype, self.shapes, self.op, self.root,
                 self.prescale, self.postscale, self.per_rank, self.joined, self.message,
-                self.error_type, self.value, self.ranks)
+                self.error_type, self.value, self.ranks, self.device)

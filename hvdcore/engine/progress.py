@@ -10,11 +10,12 @@ submissions only queue until someone waits, and the engine thread steps in only 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +149,15 @@ class Progress:
                 os.sched_yield()
             else:
                 time.sleep(_DRIVER_SLEEP_S)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Keep engine cycles from running while the caller changes the engine's parts."""
+        if self._driver == threading.get_ident():
+            yield
+            return
+        with self._run_lock:
+            yield
 
     def step_once(self) -> None:
         """Run one engine cycle on the calling thread if the engine is free (for ``poll``)."""

@@ -72,7 +72,10 @@ def submit(engine: Any, items: Sequence[Item], finalize: Callable[[list[Any]], A
     of per-item results to what ``synchronize`` returns). Raises ArgumentError, before
     enqueuing anything, if an explicit name is still in use by this rank."""
     handle = Handle(len(items), finalize, description)
-    reqs = [Request(meta, t, o, handle, i) for i, (meta, t, o) in enumerate(items)]
+    reqs = [Request(meta, t, o, handle, i) if not meta.device else
+            # a binding's DeviceBuffer: the backend gets the framework tensor itself
+            Request(meta, t.tensor, None if o is None else o.tensor, handle, i)
+            for i, (meta, t, o) in enumerate(items)]
     if reqs:
         _claim_names(engine, reqs, handle)
         engine.enqueue(reqs)
@@ -119,6 +122,8 @@ def submit_control(engine: Any, kind: str, name: str, set_id: int = 0, **meta: A
 def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
            enqueue: bool = True) -> Request:
     """The request of one allreduce (enqueued unless ``enqueue`` is False)."""
+    if meta.device:  # a binding's DeviceBuffer: the backend gets the framework tensor itself
+        arr, out = arr.tensor, (None if out is None else out.tensor)  # type: ignore[attr-defined]
     req = Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)
     if enqueue:
         if "#" not in meta.name:
@@ -139,7 +144,7 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
         h = names.get((meta.set_id, meta.name))
         if h is not None and not h.done():
             check_names(engine, (meta,))  # raises the duplicate-name error
-    if not engine.begin_drive():
+    if meta.device or not engine.begin_drive():
         return engine.drive(single(engine, meta, arr, out).handle)
     try:
         got = engine.fast_allreduce(meta, arr, out,
