@@ -165,6 +165,11 @@ KNOBS: tuple[Knob, ...] = (
          "once, labelled with the rank, and aborts the whole MPI job instead of leaving the "
          "other ranks waiting.",
          cli_flag="--no-abort-on-exception", parse=_parse_bool),
+    Knob("CPU_OPERATIONS", "choice", "mpi",
+         "Transport for CPU tensors of the torch binding: mpi (zero-copy NumPy views through "
+         "MPI) or gloo (torch.distributed Gloo, driven by the same engine: negotiation, "
+         "fusion, stall checks, timeline spans GLOO_*).",
+         horovod_alias=True, choices=("mpi", "gloo")),
     Knob("GPU_OPERATIONS", "choice", "auto",
          "Transport for GPU tensors: nccl (torch.distributed NCCL/RCCL), mpi (staged through "
          "host memory, or CUDA-aware MPI), or auto (nccl when available).",

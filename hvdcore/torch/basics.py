@@ -1,5 +1,5 @@
 """Process-level API of the torch binding: init/shutdown, topology queries, capabilities,
-process sets and the timeline (the core's, plus the device path set up by :mod:`.gpu`).
+process sets and the timeline (the core's, plus the data planes set up by :mod:`.dataplanes`).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Any
 import torch
 
 import hvdcore as _core
-from hvdcore.torch import gpu
+from hvdcore.torch import dataplanes
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "mpi_enabled",
     "gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
-    "ccl_built", "gpu_operations", "add_process_set", "remove_process_set", "start_timeline",
+    "ccl_built", "gpu_operations", "cpu_operations", "add_process_set", "remove_process_set", "start_timeline",
     "stop_timeline",
 ]
 
@@ -39,7 +39,8 @@ stop_timeline = _core.stop_timeline
 
 
 def init(comm: Any = None, process_sets: Sequence[Any] | None = None) -> None:
-    """Start hvdcore (MPI, engine) and choose the device-tensor path (NCCL or host staging).
+    """Start hvdcore (MPI, engine) and its torch data planes (Gloo for CPU tensors when
+    ``HVDCORE_CPU_OPERATIONS=gloo``; NCCL/RCCL for device tensors, or host staging).
 
     ``comm``: an mpi4py communicator (or list of ranks) to run on, default COMM_WORLD;
     ``process_sets``: process sets to register at start-up.
@@ -51,28 +52,25 @@ def init(comm: Any = None, process_sets: Sequence[Any] | None = None) -> None:
         >>> torch.cuda.set_device(hvd.local_rank())   # on GPU nodes  # doctest: +SKIP
     """
     _core.init(comm=comm, process_sets=process_sets)
-    gpu.setup()
-    for ps in process_sets or ():
-        if getattr(ps, "process_set_id", None) is not None:
-            gpu.add_group(ps)
+    dataplanes.setup()
 
 
 def shutdown() -> None:
-    """Stop hvdcore (and the NCCL group it created)."""
-    gpu.shutdown()
-    _core.shutdown()
+    """Stop hvdcore (and the torch.distributed group it created)."""
+    try:
+        _core.shutdown()
+    finally:
+        dataplanes.shutdown()
 
 
 def add_process_set(process_set: Any) -> Any:
-    """Register a process set (a ``ProcessSet`` or a list of ranks) on every rank; returns it."""
-    ps = _core.add_process_set(process_set)
-    gpu.add_group(ps)
-    return ps
+    """Register a process set (a ``ProcessSet`` or a list of ranks) on every rank; returns it.
+    Each torch data plane gets its group for the set too."""
+    return _core.add_process_set(process_set)
 
 
 def remove_process_set(process_set: Any) -> bool:
     """Unregister a process set on every rank; True if it was registered."""
-    gpu.remove_group(process_set)
     return bool(_core.remove_process_set(process_set))
 
 
@@ -95,4 +93,9 @@ def nccl_built() -> bool:
 
 def gpu_operations() -> str:
     """The active path for device tensors: ``nccl``, ``rccl`` or ``mpi-host-staging (<why>)``."""
-    return gpu.transport()
+    return dataplanes.gpu_path()
+
+
+def cpu_operations() -> str:
+    """The active path for CPU tensors: ``mpi (<why>)`` or ``gloo (<why>)``."""
+    return dataplanes.cpu_path()

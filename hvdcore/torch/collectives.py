@@ -1,9 +1,10 @@
 """Asynchronous torch collectives on the core engine (no autograd; see :mod:`.mpi_ops`).
 
-Each function returns a :class:`~hvdcore.torch.handles.Handle`. CPU tensors go to the engine as
-zero-copy NumPy views and results are written into torch-owned memory through ``out=``; device
-tensors take the NCCL path when :mod:`hvdcore.torch.gpu` has one, else are staged through host
-memory.
+Each function returns a :class:`~hvdcore.torch.handles.Handle`. Every call goes through the
+engine; the data plane depends on the tensor (:mod:`hvdcore.torch.dataplanes`): CPU tensors go
+as zero-copy NumPy views to MPI (results written into torch-owned memory through ``out=``) or,
+with ``HVDCORE_CPU_OPERATIONS=gloo``, to torch.distributed Gloo; device tensors go to NCCL/RCCL
+on the device when every rank can use it, else are staged through host memory.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import torch
 import hvdcore as _core
 from hvdcore.arguments import splits_vector
 from hvdcore.errors import ArgumentError, UnsupportedError
-from hvdcore.torch import gpu
+from hvdcore.torch import dataplanes
+from hvdcore.torch.backends import TorchBackend
 from hvdcore.torch.handles import Handle
 from hvdcore.torch.tensors import (
     CORE_DTYPES,
@@ -66,13 +68,52 @@ def _finisher(buf: HostBuffer, out: torch.Tensor, aliased: bool, inplace: bool) 
     return finish
 
 
+def _plane_finisher(plane: TorchBackend, buf: HostBuffer, inplace: bool) -> Any:
+    """Result of a data-plane call: the caller's stream waits for the plane first."""
+    def finish(raw: torch.Tensor) -> torch.Tensor:
+        res = plane.deliver(raw)
+        if inplace:
+            if res.data_ptr() != buf.work.data_ptr() or not buf.shared:
+                with torch.no_grad():
+                    buf.source.copy_(result_tensor(buf, res).reshape(buf.source.shape))
+            return buf.source
+        return result_tensor(buf, res)
+    return finish
+
+
+def _reduction(tensor: torch.Tensor, op: Any, inplace: bool) -> tuple[Any, Any, Any]:
+    """(core input, core ``out=`` or None, finish(raw) -> result) for one reduced tensor."""
+    plane = dataplanes.plane_for(tensor)
+    if plane is None:
+        buf = reduce_buffer(tensor, op.name)
+        out, aliased = _out_for(buf, inplace)
+        return buf.array(), out.numpy(), _finisher(buf, out, aliased, inplace)
+    buf = reduce_buffer(tensor, op.name, on_device=True)
+    arr = dataplanes.wrap(plane, buf.work)
+    return arr, (arr if inplace and buf.shared else None), _plane_finisher(plane, buf, inplace)
+
+
+def _moving(tensor: torch.Tensor) -> tuple[Any, HostBuffer, TorchBackend | None]:
+    """(core input, buffer, plane or None) for one tensor of a data-moving collective."""
+    plane = dataplanes.plane_for(tensor)
+    buf = bytes_buffer(tensor, on_device=plane is not None)
+    return (buf.array() if plane is None else dataplanes.wrap(plane, buf.work)), buf, plane
+
+
+def _moved(buf: HostBuffer, plane: TorchBackend | None, raw: Any) -> torch.Tensor:
+    """A data-moving collective's result (``raw`` from the core) as the caller's tensor."""
+    t = _from_numpy(raw) if plane is None else plane.deliver(raw)
+    return result_tensor(buf, t, first_dim=raw.shape[0] if raw.ndim else 1)
+
+
 def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
                          prescale_factor: float, postscale_factor: float, process_set: Any,
                          inplace: bool) -> Handle:
     """Start an allreduce of ``tensor``; in-place when ``inplace``."""
     check_tensor(tensor, "allreduce")
     if (inplace and tensor.dtype in CORE_DTYPES and tensor.device.type == "cpu"
-            and tensor.layout == torch.strided and tensor.is_contiguous()):
+            and tensor.layout == torch.strided and tensor.is_contiguous()
+            and dataplanes.plane_for(tensor) is None):
         # The DistributedOptimizer's case (a contiguous CPU gradient reduced in place): the
         # engine reads and writes the tensor's own memory, with nothing to map back.
         arr = tensor.detach().numpy()
@@ -80,15 +121,11 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
                                   postscale_factor=postscale_factor, process_set=process_set,
                                   out=arr)
         return Handle(h, lambda _raw: tensor, f"allreduce {name or ''}")
-    if gpu.routes(tensor, process_set, op):
-        return gpu.allreduce_async(tensor, op, prescale_factor, postscale_factor, process_set,
-                                   inplace)
-    buf = reduce_buffer(tensor, op.name)
-    out, aliased = _out_for(buf, inplace)
-    h = _core.allreduce_async(buf.array(), name=name, op=op, prescale_factor=prescale_factor,
+    arr, out, finish = _reduction(tensor, op, inplace)
+    h = _core.allreduce_async(arr, name=name, op=op, prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor, process_set=process_set,
-                              out=out.numpy())
-    return Handle(h, _finisher(buf, out, aliased, inplace), f"allreduce {name or ''}")
+                              out=out)
+    return Handle(h, finish, f"allreduce {name or ''}")
 
 
 def grouped_allreduce_async_impl(tensors: Sequence[torch.Tensor], op: Any, name: str | None,
@@ -96,47 +133,33 @@ def grouped_allreduce_async_impl(tensors: Sequence[torch.Tensor], op: Any, name:
                                  process_set: Any, inplace: bool) -> Handle:
     """Start one grouped allreduce of ``tensors`` (reduced together, as one negotiation unit)."""
     tensors = [check_tensor(t, "grouped_allreduce") for t in tensors]
-    if tensors and all(gpu.routes(t, process_set, op) for t in tensors):
-        hs = [gpu.allreduce_async(t, op, prescale_factor, postscale_factor, process_set, inplace)
-              for t in tensors]
-        return Handle(hs, lambda raw: raw, "grouped_allreduce (nccl)")
-    bufs = [reduce_buffer(t, op.name) for t in tensors]
-    outs = [_out_for(b, inplace) for b in bufs]
+    staged = [_reduction(t, op, inplace) for t in tensors]
     h = _core.grouped_allreduce_async(
-        [b.array() for b in bufs], name=name, op=op, prescale_factor=prescale_factor,
+        [a for a, _, _ in staged], name=name, op=op, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, process_set=process_set,
-        out=[o.numpy() for o, _ in outs])
-    finishers = [_finisher(b, o, a, inplace) for b, (o, a) in zip(bufs, outs, strict=True)]
-    return Handle(h, lambda raw: [f(None) for f in finishers], f"grouped_allreduce {name or ''}")
+        out=[o for _, o, _ in staged])
+    return Handle(h, lambda raw: [f(r) for (_, _, f), r in zip(staged, raw, strict=True)],
+                  f"grouped_allreduce {name or ''}")
 
 
 def allgather_async_impl(tensor: torch.Tensor, name: str | None, process_set: Any) -> Handle:
     """Start an allgather (concatenation on dim 0; first dimensions may differ by rank)."""
     check_tensor(tensor, "allgather")
-    if gpu.routes(tensor, process_set):
-        return gpu.allgather_async(tensor, process_set)
-    buf = bytes_buffer(tensor)
-    h = _core.allgather_async(buf.array(), name=name, process_set=process_set)
-
-    def finish(raw: np.ndarray) -> torch.Tensor:
-        return result_tensor(buf, _from_numpy(raw), first_dim=raw.shape[0] if raw.ndim else 1)
-    return Handle(h, finish, f"allgather {name or ''}")
+    arr, buf, plane = _moving(tensor)
+    h = _core.allgather_async(arr, name=name, process_set=process_set)
+    return Handle(h, lambda raw: _moved(buf, plane, raw), f"allgather {name or ''}")
 
 
 def grouped_allgather_async_impl(tensors: Sequence[torch.Tensor], name: str | None,
                                  process_set: Any) -> Handle:
     """Start one grouped allgather of ``tensors``."""
     tensors = [check_tensor(t, "grouped_allgather") for t in tensors]
-    if tensors and all(gpu.routes(t, process_set) for t in tensors):
-        hs = [gpu.allgather_async(t, process_set) for t in tensors]
-        return Handle(hs, lambda raw: raw, "grouped_allgather (nccl)")
-    bufs = [bytes_buffer(t) for t in tensors]
-    h = _core.grouped_allgather_async([b.array() for b in bufs], name=name,
+    staged = [_moving(t) for t in tensors]
+    h = _core.grouped_allgather_async([a for a, _, _ in staged], name=name,
                                       process_set=process_set)
 
-    def finish(raw: list[np.ndarray]) -> list[torch.Tensor]:
-        return [result_tensor(b, _from_numpy(r), first_dim=r.shape[0] if r.ndim else 1)
-                for b, r in zip(bufs, raw, strict=True)]
+    def finish(raw: list[Any]) -> list[torch.Tensor]:
+        return [_moved(b, p, r) for (_, b, p), r in zip(staged, raw, strict=True)]
     return Handle(h, finish, f"grouped_allgather {name or ''}")
 
 
@@ -144,13 +167,18 @@ def broadcast_async_impl(tensor: torch.Tensor, root_rank: int, name: str | None,
                          process_set: Any, inplace: bool) -> Handle:
     """Start a broadcast from ``root_rank``; in-place when ``inplace``."""
     check_tensor(tensor, "broadcast")
-    if gpu.routes(tensor, process_set):
-        return gpu.broadcast_async(tensor, root_rank, process_set, inplace)
-    buf = bytes_buffer(tensor)
-    out, aliased = _out_for(buf, inplace)
-    h = _core.broadcast_async(buf.array(), root_rank, name=name, process_set=process_set,
-                              out=out.numpy())
-    return Handle(h, _finisher(buf, out, aliased, inplace), f"broadcast {name or ''}")
+    plane = dataplanes.plane_for(tensor)
+    if plane is None:
+        buf = bytes_buffer(tensor)
+        out, aliased = _out_for(buf, inplace)
+        arr, out_arg, finish = buf.array(), out.numpy(), _finisher(buf, out, aliased, inplace)
+    else:
+        buf = bytes_buffer(tensor, on_device=True)
+        arr = dataplanes.wrap(plane, buf.work)
+        out_arg = arr if inplace and buf.shared else None
+        finish = _plane_finisher(plane, buf, inplace)
+    h = _core.broadcast_async(arr, root_rank, name=name, process_set=process_set, out=out_arg)
+    return Handle(h, finish, f"broadcast {name or ''}")
 
 
 def _splits_array(splits: Any) -> np.ndarray | None:
@@ -166,14 +194,12 @@ def alltoall_async_impl(tensor: torch.Tensor, splits: Any, name: str | None,
     """Start an alltoall; the result is ``(output, received_splits)``."""
     check_tensor(tensor, "alltoall")
     split_arr = _splits_array(splits)
-    if gpu.routes(tensor, process_set):
-        return gpu.alltoall_async(tensor, split_arr, process_set)
-    buf = bytes_buffer(tensor)
-    h = _core.alltoall_async(buf.array(), splits=split_arr, name=name, process_set=process_set)
+    arr, buf, plane = _moving(tensor)
+    h = _core.alltoall_async(arr, splits=split_arr, name=name, process_set=process_set)
 
-    def finish(raw: tuple[np.ndarray, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    def finish(raw: tuple[Any, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
         out, received = raw
-        return (result_tensor(buf, _from_numpy(out), first_dim=out.shape[0]),
+        return (_moved(buf, plane, out),
                 torch.from_numpy(np.asarray(received, dtype=np.int32).copy()))
     return Handle(h, finish, f"alltoall {name or ''}")
 
@@ -182,17 +208,8 @@ def reducescatter_async_impl(tensor: torch.Tensor, op: Any, name: str | None, pr
                              prescale_factor: float, postscale_factor: float) -> Handle:
     """Start a reducescatter: reduce, then rank i keeps the i-th block of dim 0."""
     check_tensor(tensor, "reducescatter")
-    if gpu.routes(tensor, process_set, op):
-        return gpu.reducescatter_async(tensor, op, process_set, prescale_factor,
-                                       postscale_factor)
-    buf = reduce_buffer(tensor, op.name)
-    h = _core.reducescatter_async(buf.array(), name=name, op=op, process_set=process_set,
-                                  prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor)
-
-    def finish(raw: np.ndarray) -> torch.Tensor:
-        return result_tensor(buf, _from_numpy(raw), first_dim=raw.shape[0])
-    return Handle(h, finish, f"reducescatter {name or ''}")
+    return _reducescatter([tensor], op, name, process_set, prescale_factor, postscale_factor,
+                          grouped=False)
 
 
 def grouped_reducescatter_async_impl(tensors: Sequence[torch.Tensor], op: Any, name: str | None,
@@ -200,19 +217,31 @@ def grouped_reducescatter_async_impl(tensors: Sequence[torch.Tensor], op: Any, n
                                      postscale_factor: float) -> Handle:
     """Start one grouped reducescatter of ``tensors``."""
     tensors = [check_tensor(t, "grouped_reducescatter") for t in tensors]
-    if tensors and all(gpu.routes(t, process_set, op) for t in tensors):
-        hs = [gpu.reducescatter_async(t, op, process_set, prescale_factor, postscale_factor)
-              for t in tensors]
-        return Handle(hs, lambda raw: raw, "grouped_reducescatter (nccl)")
-    bufs = [reduce_buffer(t, op.name) for t in tensors]
-    h = _core.grouped_reducescatter_async(
-        [b.array() for b in bufs], name=name, op=op, process_set=process_set,
-        prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+    return _reducescatter(tensors, op, name, process_set, prescale_factor, postscale_factor,
+                          grouped=True)
 
-    def finish(raw: list[np.ndarray]) -> list[torch.Tensor]:
-        return [result_tensor(b, _from_numpy(r), first_dim=r.shape[0])
-                for b, r in zip(bufs, raw, strict=True)]
-    return Handle(h, finish, f"grouped_reducescatter {name or ''}")
+
+def _reducescatter(tensors: list[torch.Tensor], op: Any, name: str | None, process_set: Any,
+                   prescale_factor: float, postscale_factor: float, grouped: bool) -> Handle:
+    staged = []
+    for t in tensors:
+        plane = dataplanes.plane_for(t)
+        buf = reduce_buffer(t, op.name, on_device=plane is not None)
+        staged.append((buf.array() if plane is None else dataplanes.wrap(plane, buf.work),
+                       buf, plane))
+    kw = dict(name=name, op=op, process_set=process_set, prescale_factor=prescale_factor,
+              postscale_factor=postscale_factor)
+    if grouped:
+        h = _core.grouped_reducescatter_async([a for a, _, _ in staged], **kw)
+    else:
+        h = _core.reducescatter_async(staged[0][0], **kw)
+
+    def finish(raw: Any) -> Any:
+        outs = [_moved(b, p, r) for (_, b, p), r in
+                zip(staged, raw if grouped else [raw], strict=True)]
+        return outs if grouped else outs[0]
+    label = "grouped_reducescatter" if grouped else "reducescatter"
+    return Handle(h, finish, f"{label} {name or ''}")
 
 
 def sparse_allreduce_async_impl(tensor: torch.Tensor, name: str, op: Any,

@@ -67,15 +67,7 @@ def _tensor_list(tensors: Any, what: str) -> list[torch.Tensor]:
     return list(tensors)
 
 
-def _on_device(args: tuple) -> bool:
-    """A call on device tensors: it may take the torch.distributed path, which never
-    negotiates through the core (so a rejection could not reach the other ranks)."""
-    first = args[0] if args else None
-    items = first if isinstance(first, (list, tuple)) else (first,)
-    return any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in items)
-
-
-@rejecting(ALLREDUCE, local_only=_on_device)
+@rejecting(ALLREDUCE)
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
               compression: type[Compressor] = Compression.none, op: Any = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -94,7 +86,7 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     return compression.decompress(out, ctx)
 
 
-@rejecting(ALLREDUCE, local_only=_on_device)
+@rejecting(ALLREDUCE)
 def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                     op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: Any = _GLOBAL) -> Handle:
@@ -103,7 +95,7 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
                                   postscale_factor, process_set, inplace=False)
 
 
-@rejecting(ALLREDUCE, local_only=_on_device)
+@rejecting(ALLREDUCE)
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: Any = _GLOBAL) -> torch.Tensor:
@@ -112,7 +104,7 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                             process_set).wait()
 
 
-@rejecting(ALLREDUCE, local_only=_on_device)
+@rejecting(ALLREDUCE)
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                      op: Any = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0, process_set: Any = _GLOBAL) -> Handle:
@@ -121,7 +113,7 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
                                   postscale_factor, process_set, inplace=True)
 
 
-@rejecting(ALLREDUCE, grouped=True, local_only=_on_device)
+@rejecting(ALLREDUCE, grouped=True)
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = None,
                       name: str | None = None, compression: type[Compressor] = Compression.none,
                       op: Any = None, prescale_factor: float = 1.0,
@@ -142,7 +134,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = No
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs, strict=True)]
 
 
-@rejecting(ALLREDUCE, grouped=True, local_only=_on_device)
+@rejecting(ALLREDUCE, grouped=True)
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None,
                             name: str | None = None, op: Any = None,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -153,7 +145,7 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | Non
                                           process_set, False)
 
 
-@rejecting(ALLREDUCE, grouped=True, local_only=_on_device)
+@rejecting(ALLREDUCE, grouped=True)
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = None,
                        name: str | None = None, op: Any = None, prescale_factor: float = 1.0,
                        postscale_factor: float = 1.0,
@@ -163,7 +155,7 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = N
                                     postscale_factor, process_set).wait()
 
 
-@rejecting(ALLREDUCE, grouped=True, local_only=_on_device)
+@rejecting(ALLREDUCE, grouped=True)
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | None = None,
                              name: str | None = None, op: Any = None,
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -185,7 +177,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
     return C.sparse_allreduce_async_impl(tensor, name or "", op, process_set)
 
 
-@rejecting(ALLGATHER, local_only=_on_device)
+@rejecting(ALLGATHER)
 def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = _GLOBAL, *,
               gradient: str = "horovod") -> torch.Tensor:
     """Concatenate every rank's ``tensor`` on dim 0 (sizes may differ); differentiable.
@@ -196,14 +188,14 @@ def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = 
     return AllgatherFn.apply(tensor, name, process_set, gradient_mode(gradient))
 
 
-@rejecting(ALLGATHER, local_only=_on_device)
+@rejecting(ALLGATHER)
 def allgather_async(tensor: torch.Tensor, name: str | None = None,
                     process_set: Any = _GLOBAL) -> Handle:
     """Start an allgather."""
     return C.allgather_async_impl(tensor, name, process_set)
 
 
-@rejecting(ALLGATHER, grouped=True, local_only=_on_device)
+@rejecting(ALLGATHER, grouped=True)
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
                       process_set: Any = _GLOBAL, *,
                       gradient: str = "horovod") -> list[torch.Tensor]:
@@ -216,14 +208,14 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
     return C.grouped_allgather_async_impl(tensors, name, process_set).wait()
 
 
-@rejecting(ALLGATHER, grouped=True, local_only=_on_device)
+@rejecting(ALLGATHER, grouped=True)
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = None,
                             process_set: Any = _GLOBAL) -> Handle:
     """Start a grouped allgather."""
     return C.grouped_allgather_async_impl(tensors, name, process_set)
 
 
-@rejecting(BROADCAST, local_only=_on_device)
+@rejecting(BROADCAST)
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
               process_set: Any = _GLOBAL, *, gradient: str = "horovod") -> torch.Tensor:
     """Return ``root_rank``'s ``tensor`` on every rank (a new tensor); differentiable.
@@ -234,28 +226,28 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
     return BroadcastFn.apply(tensor, root_rank, name, process_set, gradient_mode(gradient))
 
 
-@rejecting(BROADCAST, local_only=_on_device)
+@rejecting(BROADCAST)
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                     process_set: Any = _GLOBAL) -> Handle:
     """Start a broadcast into a new tensor."""
     return C.broadcast_async_impl(tensor, root_rank, name, process_set, inplace=False)
 
 
-@rejecting(BROADCAST, local_only=_on_device)
+@rejecting(BROADCAST)
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: Any = _GLOBAL) -> torch.Tensor:
     """Broadcast in place: ``tensor`` receives ``root_rank``'s values."""
     return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
-@rejecting(BROADCAST, local_only=_on_device)
+@rejecting(BROADCAST)
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                      process_set: Any = _GLOBAL) -> Handle:
     """Start an in-place broadcast."""
     return C.broadcast_async_impl(tensor, root_rank, name, process_set, inplace=True)
 
 
-@rejecting(ALLTOALL, local_only=_on_device)
+@rejecting(ALLTOALL)
 def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
              process_set: Any = _GLOBAL) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Send ``splits[i]`` rows of ``tensor`` to rank i; differentiable in ``tensor``.
@@ -267,7 +259,7 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
     return AlltoallFn.apply(tensor, splits, name, process_set)
 
 
-@rejecting(ALLTOALL, local_only=_on_device)
+@rejecting(ALLTOALL)
 def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
                    process_set: Any = _GLOBAL) -> Handle:
     """Start an alltoall; ``synchronize`` returns ``(output, received_splits)`` (with or
@@ -275,7 +267,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
     return C.alltoall_async_impl(tensor, splits, name, process_set)
 
 
-@rejecting(REDUCESCATTER, local_only=_on_device)
+@rejecting(REDUCESCATTER)
 def reducescatter(tensor: torch.Tensor, name: str | None = None,
                   compression: type[Compressor] = Compression.none, op: Any = _core.Average,
                   process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
@@ -294,7 +286,7 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None,
     return compression.decompress(out, ctx)
 
 
-@rejecting(REDUCESCATTER, local_only=_on_device)
+@rejecting(REDUCESCATTER)
 def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any = _core.Average,
                         process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> Handle:
@@ -304,7 +296,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any =
                                       postscale_factor)
 
 
-@rejecting(REDUCESCATTER, grouped=True, local_only=_on_device)
+@rejecting(REDUCESCATTER, grouped=True)
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = None,
                           compression: type[Compressor] = Compression.none,
                           op: Any = _core.Average, process_set: Any = _GLOBAL,
@@ -325,7 +317,7 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = No
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs, strict=True)]
 
 
-@rejecting(REDUCESCATTER, grouped=True, local_only=_on_device)
+@rejecting(REDUCESCATTER, grouped=True)
 def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | None = None,
                                 op: Any = _core.Average, process_set: Any = _GLOBAL,
                                 prescale_factor: float = 1.0,

@@ -6,8 +6,9 @@ output tensor's memory through the core's ``out=`` argument. Dtypes the core doe
 staged: reductions widen ``bfloat16``/``float8`` to ``float32`` and small/unsigned integers to
 ``int32``/``int64`` (complex numbers are reduced as their real/imaginary pairs); data-moving
 collectives (broadcast, allgather, alltoall) reinterpret the bytes as ``uint8``, which is exact
-for every dtype. Device (CUDA/ROCm) tensors that do not take the NCCL path are copied to host
-memory and back (see :mod:`hvdcore.torch.gpu`).
+for every dtype. Tensors for a torch.distributed data plane (``on_device=True``) get the same
+treatment on their own device, contiguous; device tensors that take no such plane are copied
+to host memory and back (see :mod:`hvdcore.torch.dataplanes`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class HostBuffer:
         return self.work.numpy()
 
 
-def _plain_cpu(tensor: torch.Tensor) -> tuple[torch.Tensor, bool]:
+def _plain(tensor: torch.Tensor, on_device: bool) -> tuple[torch.Tensor, bool]:
     t = tensor.detach()
     shared = True
     if t.is_conj():
@@ -68,14 +69,18 @@ def _plain_cpu(tensor: torch.Tensor) -> tuple[torch.Tensor, bool]:
             f"layout {t.layout} is not supported by this collective on rank-local tensors; "
             "use sparse_allreduce_async for sparse COO tensors or call .to_dense()"
         )
-    if t.device.type != "cpu":
+    if on_device:
+        if not t.is_contiguous():
+            t, shared = t.contiguous(), False
+    elif t.device.type != "cpu":
         t, shared = t.to("cpu"), False
     return t, shared
 
 
-def reduce_buffer(tensor: torch.Tensor, op_name: str) -> HostBuffer:
-    """Host buffer for a reduction (allreduce, reducescatter) of ``tensor``."""
-    t, shared = _plain_cpu(tensor)
+def reduce_buffer(tensor: torch.Tensor, op_name: str, on_device: bool = False) -> HostBuffer:
+    """Buffer for a reduction (allreduce, reducescatter) of ``tensor``: in host memory, or
+    contiguous on the tensor's own device with ``on_device``."""
+    t, shared = _plain(tensor, on_device)
     if t.dtype in CORE_DTYPES:
         return HostBuffer(tensor, t, shared, "same")
     if t.is_complex():
@@ -92,9 +97,10 @@ def reduce_buffer(tensor: torch.Tensor, op_name: str) -> HostBuffer:
     )
 
 
-def bytes_buffer(tensor: torch.Tensor) -> HostBuffer:
-    """Host buffer for a data-moving collective: any dtype, exact (bytes when not a core dtype)."""
-    t, shared = _plain_cpu(tensor)
+def bytes_buffer(tensor: torch.Tensor, on_device: bool = False) -> HostBuffer:
+    """Buffer for a data-moving collective: any dtype, exact (bytes when not a core dtype);
+    in host memory, or contiguous on the tensor's own device with ``on_device``."""
+    t, shared = _plain(tensor, on_device)
     if t.dtype in CORE_DTYPES:
         return HostBuffer(tensor, t, shared, "same")
     # [rows, cols] keeps the first dimension (the one allgather/alltoall split on) intact.

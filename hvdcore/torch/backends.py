@@ -1,0 +1,221 @@
+"""torch.distributed as engine data planes: Gloo for CPU tensors, NCCL/RCCL for device tensors.
+
+:class:`TorchBackend` implements :class:`hvdcore.backends.base.Backend` on torch tensors, so the
+engine negotiates, fuses (fusion buffers on the tensors' device), orders, stall-checks and
+times device collectives exactly as it does host ones; only the transport differs. One
+torch.distributed group per hvdcore process set (the default group for the global set), made
+when the engine registers the set, on every rank in the same order.
+
+Streams (CUDA/ROCm): every operation of the backend runs on one side stream of its device. A
+submission makes that stream wait for the caller's current stream (:meth:`TorchBackend.prepare`),
+so the collective reads what the caller's kernels wrote; delivering a result makes the caller's
+current stream wait for the side stream (:meth:`TorchBackend.deliver`). Neither blocks the host,
+and ``record_stream`` keeps the caching allocator from reusing memory a stream still uses.
+
+Example (what ``hvdcore.torch.init()`` does with ``HVDCORE_CPU_OPERATIONS=gloo``)::
+
+    backend = TorchBackend("gloo", torch.device("cpu"))
+    engine.register_backend("gloo", backend)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+__all__ = ["TorchBackend", "TORCH_DTYPES"]
+
+TORCH_DTYPES: dict[np.dtype, torch.dtype] = {
+    np.dtype(np.uint8): torch.uint8, np.dtype(np.int8): torch.int8,
+    np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64,
+    np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64, np.dtype(np.bool_): torch.bool,
+}
+"""The core's dtypes and the torch dtype each stands for on the device path."""
+
+_OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
+        "prod": dist.ReduceOp.PRODUCT}
+
+# torch 2.13 renamed the tensor-to-tensor collectives; older releases have the old names only
+_ALLGATHER_INTO = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+class TorchBackend:
+    """A :class:`~hvdcore.backends.base.Backend` over torch.distributed for tensors on
+    ``device`` (``name``: "gloo", "nccl" or "rccl", which names the timeline spans).
+
+    ``calls`` counts the collectives issued, by kind (tests use it to see fusion at work).
+    """
+
+    reduces_float16 = True
+
+    def __init__(self, name: str, device: torch.device, group_backend: str | None = None
+                 ) -> None:
+        self.name = name
+        self.device = device
+        self.group_backend = group_backend
+        self.calls: Counter[str] = Counter()
+        self._groups: dict[int, Any] = {}
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    # -- streams (no-ops on CPU) -----------------------------------------------------------
+
+    def _on_stream(self) -> Any:
+        if self.stream is None:
+            return contextlib.nullcontext()
+        return torch.cuda.stream(self.stream)
+
+    def prepare(self, tensor: torch.Tensor) -> None:
+        """At submission, on the caller's thread: the backend's stream waits for the caller's
+        current stream, and ``tensor``'s memory is kept until the backend is done with it."""
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            tensor.record_stream(self.stream)
+
+    def deliver(self, tensor: torch.Tensor) -> torch.Tensor:
+        """On the caller's thread, before a result is handed over: the caller's current stream
+        waits for the backend's work; returns ``tensor``."""
+        if self.stream is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(self.stream)
+            tensor.record_stream(current)
+        return tensor
+
+    # -- process sets ----------------------------------------------------------------------
+
+    def add_set(self, pset: Any) -> None:
+        """Make the set's group (collective over the default group: every rank calls it)."""
+        if pset.set_id == 0:
+            self._groups[0] = None  # the default group
+            return
+        self._groups[pset.set_id] = dist.new_group(ranks=list(pset.ranks),
+                                                   backend=self.group_backend)
+
+    def remove_set(self, pset: Any) -> None:
+        """Forget (and destroy, where this rank is a member) the set's group."""
+        group = self._groups.pop(pset.set_id, None)
+        if group is not None and pset.comm is not None:
+            dist.destroy_process_group(group)
+
+    def _group(self, pset: Any) -> Any:
+        return self._groups[pset.set_id]
+
+    # -- collectives -----------------------------------------------------------------------
+
+    def allreduce(self, pset: Any, buf: torch.Tensor, out: torch.Tensor, op: str) -> None:
+        """See :meth:`Backend.allreduce`."""
+        self.calls["allreduce"] += 1
+        with self._on_stream():
+            if out is not buf:
+                out.copy_(buf)
+            dist.all_reduce(out, op=_OPS[op], group=self._group(pset))
+
+    def allgatherv(self, pset: Any, buf: torch.Tensor, out: torch.Tensor,
+                   counts: list[int]) -> None:
+        """See :meth:`Backend.allgatherv`: one allgather; uneven sizes are padded to the
+        largest and compacted afterwards."""
+        self.calls["allgather"] += 1
+        src = buf.reshape(-1).view(torch.uint8)
+        dst = out.reshape(-1).view(torch.uint8)
+        longest = max(counts)
+        with self._on_stream():
+            if all(c == longest for c in counts):
+                _ALLGATHER_INTO(dst, src, group=self._group(pset))
+                return
+            padded = torch.zeros(longest, dtype=torch.uint8, device=src.device)
+            padded[: src.numel()] = src
+            gathered = torch.empty(longest * len(counts), dtype=torch.uint8, device=src.device)
+            _ALLGATHER_INTO(gathered, padded, group=self._group(pset))
+            off = 0
+            for i, c in enumerate(counts):
+                dst[off:off + c] = gathered[i * longest: i * longest + c]
+                off += c
+
+    def broadcast(self, pset: Any, buf: torch.Tensor, root: int) -> None:
+        """See :meth:`Backend.broadcast` (``root`` indexes the set's ranks)."""
+        self.calls["broadcast"] += 1
+        with self._on_stream():
+            dist.broadcast(buf, src=pset.ranks[root], group=self._group(pset))
+
+    def alltoallv(self, pset: Any, buf: torch.Tensor, send_bytes: list[int],
+                  out: torch.Tensor, recv_bytes: list[int]) -> None:
+        """See :meth:`Backend.alltoallv`."""
+        self.calls["alltoall"] += 1
+        with self._on_stream():
+            dist.all_to_all_single(out.reshape(-1).view(torch.uint8),
+                                   buf.reshape(-1).view(torch.uint8),
+                                   output_split_sizes=recv_bytes, input_split_sizes=send_bytes,
+                                   group=self._group(pset))
+
+    def reduce_scatter(self, pset: Any, buf: torch.Tensor, out: torch.Tensor,
+                       counts: list[int], op: str) -> None:
+        """See :meth:`Backend.reduce_scatter`: one reduce-scatter (Horovod's uneven split:
+        blocks are padded to the largest, so no rank receives more than it keeps)."""
+        self.calls["reducescatter"] += 1
+        group, rop = self._group(pset), _OPS[op]
+        longest = max(counts)
+        me = pset.index
+        with self._on_stream():
+            if all(c == longest for c in counts):
+                _REDUCE_SCATTER(out.reshape(-1), buf.reshape(-1), op=rop, group=group)
+                return
+            padded = torch.zeros(longest * len(counts), dtype=buf.dtype, device=buf.device)
+            flat, off = buf.reshape(-1), 0
+            for i, c in enumerate(counts):
+                padded[i * longest: i * longest + c] = flat[off:off + c]
+                off += c
+            block = torch.empty(longest, dtype=buf.dtype, device=buf.device)
+            _REDUCE_SCATTER(block, padded, op=rop, group=group)
+            out.reshape(-1).copy_(block[: counts[me]])
+
+    def barrier(self, pset: Any) -> None:
+        """See :meth:`Backend.barrier`."""
+        self.calls["barrier"] += 1
+        with self._on_stream():
+            dist.barrier(group=self._group(pset))
+
+    # -- buffers on this device ------------------------------------------------------------
+
+    def empty(self, dtype: np.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+        """See :meth:`Backend.empty`."""
+        with self._on_stream():
+            return torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=self.device)
+
+    def result_block(self, dtype: np.dtype, count: int) -> torch.Tensor:
+        """See :meth:`Backend.result_block` (torch's allocator pools device memory itself)."""
+        return self.empty(dtype, (count,))
+
+    def scale_into(self, dst: torch.Tensor, src: torch.Tensor, factor: float) -> None:
+        """See :meth:`Backend.scale_into`."""
+        with self._on_stream(), torch.no_grad():
+            if factor == 1.0:
+                if dst is not src:
+                    dst.copy_(src)
+            elif dst.is_floating_point():
+                if dst.dtype == src.dtype:
+                    torch.mul(src, factor, out=dst)
+                else:
+                    dst.copy_(src.to(dst.dtype) * factor)
+            else:  # integers: scale in float64, truncate toward zero (as the host path does)
+                dst.copy_(src.to(torch.float64) * factor)
+
+    def fill(self, dst: torch.Tensor, value: Any) -> None:
+        """See :meth:`Backend.fill`."""
+        with self._on_stream():
+            dst.fill_(value.item() if isinstance(value, np.generic) else value)
+
+    def concat_into(self, srcs: list[torch.Tensor], dst: torch.Tensor) -> None:
+        """See :meth:`Backend.concat_into`."""
+        with self._on_stream(), torch.no_grad():
+            torch.cat(srcs, out=dst)
+
+    @staticmethod
+    def as_uint8(buf: torch.Tensor) -> torch.Tensor:
+        """See :meth:`Backend.as_uint8`."""
+        return buf.view(torch.uint8)

@@ -1,0 +1,179 @@
+"""Which data plane a torch tensor takes, and setting the planes up at ``hvdcore.torch.init()``.
+
+Every torch collective goes through hvdcore's engine (negotiation, fusion, stall checks,
+timeline); what differs is the transport that moves the bytes:
+
+- **CPU tensors**: MPI on zero-copy NumPy views (default), or torch.distributed Gloo with
+  ``HVDCORE_CPU_OPERATIONS=gloo`` (alias ``HOROVOD_CPU_OPERATIONS``).
+- **CUDA/ROCm tensors**: torch.distributed NCCL/RCCL on the device when every rank can use it
+  (``HVDCORE_GPU_OPERATIONS`` auto or nccl); otherwise, or with ``HVDCORE_GPU_OPERATIONS=mpi``,
+  staged through host memory and reduced by MPI. ``nccl`` makes a missing NCCL an error.
+
+The ranks decide together (a vote over MPI), create torch.distributed's process group through
+:mod:`hvdcore.torch.rendezvous` (an address every rank can reach, a bounded timeout), and
+register one :class:`~hvdcore.torch.backends.TorchBackend` per plane with the engine.
+:func:`gpu_path` and :func:`cpu_path` say what is active and why (``hvd.gpu_operations()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+import hvdcore as _core
+from hvdcore import basics as _basics
+from hvdcore.backends.base import DeviceBuffer
+from hvdcore.errors import CapabilityError
+from hvdcore.torch import rendezvous
+from hvdcore.torch.backends import TORCH_DTYPES, TorchBackend
+
+__all__ = ["setup", "shutdown", "plane_for", "wrap", "backend", "gpu_path", "cpu_path"]
+
+_NP_DTYPES = {t: d for d, t in TORCH_DTYPES.items()}
+_CPU: TorchBackend | None = None
+_GPU: TorchBackend | None = None
+_OWN_PG = False
+_GPU_WHY = "not initialised"
+_CPU_WHY = "not initialised"
+
+
+def _gpu_local_status(setting: str) -> tuple[bool, str]:
+    """Whether this rank can put device tensors on NCCL/RCCL, and why not."""
+    if setting == "mpi":
+        return False, "HVDCORE_GPU_OPERATIONS=mpi"
+    if not torch.cuda.is_available():
+        return False, "no CUDA/ROCm device visible to torch"
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_nccl_available():
+        return False, "this torch build has no NCCL/RCCL backend"
+    return True, "ok"
+
+
+def _summarise(votes: list[tuple[bool, str]]) -> str:
+    by_reason: dict[str, list[int]] = {}
+    for r, (ok, why) in enumerate(votes):
+        if not ok:
+            by_reason.setdefault(why, []).append(r)
+    return "; ".join(f"{'all ranks' if len(rs) == len(votes) else 'ranks ' + str(rs)}: {w}"
+                     for w, rs in by_reason.items())
+
+
+def setup() -> None:
+    """Decide the planes on every rank together, create the process group, register them.
+
+    Collective (every rank calls it, from ``hvdcore.torch.init()``); a no-op when the planes
+    are already up.
+    """
+    global _CPU, _GPU, _OWN_PG, _GPU_WHY, _CPU_WHY
+    engine = _basics.state().engine
+    if _CPU is not None or _GPU is not None:
+        return
+    from hvdcore.config import load
+
+    cfg = load()
+    import torch.distributed as dist
+
+    gloo_ok = dist.is_available() and dist.is_gloo_available()
+    want_gloo = cfg.cpu_operations == "gloo"
+    if want_gloo and not gloo_ok:
+        raise CapabilityError("HVDCORE_CPU_OPERATIONS=gloo but this torch build has no Gloo "
+                              "backend; unset it to reduce CPU tensors with MPI")
+    ok, why = _gpu_local_status(cfg.gpu_operations)
+    votes = _core.allgather_object((ok, why))
+    nccl = all(o for o, _ in votes)
+    _GPU_WHY = "ok" if nccl else _summarise(votes)
+    if not nccl and cfg.gpu_operations == "nccl":
+        raise CapabilityError(
+            f"HVDCORE_GPU_OPERATIONS=nccl but NCCL cannot be used ({_GPU_WHY}); unset it "
+            "(auto) to stage device tensors through host memory, or fix those ranks")
+    _CPU_WHY = "HVDCORE_CPU_OPERATIONS=gloo" if want_gloo else "default (MPI)"
+    if not want_gloo and not nccl:
+        return
+    device = None
+    if nccl:
+        device = torch.device("cuda", torch.cuda.current_device())
+        rendezvous.check_distinct_devices(device)
+    parts = (["cpu:gloo"] if want_gloo else []) + (["cuda:nccl"] if nccl else [])
+    spec = parts[0].split(":")[1] if len(parts) == 1 else ",".join(parts)
+    if dist.is_initialized():
+        _adopt_user_group(dist, spec)
+    else:
+        rendezvous.init_process_group(spec)
+        _OWN_PG = True
+    if want_gloo:
+        _CPU = TorchBackend("gloo", torch.device("cpu"), spec)
+        engine.register_backend("gloo", _CPU)
+    if nccl:
+        name = "rccl" if torch.version.hip else "nccl"
+        _GPU = TorchBackend(name, device, spec)  # type: ignore[arg-type]
+        engine.register_backend(name, _GPU)
+
+
+def _adopt_user_group(dist: Any, spec: str) -> None:
+    """Use a default group the user created, if it matches hvdcore's world and backends."""
+    have = str(dist.get_backend()).lower()
+    missing = [b for b in ("gloo", "nccl") if b in spec and b not in have]
+    if dist.get_world_size() != _core.size() or dist.get_rank() != _core.rank() or missing:
+        raise CapabilityError(
+            f"torch.distributed is already initialised (backend {have}, rank "
+            f"{dist.get_rank()} of {dist.get_world_size()}); hvdcore needs rank "
+            f"{_core.rank()} of {_core.size()} with {spec}. Initialise it that way, or leave "
+            "it to hvdcore.torch.init(), or unset HVDCORE_CPU_OPERATIONS=gloo / set "
+            "HVDCORE_GPU_OPERATIONS=mpi")
+
+
+def shutdown() -> None:
+    """Forget the planes (after the engine stopped) and destroy the group hvdcore created."""
+    global _CPU, _GPU, _OWN_PG
+    _CPU = _GPU = None
+    if _OWN_PG:
+        _OWN_PG = False
+        rendezvous.destroy()
+
+
+def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
+    """The torch.distributed plane ``tensor`` goes to, or None for the host (MPI) path."""
+    if tensor.layout != torch.strided:
+        return None
+    kind = tensor.device.type
+    if kind == "cpu":
+        return _CPU
+    if _GPU is not None and tensor.device == _GPU.device:
+        return _GPU
+    return None
+
+
+def wrap(plane: TorchBackend, work: torch.Tensor) -> DeviceBuffer:
+    """``work`` (contiguous, a core dtype) as the core's buffer for ``plane``, made ready for
+    the plane's stream."""
+    plane.prepare(work)
+    return DeviceBuffer(work, plane.name, _NP_DTYPES[work.dtype], tuple(work.shape),
+                        work.data_ptr())
+
+
+def backend(name: str) -> TorchBackend | None:
+    """The registered plane called ``name`` ("gloo", "nccl", "rccl"), or None."""
+    for plane in (_CPU, _GPU):
+        if plane is not None and plane.name == name:
+            return plane
+    return None
+
+
+def gpu_path() -> str:
+    """Which path device tensors take: ``nccl``, ``rccl``, or ``mpi-host-staging (<why>)``."""
+    if _GPU is not None:
+        return _GPU.name
+    return f"mpi-host-staging ({_GPU_WHY})"
+
+
+def cpu_path() -> str:
+    """Which path CPU tensors take: ``gloo`` or ``mpi``, with why."""
+    return f"{'gloo' if _CPU is not None else 'mpi'} ({_CPU_WHY})"
+
+
+def dtype_of(tensor: torch.Tensor) -> np.dtype:
+    """The core dtype standing for ``tensor``'s (KeyError for dtypes the core lacks)."""
+    return _NP_DTYPES[tensor.dtype]
