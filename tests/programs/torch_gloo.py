@@ -1,0 +1,121 @@
+"""torch CPU tensors on the engine-driven torch.distributed Gloo data plane.
+
+Run with ``HVDCORE_CPU_OPERATIONS=gloo``. argv[1]:
+- ``engine``: the plane is reported, a grouped allreduce of 10 tensors is one Gloo call,
+  a name submitted for different data planes is a MismatchError on every rank (and the next
+  call works), process sets get their own Gloo groups, timeline spans name GLOO_* operations;
+- ``stall``: rank 1 never submits 'skipped' (sleeps argv[2] seconds): stall warning, then
+  StallError and the job ends;
+- ``kill``: rank 1 SIGKILLs itself while the others are in Gloo allreduces.
+"""
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+import hvdcore
+import hvdcore.torch as hvd
+from hvdcore.torch import dataplanes
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+checks = 0
+
+
+def check(cond: bool, what: str) -> None:
+    global checks
+    if not cond:
+        raise AssertionError(f"rank {R}: {what}")
+    checks += 1
+
+
+def section_engine() -> None:
+    check(hvd.cpu_operations().startswith("gloo"), hvd.cpu_operations())
+    gloo = dataplanes.backend("gloo")
+    check(gloo is not None, "no gloo plane registered")
+
+    # fusion: a group reaches the engine as one batch on every rank, so it is one Gloo call
+    tensors = [torch.full((100 + i,), float(R + i)) for i in range(10)]
+    before = gloo.calls["allreduce"]
+    got = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="fused")
+    calls = gloo.calls["allreduce"] - before
+    check(calls == 1, f"10 grouped tensors took {calls} Gloo allreduces, expected 1")
+    for i, g in enumerate(got):
+        want = sum(float(r + i) for r in range(N))
+        check(torch.equal(g, torch.full((100 + i,), want)), f"fused tensor {i}: {g[:3]}")
+
+    # the same name for a host NumPy array on rank 0 and a Gloo tensor elsewhere
+    if N > 1:
+        try:
+            if R == 0:
+                hvdcore.allreduce(np.ones(4, np.float32), name="where", op=hvdcore.Sum)
+            else:
+                hvd.allreduce(torch.ones(4), name="where", op=hvd.Sum)
+            check(False, "a data-plane mismatch went through")
+        except hvdcore.MismatchError as exc:
+            check("mismatched device" in str(exc) and "gloo" in str(exc), str(exc))
+    after = hvd.allreduce(torch.ones(4), name="after-mismatch", op=hvd.Sum)
+    check(torch.equal(after, torch.full((4,), float(N))), f"after a mismatch: {after}")
+
+    # process sets: each gets its own Gloo group, made on every rank in the same order
+    if N > 1:
+        members = [0, N - 1] if N > 2 else [1]  # (a set of every rank would be the world)
+        ps = hvd.add_process_set(members)
+        if R in members:
+            s = hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum, process_set=ps)
+            check(s.item() == float(sum(members)), f"set allreduce {s}")
+            g = hvd.allgather(torch.tensor([R]), process_set=ps)
+            check(g.tolist() == members, f"set allgather {g}")
+        hvd.remove_process_set(ps)
+
+    # timeline spans name the backend operation
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tl.json")
+        hvd.start_timeline(path)
+        hvd.allreduce(torch.ones(8), name="tl.ar")
+        hvd.allgather(torch.ones(2, 2), name="tl.ag")
+        hvd.broadcast(torch.ones(3), 0, name="tl.bc")
+        hvd.reducescatter(torch.ones(N * 2), name="tl.rs")
+        hvdcore.allreduce(np.ones(8), name="tl.host")
+        hvd.stop_timeline()
+        if R == 0:
+            with open(path) as f:
+                text = f.read()
+            events = json.loads(text if text.rstrip().endswith("]") else text.rstrip(",\n")
+                                + "]")
+            names = {e.get("name") for e in events if isinstance(e, dict)}
+            for want in ("GLOO_ALLREDUCE", "GLOO_ALLGATHER", "GLOO_BCAST",
+                         "GLOO_REDUCESCATTER", "MPI_ALLREDUCE"):
+                check(want in names, f"timeline lacks {want}: {sorted(n for n in names if n)}")
+
+
+def section_stall() -> None:
+    hvd.allreduce(torch.ones(2), name="warmup")
+    if R == 1:
+        time.sleep(float(sys.argv[2]))
+        print("rank 1 woke up", flush=True)
+        return
+    try:
+        hvd.allreduce(torch.ones(2), name="skipped")
+    except hvdcore.StallError as exc:
+        print(f"rank {R} got StallError: {exc}", flush=True)
+        raise
+
+
+def section_kill() -> None:
+    x = torch.ones(1 << 16)
+    for step in range(1_000_000):
+        if R == 1 and step == 20:
+            os.kill(os.getpid(), signal.SIGKILL)
+        hvd.allreduce(x, name="grad")
+
+
+{"engine": section_engine, "stall": section_stall, "kill": section_kill}[sys.argv[1]]()
+print(f"torch-gloo {sys.argv[1]} rank={R} size={N} checks={checks} OK", flush=True)
+hvd.shutdown()
