@@ -30,7 +30,8 @@ from hvdcore.errors import CapabilityError
 from hvdcore.torch import rendezvous
 from hvdcore.torch.backends import TORCH_DTYPES, CudaAwareMPIBackend, TorchBackend
 
-__all__ = ["setup", "shutdown", "plane_for", "wrap", "backend", "gpu_path", "cpu_path",
+__all__ = ["setup", "shutdown", "plane_for", "wrap", "backend", "backend_for_device",
+           "gpu_path", "cpu_path",
            "choose_gpu_path"]
 
 _NP_DTYPES = {t: d for d, t in TORCH_DTYPES.items()}
@@ -190,6 +191,12 @@ def backend(name: str) -> TorchBackend | None:
         if plane is not None and plane.key == name:
             return plane
     return None
+
+
+def backend_for_device(kind: str) -> TorchBackend | None:
+    """The plane of tensors on device type ``kind`` ("cpu" or "cuda"), or None (host path)."""
+    plane = _CPU if kind == "cpu" else _GPU
+    return plane
 
 
 def gpu_path() -> str:
