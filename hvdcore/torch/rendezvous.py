@@ -1,0 +1,449 @@
+"""torch.distributed's process group for hvdcore's world, formed over MPI so it cannot hang.
+
+:func:`init_process_group` is a collective over hvdcore's ranks (call it after
+``hvdcore.init()``; ``hvdcore.torch.init()`` does). It gives ``torch.distributed`` a default group
+with rank ``hvdcore.rank()`` and world size ``hvdcore.size()``:
+
+1. Every rank sends its host identity (hostname, plus ``SLURM_NODEID`` under Slurm) and its IPv4
+   interfaces over MPI (``allgather_object``).
+2. Rank 0 picks the address (:func:`hvdcore.netaddr.choose_address`): ``MASTER_ADDR`` if set;
+   else the interface ``HVDCORE_GLOO_IFACE`` (alias ``HOROVOD_GLOO_IFACE``), ``GLOO_SOCKET_IFNAME``
+   or ``NCCL_SOCKET_IFNAME`` names; else loopback when all ranks share one host; else a
+   non-loopback address on a subnet every other host also has. It listens on ``MASTER_PORT``
+   (default: a free port, bound once, so no race), checks that it reaches itself there, starts a
+   ``TCPStore`` on that socket and sends the port over MPI.
+3. Every other rank connects. With ranks on several hosts, each rank's Gloo is told to use its
+   interface on the chosen subnet (``GLOO_SOCKET_IFNAME`` is set for this process unless the user
+   set it): Gloo otherwise advertises the hostname's address, often 127.0.1.1.
+4. ``torch.distributed.init_process_group(backend, store=...)``. Collectives then keep torch's
+   default timeouts (30 min; NCCL 10 min); only the rendezvous is bounded.
+
+Every step is bounded by ``HVDCORE_RENDEZVOUS_TIMEOUT`` seconds (default 120, at least 2 s per
+step) and its outcome is exchanged over MPI, which works whatever TCP does, so a failure is a
+:class:`~hvdcore.errors.RendezvousError` on *every* rank within about that time, e.g.::
+
+    RendezvousError: torch.distributed rendezvous (gloo) failed: rank 0 on node7 cannot reach
+    198.51.100.1:41733 (MASTER_ADDR is set) within 5 s: timed out. Address 198.51.100.1, port
+    41733, interface (none of rank 0's). What to do: set MASTER_ADDR to an address of rank 0's
+    node that every node reaches, or unset it ...
+
+:func:`check_distinct_devices` is the collective check that no two ranks drive one GPU (NCCL
+refuses that); :func:`describe` is the one-line summary for logs and ``--check-build``.
+
+Example::
+
+    >>> import hvdcore as hvd
+    >>> from hvdcore.torch import rendezvous
+    >>> hvd.init()
+    >>> rendezvous.init_process_group("gloo")
+    >>> print(rendezvous.describe())
+    rendezvous tcp://127.0.0.1:40117 (gloo, 2 ranks on 1 host): interface lo, ...
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import hvdcore as _core
+from hvdcore import basics as _basics
+from hvdcore.errors import CapabilityError, RendezvousError
+from hvdcore.netaddr import (
+    Choice,
+    HostReport,
+    choose_address,
+    iface_rule,
+    local_host,
+    local_interfaces,
+)
+
+__all__ = ["init_process_group", "new_group", "destroy", "check_distinct_devices",
+           "duplicate_devices", "DeviceReport", "describe", "is_owned"]
+
+_MIN_STEP_S = 2.0
+_HINT = ("set MASTER_ADDR to an address of rank 0's node that every node reaches (or unset it), "
+         "or HVDCORE_GLOO_IFACE to the interface of the network between the nodes (e.g. ib0, "
+         "eth0); check that firewalls allow TCP between the nodes (the port above and Gloo's "
+         "ports); raise HVDCORE_RENDEZVOUS_TIMEOUT if nodes start slowly")
+
+
+@dataclass
+class _State:
+    choice: Choice
+    port: int
+    backend: str
+    owned: bool
+    store: Any = None
+    listener: socket.socket | None = None
+    gloo_set: str | None = None  # GLOO_SOCKET_IFNAME we set (removed again by destroy)
+
+
+_STATE: _State | None = None
+
+
+def _timeout(timeout_s: float | None) -> float:
+    if timeout_s is not None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        return float(timeout_s)
+    return float(_basics.state().cfg.rendezvous_timeout)
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), _MIN_STEP_S)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _report() -> tuple[HostReport, Any]:
+    cfg = _basics.state().cfg
+    host, machine = local_host()
+    existing = None
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        existing = (str(dist.get_backend()), dist.get_rank(), dist.get_world_size())
+    report = HostReport(_core.rank(), host, machine, tuple(local_interfaces()),
+                        gloo_request=cfg.gloo_iface or None,
+                        gloo_env=os.environ.get("GLOO_SOCKET_IFNAME") or None)
+    return report, existing
+
+
+def _probe(address: str, port: int, deadline: float) -> None:
+    """Open (and close) one TCP connection to the store, retrying until ``deadline``.
+
+    torch's own client retries with back-off and overruns its timeout by up to ~2.5x.
+    """
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=_left(deadline)):
+                return
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _bind() -> socket.socket:
+    """Rank 0's listening socket on MASTER_PORT, else on a free port (bound once: no race)."""
+    raw = os.environ.get("MASTER_PORT", "")
+    try:
+        port = int(raw) if raw else 0
+    except ValueError as exc:
+        raise RendezvousError(f"MASTER_PORT={raw!r} is not a port number") from exc
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("", port))
+        srv.listen(1024)
+    except OSError as exc:
+        srv.close()
+        raise RendezvousError(f"cannot listen on port {port} (MASTER_PORT): "
+                              f"{_first_line(exc)}; pick a free port or unset it") from exc
+    return srv
+
+
+def _reach_self(srv: socket.socket, address: str, deadline: float) -> None:
+    """Check that rank 0 reaches its own listening socket at ``address``."""
+    port = srv.getsockname()[1]
+    try:
+        _probe(address, port, deadline)
+        srv.settimeout(_left(deadline))
+        srv.accept()[0].close()  # the probe's connection, so the store never sees it
+        srv.settimeout(None)
+    except OSError as exc:
+        raise RendezvousError(f"cannot reach its own store at {address}:{port}: "
+                              f"{_first_line(exc)}") from exc
+
+
+def _failed(backend: str, step: str, outcomes: Sequence[str | None], hosts: Sequence[str],
+            choice: Choice | None, port: int | None, timeout: float) -> RendezvousError:
+    """The error every rank raises: who failed and why, where, and what to do."""
+    bad = [r for r, o in enumerate(outcomes) if o]
+    where = ""
+    if choice is not None:
+        iface = f" (rank 0's interface {choice.interface})" if choice.interface else ""
+        where = (f" Address {choice.address}{f':{port}' if port else ''}{iface}, chosen because "
+                 f"{choice.reason}.")
+    return RendezvousError(
+        f"torch.distributed rendezvous ({backend}) failed while {step}: "
+        + "; ".join(f"rank {r} on {hosts[r]}: {outcomes[r]}" for r in bad) + "." + where
+        + f" Timeout {timeout:g} s (HVDCORE_RENDEZVOUS_TIMEOUT). What to do: {_HINT}.")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What rank 0 sends after choosing: the address and port, or why it could not."""
+
+    choice: Choice | None
+    port: int | None
+    error: str | None = None
+
+
+def _master(reports: Sequence[HostReport], deadline: float) -> tuple[_Plan, Any, Any]:
+    """Rank 0: choose the address, listen, start the store: ``(plan, store, listener)``."""
+    import torch.distributed as dist
+
+    cfg = _basics.state().cfg
+    choice, port, listener = None, None, None
+    try:
+        rule = iface_rule(cfg.gloo_iface, cfg.source("gloo_iface"))
+        choice = choose_address(reports, os.environ.get("MASTER_ADDR") or None, rule)
+        listener = _bind()
+        port = listener.getsockname()[1]
+        _reach_self(listener, choice.address, deadline)
+        store = dist.TCPStore(choice.address, port, len(reports), True,
+                              datetime.timedelta(seconds=_left(deadline)),
+                              wait_for_workers=False, master_listen_fd=listener.fileno())
+        return _Plan(choice, port), store, listener
+    except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
+        if listener is not None:
+            listener.close()
+        why = str(exc) if isinstance(exc, RendezvousError) else _first_line(exc)
+        return _Plan(choice, port, why), None, None
+
+
+def _set_gloo_iface(name: str | None) -> str | None:
+    if name and not os.environ.get("GLOO_SOCKET_IFNAME"):
+        os.environ["GLOO_SOCKET_IFNAME"] = name
+        return name
+    return None
+
+
+def _default_collective_timeout(group: Any, backend: str) -> None:
+    """The rendezvous timeout bounds forming the group; collectives get torch's defaults."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    setter = getattr(c10d, "_set_pg_timeout", None)
+    if setter is None or group is dist.GroupMember.NON_GROUP_MEMBER:
+        return
+    nccl = getattr(c10d, "default_pg_nccl_timeout", None)
+    setter(nccl if "nccl" in backend and nccl is not None else c10d.default_pg_timeout, group)
+
+
+def init_process_group(backend: str, timeout_s: float | None = None) -> None:
+    """Collective over hvdcore's world (after ``hvdcore.init()``): create torch.distributed's
+    default process group with ``backend`` (``"gloo"``, ``"nccl"``, ``"cpu:gloo,cuda:nccl"``),
+    rank ``hvdcore.rank()``, world size ``hvdcore.size()``.
+
+    ``timeout_s`` (default ``HVDCORE_RENDEZVOUS_TIMEOUT``) bounds the rendezvous. A group the user
+    already created with the same rank and size is adopted (and left alone by :func:`destroy`).
+    Raises RendezvousError on every rank when any rank fails.
+
+    >>> rendezvous.init_process_group("gloo")          # doctest: +SKIP
+    """
+    global _STATE
+    import torch.distributed as dist
+
+    if _STATE is not None:
+        raise RendezvousError(f"init_process_group was already called ({describe()}); call "
+                              "destroy() first")
+    timeout = _timeout(timeout_s)
+    me, n = _core.rank(), _core.size()
+    gathered = _core.allgather_object(_report())
+    reports = [g[0] for g in gathered]
+    existing = [g[1] for g in gathered]
+    deadline = time.monotonic() + timeout
+    if any(existing):
+        if all(e is not None and e[1:] == (r, n) for r, e in enumerate(existing)):
+            _STATE = _State(Choice("", None, f"adopted the user's group ({existing[0][0]})",
+                                   len({r.key for r in reports}), ()), 0, existing[0][0], False)
+            return
+        raise RendezvousError(
+            "torch.distributed is already initialised on some ranks with another rank or world "
+            f"size (backend, rank, size per rank: {existing}); hvdcore needs rank = hvd.rank() "
+            f"and size = {n} on every rank: initialise it that way on all ranks, or not at all")
+
+    hosts = [r.host for r in reports]
+    plan, store, listener = _master(reports, deadline) if me == 0 else (None, None, None)
+    plan = _core.broadcast_object(plan, root_rank=0)
+    if plan.error is not None or plan.choice is None or plan.port is None:
+        raise _failed(backend, "choosing and opening the address",
+                      [plan.error] + [None] * (n - 1), hosts, plan.choice, plan.port, timeout)
+    choice, port = plan.choice, plan.port
+    gloo_set = _set_gloo_iface(choice.gloo_ifaces[me])
+    state = _State(choice, port, backend, True, store, listener, gloo_set)
+
+    error = None
+    if me != 0:
+        try:
+            _probe(choice.address, port, deadline)
+            state.store = dist.TCPStore(choice.address, port, n, False,
+                                        datetime.timedelta(seconds=_left(deadline)))
+        except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
+            error = f"cannot connect to {choice.address}:{port}: {_first_line(exc)}"
+    outcomes = _core.allgather_object(error)
+    if any(outcomes):
+        _release(state)
+        raise _failed(backend, "connecting to rank 0's store", outcomes, hosts, choice, port,
+                      timeout)
+
+    error = None
+    try:
+        dist.init_process_group(backend, store=state.store, rank=me, world_size=n,
+                                timeout=datetime.timedelta(seconds=_left(deadline)))
+        _default_collective_timeout(None, backend)
+    except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
+        error = _first_line(exc)
+    outcomes = _core.allgather_object(error)
+    if any(outcomes):
+        if error is None:
+            dist.destroy_process_group()
+        _release(state)
+        raise _failed(backend, f"creating the {backend} process group", outcomes, hosts,
+                      choice, port, timeout)
+    _STATE = state
+
+
+def _release(state: _State) -> None:
+    state.store = None
+    if state.listener is not None:
+        state.listener.close()
+        state.listener = None
+    if state.gloo_set is not None and os.environ.get("GLOO_SOCKET_IFNAME") == state.gloo_set:
+        del os.environ["GLOO_SOCKET_IFNAME"]
+    state.gloo_set = None
+
+
+def new_group(ranks: list[int], backend: str) -> Any:
+    """Collective over hvdcore's world: ``torch.distributed.new_group(ranks, backend=backend)``
+    with the rendezvous timeout bounding its creation; RendezvousError on every rank if any
+    rank fails. Non-members get torch's ``GroupMember.NON_GROUP_MEMBER``.
+
+    >>> pair = rendezvous.new_group([0, 1], "gloo")     # doctest: +SKIP
+    """
+    import torch.distributed as dist
+
+    if _STATE is None or not dist.is_initialized():
+        raise RendezvousError("new_group needs the default group: call init_process_group first")
+    timeout = _timeout(None)
+    group, error = None, None
+    try:
+        group = dist.new_group(ranks=sorted(ranks), backend=backend,
+                               timeout=datetime.timedelta(seconds=timeout))
+        _default_collective_timeout(group, backend)
+    except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
+        error = _first_line(exc)
+    gathered = _core.allgather_object((local_host()[0], error))
+    hosts, outcomes = [g[0] for g in gathered], [g[1] for g in gathered]
+    if any(outcomes):
+        if error is None and group is not None and group is not dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(group)
+        raise _failed(backend, f"creating a group of ranks {sorted(ranks)}", outcomes, hosts,
+                      _STATE.choice if _STATE.owned else None, _STATE.port, timeout)
+    return group
+
+
+def destroy() -> None:
+    """Destroy the process group :func:`init_process_group` created (with the groups made from
+    it), close its store and undo the ``GLOO_SOCKET_IFNAME`` it set. An adopted user group is
+    left alone. Safe to call twice."""
+    global _STATE
+    state, _STATE = _STATE, None
+    if state is None:
+        return
+    if state.owned:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        _release(state)
+
+
+def is_owned() -> bool:
+    """True while a process group created by :func:`init_process_group` exists."""
+    return _STATE is not None and _STATE.owned
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def describe() -> str:
+    """One line: address, port, interface and why (for logs and ``--check-build``)."""
+    s = _STATE
+    if s is None:
+        return "torch.distributed rendezvous: not done"
+    c = s.choice
+    if not s.owned:
+        return f"torch.distributed rendezvous: {c.reason}"
+    glooed = sorted({g for g in c.gloo_ifaces if g})
+    gloo = ("Gloo interface " + "/".join(glooed) if glooed else "Gloo interface: torch's choice"
+            ) + (" (GLOO_SOCKET_IFNAME set by hvdcore)" if s.gloo_set else "")
+    return (f"torch.distributed rendezvous tcp://{c.address}:{s.port} ({s.backend}, "
+            f"{_count(len(c.gloo_ifaces), 'rank')} on {_count(c.hosts, 'host')}): "
+            f"interface {c.interface or '(none of rank 0s)'}, {c.reason}; {gloo}")
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """The GPU one rank drives. ``gpu`` identifies it: ``GPU-<uuid>`` is unique across hosts;
+    otherwise ``GPU <physical index>`` (after ``CUDA_VISIBLE_DEVICES``), meaningful on one host
+    only. ``label`` is the rank's own name for it (``cuda:0``)."""
+
+    rank: int
+    host: str
+    machine: str
+    gpu: str
+    label: str
+
+
+def _device_report(device: torch.device | None) -> DeviceReport | None:
+    if device is None or device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    host, machine = local_host()
+    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")
+    if uuid:
+        gpu = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+    else:
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+                   if v.strip()]
+        gpu = f"GPU {visible[index] if index < len(visible) else index}"
+    return DeviceReport(_core.rank(), host, machine, gpu, f"cuda:{index}")
+
+
+def duplicate_devices(reports: Sequence[DeviceReport | None]) -> dict[str, list[int]]:
+    """GPUs driven by more than one rank: ``{"<gpu> on <host(s)>": [ranks]}``, empty when all
+    are distinct. Equal uuids clash wherever the ranks run (fake nodes on one machine see the
+    same GPU); index-only GPUs clash only within one host. None (no GPU) is skipped.
+
+    >>> a = DeviceReport(0, "n1", "", "GPU-1a2b", "cuda:0")
+    >>> duplicate_devices([a, DeviceReport(1, "n1", "", "GPU-1a2b", "cuda:0"), None])
+    {'GPU-1a2b on n1': [0, 1]}
+    """
+    groups: dict[tuple[str, ...], list[DeviceReport]] = {}
+    for rep in reports:
+        if rep is None:
+            continue
+        key = (rep.gpu,) if rep.gpu.startswith("GPU-") else (rep.host, rep.machine, rep.gpu)
+        groups.setdefault(key, []).append(rep)
+    return {f"{reps[0].gpu} on {', '.join(sorted({r.host for r in reps}))}": [r.rank for r in reps]
+            for reps in groups.values() if len(reps) > 1}
+
+
+def check_distinct_devices(device: torch.device | None) -> None:
+    """Collective: raise CapabilityError on every rank when two ranks drive the same GPU.
+
+    ``device`` is the GPU this rank uses (``torch.device("cuda", i)``), or None without one.
+
+    >>> rendezvous.check_distinct_devices(torch.device("cuda", hvd.local_rank()))  # doctest: +SKIP
+    """
+    dups = duplicate_devices(_core.allgather_object(_device_report(device)))
+    if dups:
+        what = "; ".join(f"ranks {ranks} all drive {gpu}" for gpu, ranks in dups.items())
+        raise CapabilityError(
+            f"{what}: NCCL needs one GPU per rank. Call torch.cuda.set_device(hvd.local_rank()) "
+            "before using the GPU (with at least as many GPUs per node as ranks), or set "
+            "HVDCORE_GPU_OPERATIONS=mpi to stage device tensors through host memory")
