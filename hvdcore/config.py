@@ -187,8 +187,8 @@ KNOBS: tuple[Knob, ...] = (
          horovod_alias=True),
     Knob("RENDEZVOUS_TIMEOUT", "float (s)", 120.0,
          "How long forming torch.distributed's process group may take (connecting to rank "
-         "0's store, Gloo/NCCL set-up, each new group) before RendezvousError on every rank. "
-         "Collectives keep torch's own timeouts.",
+         "0's store, the backend's set-up, each new group) before RendezvousError on every "
+         "rank. Collectives keep torch's own timeouts.",
          parse=_parse_pos_float),
 )
 

@@ -12,23 +12,30 @@ with rank ``hvdcore.rank()`` and world size ``hvdcore.size()``:
    non-loopback address on a subnet every other host also has. It listens on ``MASTER_PORT``
    (default: a free port, bound once, so no race), checks that it reaches itself there, starts a
    ``TCPStore`` on that socket and sends the port over MPI.
-3. Every other rank connects. With ranks on several hosts, each rank's Gloo is told to use its
-   interface on the chosen subnet (``GLOO_SOCKET_IFNAME`` is set for this process unless the user
-   set it): Gloo otherwise advertises the hostname's address, often 127.0.1.1.
-4. ``torch.distributed.init_process_group(backend, store=...)``. Collectives then keep torch's
-   default timeouts (30 min; NCCL 10 min); only the rendezvous is bounded.
+3. Every other rank connects. Each rank's Gloo is pointed at the chosen network: its interface
+   on the chosen subnet with ranks on several hosts, loopback on one host (``GLOO_SOCKET_IFNAME``
+   is set for this process unless the user set it, and removed again by :func:`destroy`);
+   otherwise Gloo advertises the hostname's address, often 127.0.1.1 on cluster nodes.
+4. ``torch.distributed.init_process_group(backend, store=...)``. Collectives then get torch's
+   default timeouts back (30 min; NCCL 10 min): only forming the group is bounded. NCCL connects
+   lazily at its first collective, under its own timeout and ``NCCL_SOCKET_IFNAME``.
 
-Every step is bounded by ``HVDCORE_RENDEZVOUS_TIMEOUT`` seconds (default 120, at least 2 s per
+Every step is bounded by ``HVDCORE_RENDEZVOUS_TIMEOUT`` seconds (default 120; at least 2 s per
 step) and its outcome is exchanged over MPI, which works whatever TCP does, so a failure is a
-:class:`~hvdcore.errors.RendezvousError` on *every* rank within about that time, e.g.::
+:class:`~hvdcore.errors.RendezvousError` on *every* rank, within about that time, naming the
+failing ranks, the address, port and interface, why they were chosen, and what to do::
 
-    RendezvousError: torch.distributed rendezvous (gloo) failed: rank 0 on node7 cannot reach
-    198.51.100.1:41733 (MASTER_ADDR is set) within 5 s: timed out. Address 198.51.100.1, port
-    41733, interface (none of rank 0's). What to do: set MASTER_ADDR to an address of rank 0's
-    node that every node reaches, or unset it ...
+    RendezvousError: torch.distributed rendezvous (gloo) failed while connecting to rank 0's
+    store: rank 2 on node7: cannot connect to 10.1.0.10:36749: OSError: [Errno 101] Network is
+    unreachable. Address 10.1.0.10:36749 (rank 0's interface ib0), chosen because ranks on 2
+    hosts; no subnet of rank 0 is shared by every rank: ranks [2] have no address on
+    10.1.0.0/16. Timeout 120 s (HVDCORE_RENDEZVOUS_TIMEOUT). What to do: set MASTER_ADDR ...
 
-:func:`check_distinct_devices` is the collective check that no two ranks drive one GPU (NCCL
-refuses that); :func:`describe` is the one-line summary for logs and ``--check-build``.
+A torch.distributed group the user created before, with rank ``hvd.rank()`` and size
+``hvd.size()`` on every rank, is adopted instead (and never destroyed by hvdcore).
+
+:func:`check_distinct_devices` (from :mod:`hvdcore.torch.device_check`) is the collective check
+that no two ranks drive one GPU (NCCL refuses that); :func:`describe` is the one-line summary for logs and ``--check-build``.
 
 Example::
 
@@ -37,7 +44,9 @@ Example::
     >>> hvd.init()
     >>> rendezvous.init_process_group("gloo")
     >>> print(rendezvous.describe())
-    rendezvous tcp://127.0.0.1:40117 (gloo, 2 ranks on 1 host): interface lo, ...
+    torch.distributed rendezvous tcp://192.0.2.2:36093 (gloo, 4 ranks): interface eth0, ranks
+    on 2 hosts; subnet 192.0.2.0/24 is shared by every rank; Gloo interface eth0
+    (GLOO_SOCKET_IFNAME set by hvdcore)
 """
 
 from __future__ import annotations
@@ -50,11 +59,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 import hvdcore as _core
 from hvdcore import basics as _basics
-from hvdcore.errors import CapabilityError, RendezvousError
+from hvdcore.errors import RendezvousError
 from hvdcore.netaddr import (
     Choice,
     HostReport,
@@ -63,6 +70,7 @@ from hvdcore.netaddr import (
     local_host,
     local_interfaces,
 )
+from hvdcore.torch.device_check import DeviceReport, check_distinct_devices, duplicate_devices
 
 __all__ = ["init_process_group", "new_group", "destroy", "check_distinct_devices",
            "duplicate_devices", "DeviceReport", "describe", "is_owned"]
@@ -382,68 +390,5 @@ def describe() -> str:
     gloo = ("Gloo interface " + "/".join(glooed) if glooed else "Gloo interface: torch's choice"
             ) + (" (GLOO_SOCKET_IFNAME set by hvdcore)" if s.gloo_set else "")
     return (f"torch.distributed rendezvous tcp://{c.address}:{s.port} ({s.backend}, "
-            f"{_count(len(c.gloo_ifaces), 'rank')} on {_count(c.hosts, 'host')}): "
+            f"{_count(len(c.gloo_ifaces), 'rank')}): "
             f"interface {c.interface or '(none of rank 0s)'}, {c.reason}; {gloo}")
-
-
-@dataclass(frozen=True)
-class DeviceReport:
-    """The GPU one rank drives. ``gpu`` identifies it: ``GPU-<uuid>`` is unique across hosts;
-    otherwise ``GPU <physical index>`` (after ``CUDA_VISIBLE_DEVICES``), meaningful on one host
-    only. ``label`` is the rank's own name for it (``cuda:0``)."""
-
-    rank: int
-    host: str
-    machine: str
-    gpu: str
-    label: str
-
-
-def _device_report(device: torch.device | None) -> DeviceReport | None:
-    if device is None or device.type != "cuda":
-        return None
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    host, machine = local_host()
-    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")
-    if uuid:
-        gpu = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-    else:
-        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-                   if v.strip()]
-        gpu = f"GPU {visible[index] if index < len(visible) else index}"
-    return DeviceReport(_core.rank(), host, machine, gpu, f"cuda:{index}")
-
-
-def duplicate_devices(reports: Sequence[DeviceReport | None]) -> dict[str, list[int]]:
-    """GPUs driven by more than one rank: ``{"<gpu> on <host(s)>": [ranks]}``, empty when all
-    are distinct. Equal uuids clash wherever the ranks run (fake nodes on one machine see the
-    same GPU); index-only GPUs clash only within one host. None (no GPU) is skipped.
-
-    >>> a = DeviceReport(0, "n1", "", "GPU-1a2b", "cuda:0")
-    >>> duplicate_devices([a, DeviceReport(1, "n1", "", "GPU-1a2b", "cuda:0"), None])
-    {'GPU-1a2b on n1': [0, 1]}
-    """
-    groups: dict[tuple[str, ...], list[DeviceReport]] = {}
-    for rep in reports:
-        if rep is None:
-            continue
-        key = (rep.gpu,) if rep.gpu.startswith("GPU-") else (rep.host, rep.machine, rep.gpu)
-        groups.setdefault(key, []).append(rep)
-    return {f"{reps[0].gpu} on {', '.join(sorted({r.host for r in reps}))}": [r.rank for r in reps]
-            for reps in groups.values() if len(reps) > 1}
-
-
-def check_distinct_devices(device: torch.device | None) -> None:
-    """Collective: raise CapabilityError on every rank when two ranks drive the same GPU.
-
-    ``device`` is the GPU this rank uses (``torch.device("cuda", i)``), or None without one.
-
-    >>> rendezvous.check_distinct_devices(torch.device("cuda", hvd.local_rank()))  # doctest: +SKIP
-    """
-    dups = duplicate_devices(_core.allgather_object(_device_report(device)))
-    if dups:
-        what = "; ".join(f"ranks {ranks} all drive {gpu}" for gpu, ranks in dups.items())
-        raise CapabilityError(
-            f"{what}: NCCL needs one GPU per rank. Call torch.cuda.set_device(hvd.local_rank()) "
-            "before using the GPU (with at least as many GPUs per node as ranks), or set "
-            "HVDCORE_GPU_OPERATIONS=mpi to stage device tensors through host memory")
