@@ -20,10 +20,11 @@ with rank ``hvdcore.rank()`` and world size ``hvdcore.size()``:
    default timeouts back (30 min; NCCL 10 min): only forming the group is bounded. NCCL connects
    lazily at its first collective, under its own timeout and ``NCCL_SOCKET_IFNAME``.
 
-Every step is bounded by ``HVDCORE_RENDEZVOUS_TIMEOUT`` seconds (default 120; at least 2 s per
-step) and its outcome is exchanged over MPI, which works whatever TCP does, so a failure is a
-:class:`~hvdcore.errors.RendezvousError` on *every* rank, within about that time, naming the
-failing ranks, the address, port and interface, why they were chosen, and what to do::
+Each step (reaching rank 0's store; forming the group; each :func:`new_group`) is bounded by
+``HVDCORE_RENDEZVOUS_TIMEOUT`` seconds (default 120) and its outcome is exchanged over MPI, which
+works whatever TCP does, so a failure is a :class:`~hvdcore.errors.RendezvousError` on *every*
+rank, within about that time per step, naming the failing ranks, the address, port and
+interface, why they were chosen, and what to do::
 
     RendezvousError: torch.distributed rendezvous (gloo) failed while connecting to rank 0's
     store: rank 2 on node7: cannot connect to 10.1.0.10:36749: OSError: [Errno 101] Network is
@@ -198,7 +199,8 @@ class _Plan:
     error: str | None = None
 
 
-def _master(reports: Sequence[HostReport], deadline: float) -> tuple[_Plan, Any, Any]:
+def _master(reports: Sequence[HostReport], deadline: float,
+            timeout: float) -> tuple[_Plan, Any, Any]:
     """Rank 0: choose the address, listen, start the store: ``(plan, store, listener)``."""
     import torch.distributed as dist
 
@@ -210,8 +212,9 @@ def _master(reports: Sequence[HostReport], deadline: float) -> tuple[_Plan, Any,
         listener = _bind()
         port = listener.getsockname()[1]
         _reach_self(listener, choice.address, deadline)
+        # The store's timeout also bounds its later waits (new groups): the full value.
         store = dist.TCPStore(choice.address, port, len(reports), True,
-                              datetime.timedelta(seconds=_left(deadline)),
+                              datetime.timedelta(seconds=timeout),
                               wait_for_workers=False, master_listen_fd=listener.fileno())
         return _Plan(choice, port), store, listener
     except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
@@ -237,7 +240,8 @@ def _default_collective_timeout(group: Any, backend: str) -> None:
     if setter is None or group is dist.GroupMember.NON_GROUP_MEMBER:
         return
     nccl = getattr(c10d, "default_pg_nccl_timeout", None)
-    setter(nccl if "nccl" in backend and nccl is not None else c10d.default_pg_timeout, group)
+    only_nccl = "nccl" in backend and "gloo" not in backend
+    setter(nccl if only_nccl and nccl is not None else c10d.default_pg_timeout, group)
 
 
 def init_process_group(backend: str, timeout_s: float | None = None) -> None:
@@ -274,7 +278,7 @@ def init_process_group(backend: str, timeout_s: float | None = None) -> None:
             f"and size = {n} on every rank: initialise it that way on all ranks, or not at all")
 
     hosts = [r.host for r in reports]
-    plan, store, listener = _master(reports, deadline) if me == 0 else (None, None, None)
+    plan, store, listener = _master(reports, deadline, timeout) if me == 0 else (None, None, None)
     plan = _core.broadcast_object(plan, root_rank=0)
     if plan.error is not None or plan.choice is None or plan.port is None:
         raise _failed(backend, "choosing and opening the address",
@@ -288,7 +292,7 @@ def init_process_group(backend: str, timeout_s: float | None = None) -> None:
         try:
             _probe(choice.address, port, deadline)
             state.store = dist.TCPStore(choice.address, port, n, False,
-                                        datetime.timedelta(seconds=_left(deadline)))
+                                        datetime.timedelta(seconds=timeout))
         except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
             error = f"cannot connect to {choice.address}:{port}: {_first_line(exc)}"
     outcomes = _core.allgather_object(error)
@@ -300,7 +304,7 @@ def init_process_group(backend: str, timeout_s: float | None = None) -> None:
     error = None
     try:
         dist.init_process_group(backend, store=state.store, rank=me, world_size=n,
-                                timeout=datetime.timedelta(seconds=_left(deadline)))
+                                timeout=datetime.timedelta(seconds=timeout))
         _default_collective_timeout(None, backend)
     except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
         error = _first_line(exc)
