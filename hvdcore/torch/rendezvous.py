@@ -90,7 +90,6 @@ class _State:
     backend: str
     owned: bool
     store: Any = None
-    listener: socket.socket | None = None
     gloo_set: str | None = None  # GLOO_SOCKET_IFNAME we set (removed again by destroy)
 
 
@@ -200,8 +199,8 @@ class _Plan:
 
 
 def _master(reports: Sequence[HostReport], deadline: float,
-            timeout: float) -> tuple[_Plan, Any, Any]:
-    """Rank 0: choose the address, listen, start the store: ``(plan, store, listener)``."""
+            timeout: float) -> tuple[_Plan, Any]:
+    """Rank 0: choose the address, listen, start the store: ``(plan, store)``."""
     import torch.distributed as dist
 
     cfg = _basics.state().cfg
@@ -212,16 +211,18 @@ def _master(reports: Sequence[HostReport], deadline: float,
         listener = _bind()
         port = listener.getsockname()[1]
         _reach_self(listener, choice.address, deadline)
-        # The store's timeout also bounds its later waits (new groups): the full value.
+        # The store closes the descriptor it is given: give it a duplicate of ours. Its timeout
+        # also bounds its later waits (new groups): the full value.
         store = dist.TCPStore(choice.address, port, len(reports), True,
-                              datetime.timedelta(seconds=timeout),
-                              wait_for_workers=False, master_listen_fd=listener.fileno())
-        return _Plan(choice, port), store, listener
+                              datetime.timedelta(seconds=timeout), wait_for_workers=False,
+                              master_listen_fd=os.dup(listener.fileno()))
+        return _Plan(choice, port), store
     except Exception as exc:  # noqa: BLE001 - every failure must reach the other ranks
+        why = str(exc) if isinstance(exc, RendezvousError) else _first_line(exc)
+        return _Plan(choice, port, why), None
+    finally:
         if listener is not None:
             listener.close()
-        why = str(exc) if isinstance(exc, RendezvousError) else _first_line(exc)
-        return _Plan(choice, port, why), None, None
 
 
 def _set_gloo_iface(name: str | None) -> str | None:
@@ -278,14 +279,14 @@ def init_process_group(backend: str, timeout_s: float | None = None) -> None:
             f"and size = {n} on every rank: initialise it that way on all ranks, or not at all")
 
     hosts = [r.host for r in reports]
-    plan, store, listener = _master(reports, deadline, timeout) if me == 0 else (None, None, None)
+    plan, store = _master(reports, deadline, timeout) if me == 0 else (None, None)
     plan = _core.broadcast_object(plan, root_rank=0)
     if plan.error is not None or plan.choice is None or plan.port is None:
         raise _failed(backend, "choosing and opening the address",
                       [plan.error] + [None] * (n - 1), hosts, plan.choice, plan.port, timeout)
     choice, port = plan.choice, plan.port
     gloo_set = _set_gloo_iface(choice.gloo_ifaces[me])
-    state = _State(choice, port, backend, True, store, listener, gloo_set)
+    state = _State(choice, port, backend, True, store, gloo_set)
 
     error = None
     if me != 0:
@@ -320,9 +321,6 @@ def init_process_group(backend: str, timeout_s: float | None = None) -> None:
 
 def _release(state: _State) -> None:
     state.store = None
-    if state.listener is not None:
-        state.listener.close()
-        state.listener = None
     if state.gloo_set is not None and os.environ.get("GLOO_SOCKET_IFNAME") == state.gloo_set:
         del os.environ["GLOO_SOCKET_IFNAME"]
     state.gloo_set = None

@@ -21,6 +21,13 @@ import torch.distributed as dist
 import hvdcore
 from hvdcore.torch import rendezvous
 
+
+def say(text: str) -> None:
+    """One write per line, so that ranks' lines never merge in the launcher's output."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
 hvdcore.init()
 ME, N = hvdcore.rank(), hvdcore.size()
@@ -35,14 +42,14 @@ if mode in ("fail", "isolate"):
     try:
         rendezvous.init_process_group("gloo")
     except hvdcore.RendezvousError as exc:
-        print(f"rank {ME}: RendezvousError: {exc}", flush=True)
+        say(f"rank {ME}: RendezvousError: {exc}")
         hvdcore.shutdown()
         sys.exit(3)
-    print(f"rank {ME}: rendezvous unexpectedly succeeded: {rendezvous.describe()}", flush=True)
+    say(f"rank {ME}: rendezvous unexpectedly succeeded: {rendezvous.describe()}")
     sys.exit(1)
 
 rendezvous.init_process_group("gloo")
-print(f"rank {ME}: {rendezvous.describe()}", flush=True)
+say(f"rank {ME}: {rendezvous.describe()}")
 assert dist.get_rank() == ME and dist.get_world_size() == N
 
 x = torch.arange(4, dtype=torch.float64) + ME
@@ -61,6 +68,13 @@ rendezvous.check_distinct_devices(None)
 dist.barrier()
 rendezvous.destroy()
 assert not dist.is_initialized()
+assert "GLOO_SOCKET_IFNAME" not in os.environ, "destroy() must undo the GLOO_SOCKET_IFNAME it set"
 rendezvous.destroy()  # twice is fine
+# A second rendezvous in the same process (new store, new port) works too.
+rendezvous.init_process_group("gloo", timeout_s=30)
+z = torch.ones(1)
+dist.all_reduce(z)
+assert z.item() == N, f"rank {ME}: second group sum {z.item()}"
+rendezvous.destroy()
 hvdcore.shutdown()
-print(f"rank {ME}: OK sum={x.tolist()} subset={sub}", flush=True)
+say(f"rank {ME}: OK sum={x.tolist()} subset={sub}")
