@@ -18,6 +18,7 @@ register one :class:`~hvdcore.torch.backends.TorchBackend` per plane with the en
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ __all__ = ["setup", "shutdown", "plane_for", "wrap", "backend", "backend_for_dev
            "gpu_path", "cpu_path",
            "choose_gpu_path"]
 
+_log = logging.getLogger("hvdcore")
 _NP_DTYPES = {t: d for d, t in TORCH_DTYPES.items()}
 _CPU: TorchBackend | None = None
 _GPU: TorchBackend | None = None
@@ -134,6 +136,8 @@ def setup() -> None:
     else:
         rendezvous.init_process_group(spec)
         _OWN_PG = True
+        if _core.rank() == 0:
+            _log.info("%s", rendezvous.describe())
     if want_gloo:
         _CPU = TorchBackend("gloo", torch.device("cpu"), spec)
         engine.register_backend(_CPU.key, _CPU)
