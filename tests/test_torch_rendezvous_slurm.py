@@ -52,3 +52,23 @@ def test_gloo_rendezvous_across_two_nodes(cluster: SlurmCluster, ntasks: int) ->
         assert f"(gloo, {n} ranks)" in ln and "ranks on 2 hosts" in ln and "shared by every rank" in ln, ln
         assert "GLOO_SOCKET_IFNAME set by hvdcore" in ln, ln
     assert len({ln.split(": ", 1)[1] for ln in described}) == 1, described  # one plan everywhere
+
+
+def test_engine_gloo_plane_across_two_nodes(cluster: SlurmCluster) -> None:
+    """hvdcore.torch with HVDCORE_CPU_OPERATIONS=gloo on 2 x 2 ranks through srun: the
+    engine-driven Gloo plane (fusion, mismatch, process sets, timeline) across the fake nodes,
+    with the rendezvous on a non-loopback address."""
+    cmd = ["srun", "-N2", "-n4", "--mpi=pmix", "--kill-on-bad-exit=1",
+           sys.executable, program("torch_gloo.py"), "engine"]
+    env = cluster.env(mpi_env({**FAKE_NODES_ENV, "HVDCORE_CPU_OPERATIONS": "gloo",
+                               "HVDCORE_LOG_LEVEL": "info"}))
+    try:
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd)} did not finish in 240 s\n{exc.stdout!r}\n{exc.stderr!r}")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    assert res.stdout.count("torch-gloo engine") == 4 and "size=4" in res.stdout, out[-4000:]
+    described = [ln for ln in out.splitlines() if "rendezvous tcp://" in ln]
+    assert described and all("tcp://127." not in ln and "ranks on 2 hosts" in ln
+                              for ln in described), out[-4000:]
