@@ -26,8 +26,8 @@ from hvdcore import basics, errors
 from hvdcore.arguments import (
     alltoall_splits,
     as_array,
-    device_of,
     broadcast_root,
+    device_of,
     dtype_name,
     output_for,
     part_names,

@@ -22,6 +22,7 @@ import numpy as np
 from hvdcore.engine.messages import ReduceOp, Response
 from hvdcore.engine.timeline import Timeline
 
+
 @dataclass(slots=True)
 class Request:
     """A submitted request on its rank: the meta, the input, where the result goes."""

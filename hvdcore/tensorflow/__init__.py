@@ -54,7 +54,6 @@ from hvdcore import (
     stop_timeline,
 )
 from hvdcore.errors import HvdcoreError as HorovodInternalError
-from hvdcore.tensorflow.device_path import init, shutdown
 from hvdcore.tensorflow.collectives import (
     allgather,
     allgather_object,
@@ -75,6 +74,7 @@ from hvdcore.tensorflow.collectives import (
     size_op,
 )
 from hvdcore.tensorflow.compression import Compression
+from hvdcore.tensorflow.device_path import init, shutdown
 from hvdcore.tensorflow.gradients import DistributedGradientTape
 from hvdcore.tensorflow.variables import broadcast_variables
 

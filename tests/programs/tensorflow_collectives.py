@@ -18,7 +18,6 @@ import tensorflow as tf  # noqa: E402
 
 import hvdcore.tensorflow as hvd  # noqa: E402
 from hvdcore.errors import MismatchError, UnsupportedError  # noqa: E402
-
 from hvdcore.tensorflow import device_path  # noqa: E402
 
 assert "torch" not in sys.modules, "import hvdcore.tensorflow must not import torch"
