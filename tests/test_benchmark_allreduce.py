@@ -29,8 +29,8 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert doc["ranks"] == 2 and len(doc["load_avg_start"]) == 3
     assert doc["cpu_operations"].startswith("gloo")
     assert {r["peer"] for r in doc["allreduce"]} == {"mpi4py", "hvdcore"}
-    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "allreduce(t)", "allreduce_(t)",
-                                                 "async+sync"}
+    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone", "allreduce(t)",
+                                                 "allreduce_(t)", "async+sync"}
     assert {r["size"] for r in doc["gloo"]} == {"4 KiB", "64 KiB"}
     assert all(r["median_us"] > 0 for r in doc["allreduce"] + doc["gloo"])
     assert "hvdcore-gloo grouped (1 call)" in doc["batch_ms"]
@@ -48,5 +48,5 @@ def test_cpu_operations_mpi_puts_torch_rows_in_the_mpi_table(tmp_path: Path) -> 
     doc = json.loads(out.read_text())
     assert doc["cpu_operations"].startswith("mpi")
     assert "torch allreduce_(t)" in {r["peer"] for r in doc["allreduce"]}
-    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo"}
+    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
     assert doc["gpu"] == {"skipped": "--no-gpu"}
