@@ -35,7 +35,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys((
         "HvdcoreError", "ConfigError", "LaunchError", "NotInitializedError", "MismatchError",
         "StallError", "RankFailedError", "CapabilityError", "UnsupportedError",
-        "ShutdownError", "ArgumentError", "UnimplementedError"), "hvdcore.errors"),
+        "ShutdownError", "ArgumentError", "UnimplementedError", "RendezvousError"),
+        "hvdcore.errors"),
     **dict.fromkeys(("broadcast_object", "allgather_object"), "hvdcore.objects"),
     **dict.fromkeys((
         "Average", "Sum", "Adasum", "Min", "Max", "Product", "allreduce", "allreduce_async",
@@ -107,6 +108,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         MismatchError,
         NotInitializedError,
         RankFailedError,
+        RendezvousError,
         ShutdownError,
         StallError,
         UnimplementedError,

@@ -14,7 +14,9 @@ category                names
 ======================  ==========================================================================
 
 The report also says which path GPU tensors take (``nccl``, ``mpi-cuda-aware``,
-``mpi-host-staging``, or ``none`` without a GPU), honouring ``HVDCORE_GPU_OPERATIONS``.
+``mpi-host-staging``, or ``none`` without a GPU), honouring ``HVDCORE_GPU_OPERATIONS``, and
+(``tensor_paths``) which data plane torch CPU tensors (``HVDCORE_CPU_OPERATIONS``) and
+TensorFlow tensors take.
 
 Probes are guarded (a failure is recorded as the reason, never raised), lazy (asking about MPI
 does not import torch; TensorFlow, ~6 s to import, is imported only for the items that need it)
@@ -106,6 +108,7 @@ class CapabilityReport:
     items: list[Capability]
     gpu_tensors: dict[str, Any]
     context: dict[str, Any]
+    tensor_paths: dict[str, Any] = field(default_factory=dict)
 
     def item(self, category: str, name: str) -> Capability:
         """The item ``name`` of ``category``; KeyError when it was not probed."""
@@ -130,10 +133,12 @@ class CapabilityReport:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict: ``items`` (list of dicts), ``gpu_tensors``, ``context``."""
+        """JSON-able dict: ``items`` (list of dicts), ``gpu_tensors``, ``tensor_paths``,
+        ``context``."""
         return {
             "items": [it.to_dict() for it in self.items],
             "gpu_tensors": dict(self.gpu_tensors),
+            "tensor_paths": dict(self.tensor_paths),
             "context": dict(self.context),
         }
 
@@ -292,20 +297,59 @@ _PROBES = {
 }
 
 
-def _gpu_tensor_path(items: dict[str, Capability]) -> dict[str, Any]:
+def _setting(name: str) -> dict[str, Any]:
+    """A knob's value as init() will read it: ``setting`` and ``source``, or ``error``."""
     from hvdcore.config import knob
 
-    setting, source = "auto", "default"
-    k = knob("GPU_OPERATIONS")
+    k = knob(name)
     for var in (k.env, k.alias):
         if var and var in os.environ:
             try:
-                setting, source = k.convert(os.environ[var], var), var
+                return {"setting": k.convert(os.environ[var], var), "source": var}
             except Exception as exc:  # ConfigError: report it, init() will raise it
                 return {"path": "error", "setting": os.environ[var], "source": var,
                         "reason": probes.describe_error(exc)}
-            break
-    out = {"setting": setting, "source": source}
+    return {"setting": k.default, "source": "default"}
+
+
+def _tensor_paths(items: dict[str, Capability], gpu: dict[str, Any]) -> dict[str, Any]:
+    """Which data plane torch CPU tensors and TensorFlow tensors take (see
+    :mod:`hvdcore.torch.dataplanes` and :mod:`hvdcore.tensorflow.device_path`)."""
+    cpu = _setting("CPU_OPERATIONS")
+    if "path" not in cpu:
+        gloo = items.get("gloo")
+        if cpu["setting"] == "gloo":
+            ok = gloo is not None and gloo.available
+            cpu.update(path="gloo" if ok else "error",
+                       reason="torch.distributed Gloo, driven by the engine" if ok else
+                       f"{cpu['source']}=gloo but Gloo: {gloo.reason if gloo else 'unknown'}")
+        else:
+            cpu.update(path="mpi", reason="zero-copy NumPy views through MPI")
+    out: dict[str, Any] = {"torch_cpu": cpu}
+    tf_item, torch_item = items.get("tensorflow"), items.get("torch")
+    if tf_item is None or not tf_item.built:
+        out["tensorflow"] = {"path": "none", "reason": "TensorFlow is not installed"}
+        return out
+    has_torch = torch_item is not None and torch_item.built
+    gpu_path = gpu.get("path")
+    if gpu_path in ("nccl", "mpi-cuda-aware") and has_torch:
+        tf_gpu = f"dlpack->{'nccl' if gpu_path == 'nccl' else 'mpi (CUDA-aware)'}"
+    elif gpu_path == "none":
+        tf_gpu = "no GPU"
+    else:
+        tf_gpu = "host staging" + ("" if has_torch else " (torch is not installed)")
+    tf_cpu = ("dlpack->gloo" if cpu.get("path") == "gloo" and has_torch
+              else "host NumPy views through MPI")
+    out["tensorflow"] = {"path": f"GPU tensors: {tf_gpu}; CPU tensors: {tf_cpu}",
+                         "reason": "DLPack into the torch data planes needs torch"}
+    return out
+
+
+def _gpu_tensor_path(items: dict[str, Capability]) -> dict[str, Any]:
+    out = _setting("GPU_OPERATIONS")
+    if "path" in out:
+        return out
+    setting, source = out["setting"], out["source"]
     gpu = items["cuda"] if items["cuda"].available else items["rocm"]
     if not gpu.available:
         return {**out, "path": "none", "reason": "no GPU visible: only CPU tensors (MPI)"}
@@ -358,7 +402,8 @@ def capabilities(names: Iterable[str] | None = None, refresh: bool = False) -> C
     by_name = {it.name: it for it in items}
     if {"cuda", "rocm", "nccl", "cuda-aware-mpi"} <= wanted:
         gpu = _gpu_tensor_path(by_name)
-    return CapabilityReport(items, gpu, _context())
+    paths = _tensor_paths(by_name, gpu) if {"gloo", "torch", "tensorflow"} <= wanted else {}
+    return CapabilityReport(items, gpu, _context(), paths)
 
 
 # ----------------------------------------------------------------- Horovod's boolean functions

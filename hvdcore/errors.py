@@ -38,6 +38,10 @@ type, naming the rank at fault and its reason (``alltoall 'x' was rejected by ra
 rank runs it: rank 0: alltoall splits [..] must ...``). Negotiation failures (ranks submitted
 different shapes, dtypes, ops, roots, kinds) raise :class:`MismatchError` on every rank.
 
+Outside argument checking: :class:`RendezvousError` when torch.distributed's process group
+cannot be formed (raised on every rank, naming the failing ranks, the address and interface,
+and what to set); :class:`CapabilityError` when two ranks on one host drive the same GPU.
+
 ArgumentError and UnimplementedError derive from UnsupportedError (a TypeError): every argument
 error is still caught by ``except UnsupportedError`` / ``except TypeError`` as before.
 
@@ -65,6 +69,7 @@ __all__ = [
     "ArgumentError",
     "UnimplementedError",
     "ShutdownError",
+    "RendezvousError",
 ]
 
 
@@ -117,3 +122,11 @@ class UnimplementedError(UnsupportedError, NotImplementedError):
 
 class ShutdownError(HvdcoreError):
     """The engine was shut down while the request was pending."""
+
+
+class RendezvousError(HvdcoreError):
+    """torch.distributed's process group could not be formed within the rendezvous timeout.
+
+    Raised on every rank alike; the message names the failing rank(s), the address, port and
+    interface, and what to change (``MASTER_ADDR``, ``HVDCORE_GLOO_IFACE``, firewalls).
+    """

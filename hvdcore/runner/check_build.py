@@ -80,6 +80,12 @@ def format_report(report: CapabilityReport) -> str:
     gpu = report.gpu_tensors
     if gpu.get("path") != "not probed":
         lines += ["", f"GPU tensors: {gpu.get('path')} ({gpu.get('reason')})"]
+    paths = report.tensor_paths
+    if "torch_cpu" in paths:
+        cpu = paths["torch_cpu"]
+        lines.append(f"CPU tensors (torch): {cpu.get('path')} ({cpu.get('reason')})")
+    if "tensorflow" in paths:
+        lines.append(f"TensorFlow tensors: {paths['tensorflow'].get('path')}")
     return "\n".join(lines)
 
 

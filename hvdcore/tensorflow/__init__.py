@@ -39,7 +39,6 @@ from hvdcore import (
     global_process_set,
     gloo_built,
     gloo_enabled,
-    init,
     is_initialized,
     local_rank,
     local_size,
@@ -50,12 +49,12 @@ from hvdcore import (
     rank,
     remove_process_set,
     rocm_built,
-    shutdown,
     size,
     start_timeline,
     stop_timeline,
 )
 from hvdcore.errors import HvdcoreError as HorovodInternalError
+from hvdcore.tensorflow.device_path import init, shutdown
 from hvdcore.tensorflow.collectives import (
     allgather,
     allgather_object,

@@ -7,6 +7,10 @@ automatic control dependencies keep them in program order: every rank runs its c
 same order, which is what the core's automatic naming needs. XLA cannot run Python callbacks, so a
 collective traced under ``jit_compile=True`` is a clear error instead of a crash.
 
+With a torch data plane up (:mod:`hvdcore.tensorflow.device_path`), inputs that a plane takes
+go to it through DLPack instead of host memory, eagerly and, through ``tf.py_function``, in a
+graph; results come back the same way.
+
 Errors take Horovod's TensorFlow types (see :mod:`hvdcore.tensorflow.errors`): a negotiation
 failure is a ``tf.errors.FailedPreconditionError``, a bad argument a
 ``tf.errors.InvalidArgumentError``, eagerly and inside ``tf.function``.
@@ -20,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdcore.errors import ArgumentError, MismatchError, UnsupportedError
+from hvdcore.tensorflow import device_path
 from hvdcore.tensorflow.errors import to_tf_error
 
 __all__ = ["SUPPORTED_DTYPES", "check_dtype", "run_numpy", "to_tensor"]
@@ -66,12 +71,17 @@ def run_numpy(
     out_dtypes: Sequence[tf.DType],
     out_shapes: Sequence[tf.TensorShape | list | None],
     name: str,
+    plane_inputs: int = 0,
 ) -> list[tf.Tensor]:
     """Call ``fn(*arrays) -> arrays`` on ``inputs``; return tensors of ``out_dtypes``.
 
     ``out_shapes`` are the static shapes set on the outputs in graph mode (None entries are
-    unknown dimensions).
+    unknown dimensions). ``plane_inputs``: how many leading inputs ``fn`` only passes to the
+    core (so they may be a torch plane's buffers instead of arrays, see
+    :mod:`~hvdcore.tensorflow.device_path`); its results for them are then torch tensors.
     """
+    if plane_inputs and device_path.active():
+        return _run_on_planes(fn, inputs, out_dtypes, out_shapes, name, plane_inputs)
     np_dtypes = [d.as_numpy_dtype for d in out_dtypes]
 
     def call(*arrays: np.ndarray) -> list[np.ndarray]:
@@ -107,6 +117,55 @@ def run_numpy(
 
     raw = tf.numpy_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
                             stateful=True, name=_op_name(name))
+    raw = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    failed = _raise_failed(raw[-1])
+    with tf.control_dependencies([failed]):
+        tensors = [tf.identity(t) for t in raw[:-1]]
+    for out, shape in zip(tensors, out_shapes, strict=True):
+        if shape is not None:
+            out.set_shape(shape)
+    return tensors
+
+
+def _run_on_planes(
+    fn: Callable[..., Sequence[object]],
+    inputs: Sequence[tf.Tensor],
+    out_dtypes: Sequence[tf.DType],
+    out_shapes: Sequence[tf.TensorShape | list | None],
+    name: str,
+    plane_inputs: int,
+) -> list[tf.Tensor]:
+    """:func:`run_numpy` with the leading inputs on a torch plane (through DLPack)."""
+    def call(*tensors: tf.Tensor) -> list[tf.Tensor]:
+        args = [device_path.to_core(t) if i < plane_inputs else t.numpy()
+                for i, t in enumerate(tensors)]
+        outs = fn(*args)
+        return [device_path.to_tf(o, d) for o, d in zip(outs, out_dtypes, strict=True)]
+
+    if tf.executing_eagerly():
+        try:
+            return call(*inputs)
+        except Exception as exc:  # noqa: BLE001  (re-raised, typed as Horovod's TF error)
+            typed = to_tf_error(exc)
+            if typed is None:
+                raise
+            raise typed from exc
+    if _in_xla_context():
+        raise UnsupportedError(
+            f"hvdcore collective '{name}' was traced inside an XLA-compiled function: XLA "
+            "cannot call into the MPI runtime. Pass jit_compile=False to model.compile(...) "
+            "or tf.function(...).")
+    np_dtypes = [d.as_numpy_dtype for d in out_dtypes]
+
+    def call_in_graph(*tensors: tf.Tensor) -> list[object]:
+        try:
+            return [*call(*tensors), tf.constant(b"")]
+        except MismatchError as exc:  # handed out as a message, as in run_numpy
+            message = f"{type(exc).__name__}: {exc}".encode()
+            return [*_placeholders(np_dtypes, out_shapes), tf.constant(message)]
+
+    raw = tf.py_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
+                         name=_op_name(name))
     raw = list(raw) if isinstance(raw, (list, tuple)) else [raw]
     failed = _raise_failed(raw[-1])
     with tf.control_dependencies([failed]):

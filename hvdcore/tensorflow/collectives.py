@@ -65,7 +65,8 @@ def _dense_allreduce(tensor: tf.Tensor, op: ReduceOp, prescale: float, postscale
         return [_core.allreduce(a, name=name, op=op, prescale_factor=prescale,
                                 postscale_factor=postscale, process_set=process_set)]
 
-    return run_numpy(fn, [tensor], [tensor.dtype], [_shape(tensor)], _label("allreduce", name))[0]
+    return run_numpy(fn, [tensor], [tensor.dtype], [_shape(tensor)], _label("allreduce", name),
+                     plane_inputs=1)[0]
 
 
 def _allreduce_with_grad(tensor: tf.Tensor, op: ReduceOp, prescale: float, postscale: float,
@@ -147,7 +148,8 @@ def grouped_allreduce(tensors: list[Any], average: bool | None = None, device_de
                                            postscale_factor=postscale_factor,
                                            process_set=process_set)
 
-        return run_numpy(fn, ts, [t.dtype for t in ts], [t.shape for t in ts], label)
+        return run_numpy(fn, ts, [t.dtype for t in ts], [t.shape for t in ts], label,
+                         plane_inputs=len(ts))
 
     if all(t.dtype.is_floating for t in sent) and reduce_op != Adasum:
         @tf.custom_gradient
@@ -169,7 +171,8 @@ def _raw_allgather(t: tf.Tensor, name: str | None, process_set: Any) -> tf.Tenso
     def fn(a: np.ndarray) -> list[np.ndarray]:
         return [_core.allgather(a, name=name, process_set=process_set)]
 
-    return run_numpy(fn, [t], [t.dtype], [_first_dim_unknown(t)], _label("allgather", name))[0]
+    return run_numpy(fn, [t], [t.dtype], [_first_dim_unknown(t)], _label("allgather", name),
+                     plane_inputs=1)[0]
 
 
 def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False,
@@ -236,7 +239,7 @@ def grouped_allgather(tensors: list[Any], name: str | None = None,
             return _core.grouped_allgather(list(arrays), name=name, process_set=process_set)
 
         return run_numpy(fn, xs, [t.dtype for t in xs], [_first_dim_unknown(t) for t in xs],
-                         _label("grouped_allgather", name))
+                         _label("grouped_allgather", name), plane_inputs=len(xs))
 
     if not all(t.dtype.is_floating for t in ts):
         return raw(ts)
@@ -258,7 +261,8 @@ def _raw_broadcast(t: tf.Tensor, root_rank: int, name: str | None, process_set: 
     def fn(a: np.ndarray) -> list[np.ndarray]:
         return [_core.broadcast(a, root_rank, name=name, process_set=process_set)]
 
-    return run_numpy(fn, [t], [t.dtype], [t.shape], _label("broadcast", name))[0]
+    return run_numpy(fn, [t], [t.dtype], [t.shape], _label("broadcast", name),
+                     plane_inputs=1)[0]
 
 
 def broadcast(tensor: Any, root_rank: int, name: str | None = None,
@@ -314,7 +318,7 @@ def _raw_alltoall(t: tf.Tensor, splits: tf.Tensor | None, name: str | None,
     n = process_set.size() if _core.is_initialized() else None
     out, received = run_numpy(fn, inputs, [t.dtype, tf.int32],
                               [_first_dim_unknown(t), tf.TensorShape([n])],
-                              _label("alltoall", name))
+                              _label("alltoall", name), plane_inputs=1)
     return out, received
 
 
@@ -377,7 +381,7 @@ def reducescatter(tensor: Any, device_dense: str = "",
                                         postscale_factor=postscale_factor)]
 
         return run_numpy(fn, [x], [x.dtype], [_first_dim_unknown(x)],
-                         _label("reducescatter", name))[0]
+                         _label("reducescatter", name), plane_inputs=1)[0]
 
     if not compressed.dtype.is_floating:
         return compression.decompress(raw(compressed), ctx)
@@ -428,7 +432,7 @@ def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
                                                postscale_factor=postscale_factor)
 
         return run_numpy(fn, xs, [t.dtype for t in xs], [_first_dim_unknown(t) for t in xs],
-                         "grouped_reducescatter")
+                         "grouped_reducescatter", plane_inputs=len(xs))
 
     if all(t.dtype.is_floating for t in sent):
         @tf.custom_gradient

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-__all__ = ["TorchBackend", "TORCH_DTYPES"]
+__all__ = ["TorchBackend", "CudaAwareMPIBackend", "TORCH_DTYPES"]
 
 TORCH_DTYPES: dict[np.dtype, torch.dtype] = {
     np.dtype(np.uint8): torch.uint8, np.dtype(np.int8): torch.int8,
@@ -58,6 +58,7 @@ class TorchBackend:
     def __init__(self, name: str, device: torch.device, group_backend: str | None = None
                  ) -> None:
         self.name = name
+        self.key = name  # the engine's name for this data plane (Meta.device)
         self.device = device
         self.group_backend = group_backend
         self.calls: Counter[str] = Counter()
@@ -219,3 +220,96 @@ class TorchBackend:
     def as_uint8(buf: torch.Tensor) -> torch.Tensor:
         """See :meth:`Backend.as_uint8`."""
         return buf.view(torch.uint8)
+
+
+class CudaAwareMPIBackend(TorchBackend):
+    """Device tensors handed straight to a CUDA-aware MPI (no host staging).
+
+    mpi4py reads torch CUDA tensors through ``__cuda_array_interface__`` (CPU tensors through
+    their NumPy views, which is how this class runs where no GPU exists). MPI does not know
+    CUDA streams, so the backend's stream is synchronised before each MPI call: the host
+    waits, which NCCL avoids; this plane is for sites whose MPI is CUDA-aware and NCCL is not
+    wanted (``HVDCORE_GPU_OPERATIONS=mpi``) or missing. Buffer operations are
+    :class:`TorchBackend`'s (on the device).
+    """
+
+    reduces_float16 = False  # MPI has no half type: float16 is reduced in float32
+
+    def __init__(self, name: str, device: torch.device) -> None:
+        super().__init__(name, device)
+        self.key = f"{name}-{device.type}"
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self._ops = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
+
+    def add_set(self, pset: Any) -> None:
+        """Nothing to make: the set's MPI communicator is the engine's (``pset.comm``)."""
+
+    def remove_set(self, pset: Any) -> None:
+        """Nothing to free: the engine frees the set's communicator."""
+
+    def _ready(self) -> None:
+        if self.stream is not None:
+            self.stream.synchronize()
+
+    @staticmethod
+    def _buf(t: torch.Tensor) -> Any:
+        return t.numpy() if t.device.type == "cpu" else t
+
+    def _bytes(self, t: torch.Tensor) -> Any:
+        return self._buf(t.reshape(-1).view(torch.uint8))
+
+    @staticmethod
+    def _displs(counts: list[int]) -> list[int]:
+        out, acc = [], 0
+        for c in counts:
+            out.append(acc)
+            acc += c
+        return out
+
+    def allreduce(self, pset: Any, buf: torch.Tensor, out: torch.Tensor, op: str) -> None:
+        """See :meth:`Backend.allreduce`."""
+        self.calls["allreduce"] += 1
+        self._ready()
+        if out is buf:
+            pset.comm.Allreduce(self._mpi.IN_PLACE, self._buf(out), op=self._ops[op])
+        else:
+            pset.comm.Allreduce(self._buf(buf), self._buf(out), op=self._ops[op])
+
+    def allgatherv(self, pset: Any, buf: torch.Tensor, out: torch.Tensor,
+                   counts: list[int]) -> None:
+        """See :meth:`Backend.allgatherv` (byte counts: a real MPI_Allgatherv)."""
+        self.calls["allgather"] += 1
+        self._ready()
+        byte = self._mpi.BYTE
+        pset.comm.Allgatherv([self._bytes(buf), byte],
+                             [self._bytes(out), (counts, self._displs(counts)), byte])
+
+    def broadcast(self, pset: Any, buf: torch.Tensor, root: int) -> None:
+        """See :meth:`Backend.broadcast`."""
+        self.calls["broadcast"] += 1
+        self._ready()
+        pset.comm.Bcast([self._bytes(buf), self._mpi.BYTE], root=root)
+
+    def alltoallv(self, pset: Any, buf: torch.Tensor, send_bytes: list[int],
+                  out: torch.Tensor, recv_bytes: list[int]) -> None:
+        """See :meth:`Backend.alltoallv`."""
+        self.calls["alltoall"] += 1
+        self._ready()
+        byte = self._mpi.BYTE
+        pset.comm.Alltoallv([self._bytes(buf), (send_bytes, self._displs(send_bytes)), byte],
+                            [self._bytes(out), (recv_bytes, self._displs(recv_bytes)), byte])
+
+    def reduce_scatter(self, pset: Any, buf: torch.Tensor, out: torch.Tensor,
+                       counts: list[int], op: str) -> None:
+        """See :meth:`Backend.reduce_scatter` (a real MPI_Reduce_scatter, uneven counts)."""
+        self.calls["reducescatter"] += 1
+        self._ready()
+        pset.comm.Reduce_scatter(self._buf(buf.reshape(-1)), self._buf(out.reshape(-1)),
+                                 recvcounts=counts, op=self._ops[op])
+
+    def barrier(self, pset: Any) -> None:
+        """See :meth:`Backend.barrier`."""
+        self.calls["barrier"] += 1
+        pset.comm.Barrier()

@@ -7,7 +7,8 @@ timeline); what differs is the transport that moves the bytes:
   ``HVDCORE_CPU_OPERATIONS=gloo`` (alias ``HOROVOD_CPU_OPERATIONS``).
 - **CUDA/ROCm tensors**: torch.distributed NCCL/RCCL on the device when every rank can use it
   (``HVDCORE_GPU_OPERATIONS`` auto or nccl); otherwise, or with ``HVDCORE_GPU_OPERATIONS=mpi``,
-  staged through host memory and reduced by MPI. ``nccl`` makes a missing NCCL an error.
+  handed to MPI directly where every rank's MPI is CUDA-aware, else staged through host memory
+  and reduced by MPI. ``nccl`` makes a missing NCCL an error (:func:`choose_gpu_path`).
 
 The ranks decide together (a vote over MPI), create torch.distributed's process group through
 :mod:`hvdcore.torch.rendezvous` (an address every rank can reach, a bounded timeout), and
@@ -27,9 +28,11 @@ from hvdcore import basics as _basics
 from hvdcore.backends.base import DeviceBuffer
 from hvdcore.errors import CapabilityError
 from hvdcore.torch import rendezvous
-from hvdcore.torch.backends import TORCH_DTYPES, TorchBackend
+from hvdcore.torch.backends import TORCH_DTYPES, CudaAwareMPIBackend, TorchBackend
 
-__all__ = ["setup", "shutdown", "plane_for", "wrap", "backend", "gpu_path", "cpu_path"]
+__all__ = ["setup", "shutdown", "plane_for", "wrap", "backend", "backend_for_device",
+           "gpu_path", "cpu_path",
+           "choose_gpu_path"]
 
 _NP_DTYPES = {t: d for d, t in TORCH_DTYPES.items()}
 _CPU: TorchBackend | None = None
@@ -39,20 +42,46 @@ _GPU_WHY = "not initialised"
 _CPU_WHY = "not initialised"
 
 
-def _gpu_local_status(setting: str) -> tuple[bool, str]:
-    """Whether this rank can put device tensors on NCCL/RCCL, and why not."""
+def _gpu_local_status(setting: str) -> tuple[bool, str, bool]:
+    """(NCCL usable, why not, MPI is CUDA-aware and a GPU is visible) on this rank."""
+    gpu = torch.cuda.is_available()
+    cuda_aware = False
+    if gpu and setting != "nccl":
+        from hvdcore.capability_probes import ompi_cuda_facts
+
+        cuda_aware = bool(ompi_cuda_facts().get("cuda_aware"))
     if setting == "mpi":
-        return False, "HVDCORE_GPU_OPERATIONS=mpi"
-    if not torch.cuda.is_available():
-        return False, "no CUDA/ROCm device visible to torch"
+        return False, "HVDCORE_GPU_OPERATIONS=mpi", cuda_aware
+    if not gpu:
+        return False, "no CUDA/ROCm device visible to torch", False
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_nccl_available():
-        return False, "this torch build has no NCCL/RCCL backend"
-    return True, "ok"
+        return False, "this torch build has no NCCL/RCCL backend", cuda_aware
+    return True, "ok", cuda_aware
+
+
+def choose_gpu_path(setting: str, votes: list[tuple[bool, str, bool]]) -> tuple[str, str]:
+    """The device-tensor path every rank takes, from each rank's ``_gpu_local_status`` vote:
+    ``("nccl" | "mpi-cuda-aware" | "mpi-host-staging" | "error", why)``.
+
+    >>> choose_gpu_path("auto", [(True, "ok", False), (True, "ok", False)])
+    ('nccl', 'ok')
+    >>> choose_gpu_path("mpi", [(False, "HVDCORE_GPU_OPERATIONS=mpi", True)] * 2)[0]
+    'mpi-cuda-aware'
+    """
+    if all(ok for ok, _, _ in votes):
+        return "nccl", "ok"
+    why = _summarise([(ok, w) for ok, w, _ in votes])
+    if setting == "nccl":
+        return "error", why
+    if all(aware for _, _, aware in votes):
+        return "mpi-cuda-aware", f"{why}; every rank's MPI is CUDA-aware"
+    return "mpi-host-staging", why
 
 
 def _summarise(votes: list[tuple[bool, str]]) -> str:
+    """'ranks [1, 2]: <why>; ...' for the ranks that cannot use NCCL."""
     by_reason: dict[str, list[int]] = {}
     for r, (ok, why) in enumerate(votes):
         if not ok:
@@ -81,15 +110,17 @@ def setup() -> None:
     if want_gloo and not gloo_ok:
         raise CapabilityError("HVDCORE_CPU_OPERATIONS=gloo but this torch build has no Gloo "
                               "backend; unset it to reduce CPU tensors with MPI")
-    ok, why = _gpu_local_status(cfg.gpu_operations)
-    votes = _core.allgather_object((ok, why))
-    nccl = all(o for o, _ in votes)
-    _GPU_WHY = "ok" if nccl else _summarise(votes)
-    if not nccl and cfg.gpu_operations == "nccl":
+    votes = _core.allgather_object(_gpu_local_status(cfg.gpu_operations))
+    path, _GPU_WHY = choose_gpu_path(cfg.gpu_operations, votes)
+    if path == "error":
         raise CapabilityError(
             f"HVDCORE_GPU_OPERATIONS=nccl but NCCL cannot be used ({_GPU_WHY}); unset it "
             "(auto) to stage device tensors through host memory, or fix those ranks")
+    nccl = path == "nccl"
     _CPU_WHY = "HVDCORE_CPU_OPERATIONS=gloo" if want_gloo else "default (MPI)"
+    if path == "mpi-cuda-aware":
+        _GPU = CudaAwareMPIBackend("mpi", torch.device("cuda", torch.cuda.current_device()))
+        engine.register_backend(_GPU.key, _GPU)
     if not want_gloo and not nccl:
         return
     device = None
@@ -105,11 +136,11 @@ def setup() -> None:
         _OWN_PG = True
     if want_gloo:
         _CPU = TorchBackend("gloo", torch.device("cpu"), spec)
-        engine.register_backend("gloo", _CPU)
+        engine.register_backend(_CPU.key, _CPU)
     if nccl:
         name = "rccl" if torch.version.hip else "nccl"
         _GPU = TorchBackend(name, device, spec)  # type: ignore[arg-type]
-        engine.register_backend(name, _GPU)
+        engine.register_backend(_GPU.key, _GPU)
 
 
 def _adopt_user_group(dist: Any, spec: str) -> None:
@@ -150,20 +181,29 @@ def wrap(plane: TorchBackend, work: torch.Tensor) -> DeviceBuffer:
     """``work`` (contiguous, a core dtype) as the core's buffer for ``plane``, made ready for
     the plane's stream."""
     plane.prepare(work)
-    return DeviceBuffer(work, plane.name, _NP_DTYPES[work.dtype], tuple(work.shape),
+    return DeviceBuffer(work, plane.key, _NP_DTYPES[work.dtype], tuple(work.shape),
                         work.data_ptr())
 
 
 def backend(name: str) -> TorchBackend | None:
-    """The registered plane called ``name`` ("gloo", "nccl", "rccl"), or None."""
+    """The registered plane called ``name`` ("gloo", "nccl", "rccl", "mpi-cuda"), or None."""
     for plane in (_CPU, _GPU):
-        if plane is not None and plane.name == name:
+        if plane is not None and plane.key == name:
             return plane
     return None
 
 
+def backend_for_device(kind: str) -> TorchBackend | None:
+    """The plane of tensors on device type ``kind`` ("cpu" or "cuda"), or None (host path)."""
+    plane = _CPU if kind == "cpu" else _GPU
+    return plane
+
+
 def gpu_path() -> str:
-    """Which path device tensors take: ``nccl``, ``rccl``, or ``mpi-host-staging (<why>)``."""
+    """Which path device tensors take: ``nccl``, ``rccl``, ``mpi-cuda-aware (<why>)`` or
+    ``mpi-host-staging (<why>)``."""
+    if isinstance(_GPU, CudaAwareMPIBackend):
+        return f"mpi-cuda-aware ({_GPU_WHY})"
     if _GPU is not None:
         return _GPU.name
     return f"mpi-host-staging ({_GPU_WHY})"

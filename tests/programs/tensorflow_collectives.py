@@ -19,10 +19,15 @@ import tensorflow as tf  # noqa: E402
 import hvdcore.tensorflow as hvd  # noqa: E402
 from hvdcore.errors import MismatchError, UnsupportedError  # noqa: E402
 
+from hvdcore.tensorflow import device_path  # noqa: E402
+
+assert "torch" not in sys.modules, "import hvdcore.tensorflow must not import torch"
 tf.get_logger().setLevel("ERROR")
 hvd.init()
 R, N = hvd.rank(), hvd.size()
-assert "torch" not in sys.modules, "import hvdcore.tensorflow must not import torch"
+# init() imports torch only for a torch data plane (HVDCORE_CPU_OPERATIONS=gloo, or a GPU)
+assert ("torch" in sys.modules) == device_path.active(), device_path.path()
+print(f"TF-TENSOR-PATH rank={R} {device_path.path()}", flush=True)
 
 
 def check(name: str, ok: bool, detail: str = "") -> None:

@@ -1,0 +1,50 @@
+"""Issue 14: TensorFlow tensors on a torch data plane through DLPack.
+
+With ``HVDCORE_CPU_OPERATIONS=gloo`` and torch installed, ``hvdcore.tensorflow.init()`` brings
+up the torch planes and TF CPU tensors reach the engine's Gloo plane through DLPack (no host
+NumPy copy), eagerly and through ``tf.py_function`` in graphs; this is the same code path GPU
+tensors take to NCCL (which needs a GPU: not run here). The TF programs the host path is tested
+with run again, against the same references.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import program, run_mpi
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch, pytest.mark.mpi]
+
+GLOO = {"HVDCORE_CPU_OPERATIONS": "gloo"}
+
+
+def _assert_ok(proc, marker: str, np: int) -> None:  # type: ignore[no-untyped-def]
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{out[-6000:]}"
+    assert proc.stdout.count(marker) == np, out[-6000:]
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_tf_collectives_on_the_gloo_plane(np: int) -> None:
+    proc = run_mpi(np, [program("tensorflow_collectives.py")], env=GLOO, timeout=300)
+    _assert_ok(proc, "TF-COLLECTIVES-OK", np)
+    assert proc.stdout.count("CPU tensors: dlpack->gloo") == np, proc.stdout[-3000:]
+
+
+def test_tf_semantics_on_the_gloo_plane() -> None:
+    proc = run_mpi(3, [program("tensorflow_semantics.py")], env=GLOO, timeout=300)
+    _assert_ok(proc, "TF-SEMANTICS-OK", 3)
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_keras_fit_on_the_gloo_plane_matches_single_process(flavour: str, tmp_path) -> None:
+    env = dict(GLOO)
+    if flavour == "tf_keras":
+        if importlib.util.find_spec("tf_keras") is None:
+            pytest.skip("tf-keras is not installed (pip install --no-deps tf-keras)")
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    proc = run_mpi(2, [program("tensorflow_keras_fit.py"), str(tmp_path)], env=env, timeout=400)
+    _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", 2)
