@@ -63,8 +63,9 @@ def test_duplicate_device_is_an_error_on_every_rank() -> None:
 
 @pytest.mark.parametrize("np", [1, 2])
 def test_host_staging(np: int) -> None:
-    """HVDCORE_GPU_OPERATIONS=mpi: device tensors staged through host memory (np 2 shares one
-    GPU, which only staging allows); results on the device, MPI_* spans."""
+    """HVDCORE_GPU_OPERATIONS=mpi: device tensors staged through host memory, or handed to
+    MPI directly where it is CUDA-aware (np 2 shares one GPU, which only MPI allows); results
+    on the device, MPI_* spans."""
     need_gpu(nccl=False)
     proc = run_mpi(np, [program("torch_gpu.py"), "staging"],
                    env={"HVDCORE_GPU_OPERATIONS": "mpi"}, timeout=300)

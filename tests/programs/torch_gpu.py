@@ -8,7 +8,8 @@ argv[1] picks what this run expects:
   side stream and reduced under ``torch.cuda.stream(s)`` is read only once written; process
   sets; the timeline shows NCCL_* spans; one DistributedOptimizer step.
 - ``staging`` (run with ``HVDCORE_GPU_OPERATIONS=mpi``; any number of ranks on one GPU):
-  ``gpu_operations()`` starts with ``mpi-host-staging``; the same checks, MPI_* spans.
+  ``gpu_operations()`` starts with ``mpi-host-staging`` (``mpi-cuda-aware`` where every rank's
+  MPI is CUDA-aware); the same checks, MPI_* spans.
 - ``duplicate`` (np >= 2 on one GPU, no knob): ``hvd.init()`` raises CapabilityError on every
   rank, naming the ranks, the GPU and ``HVDCORE_GPU_OPERATIONS=mpi``.
 - ``dryrun`` (run with ``HVDCORE_CPU_OPERATIONS=gloo``; no GPU needed): the same collective
@@ -232,8 +233,12 @@ def main() -> None:
         dev = torch.device("cuda", torch.cuda.current_device())
         path = hvd.gpu_operations()
         if MODE == "staging":
-            plane, prefix = None, "MPI"
-            check(path.startswith("mpi-host-staging"), f"gpu_operations() is {path!r}")
+            # host staging; where every rank's MPI is CUDA-aware, hvdcore hands MPI the device
+            # buffers instead (a plane of its own, still MPI_* spans)
+            aware = path.startswith("mpi-cuda-aware")
+            plane, prefix = ("mpi-cuda" if aware else None), "MPI"
+            check(aware or path.startswith("mpi-host-staging"), f"gpu_operations() is {path!r}")
+            print(f"rank {hvd.rank()} device tensors take {path}", flush=True)
         else:
             plane, prefix = MODE, MODE.upper()
             check(path == MODE, f"gpu_operations() is {path!r}, expected {MODE!r}")
