@@ -260,7 +260,7 @@ def target(rep: Report, rows: list[dict], plane: str, goal: float, sizes: list[i
         worst[r["peer"]] = min(worst.get(r["peer"], 9e9), r["busbw_ratio_to_raw"])
     lo = label(min(sizes))
     rep.say(f"issue 14 target, {plane} busbw >= {goal:.2f}x raw at >= {lo}: " + ", ".join(
-        f"{k} worst {v:.2f}x ({'met' if v >= goal else 'NOT met'})" for k, v in worst.items()))
+        f"{k} worst {v:.3f}x ({'met' if v >= goal else 'NOT met'})" for k, v in worst.items()))
     rep.doc.setdefault("targets", {})[plane] = {"goal": goal, "from_bytes": min(sizes),
                                                 "worst": worst}
 

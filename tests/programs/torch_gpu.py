@@ -42,7 +42,7 @@ CHECKS = 0
 def check(cond: bool, what: str) -> None:
     global CHECKS
     if not cond:
-        raise AssertionError(f"rank {hvd.rank()}: {what}")
+        raise AssertionError(f"rank {os.environ.get('OMPI_COMM_WORLD_RANK', '?')}: {what}")
     CHECKS += 1
 
 
@@ -205,23 +205,25 @@ def device_name(dev: torch.device) -> list[str]:
 
 def main() -> None:
     if MODE == "duplicate":
+        from mpi4py import MPI  # ranks from MPI: hvdcore may be down after a failed init
+
+        me, n = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
         torch.cuda.set_device(0)  # every rank on GPU 0, before init picks the NCCL device
         dev = torch.device("cuda", 0)
         try:
             hvd.init()
         except hvdcore.CapabilityError as exc:
             msg = str(exc)
-            print(f"rank {hvdcore.rank()} error: {msg}", flush=True)
-            ranks = str(list(range(hvdcore.size())))
-            check(ranks in msg, f"the error does not name ranks {ranks}: {msg}")
+            print(f"rank {me} error: {msg}", flush=True)
+            check(str(list(range(n))) in msg, f"the error does not name ranks {list(range(n))}: "
+                  f"{msg}")
             check(any(v in msg for v in device_name(dev)), f"the error does not name the GPU "
                   f"({device_name(dev)}): {msg}")
             check("HVDCORE_GPU_OPERATIONS=mpi" in msg, f"no host-staging hint: {msg}")
         else:
             check(False, f"two ranks on one GPU went through (plane {hvd.gpu_operations()})")
-        print(f"torch-gpu {MODE} rank={hvdcore.rank()} size={hvdcore.size()} checks={CHECKS} "
-              "OK", flush=True)
-        hvd.shutdown()
+        print(f"torch-gpu {MODE} rank={me} size={n} checks={CHECKS} OK", flush=True)
+        hvd.shutdown()  # a no-op if init already shut hvdcore down
         return
 
     hvd.init()
