@@ -1,16 +1,48 @@
-"""Allreduce latency and bus bandwidth: hvdcore vs raw mpi4py vs torch.distributed (gloo).
+"""Allreduce latency and bus bandwidth: hvdcore against the transports it drives, in one job.
 
-Run under MPI with 2 (or more) ranks::
+Run under MPI with 2 (or more) ranks (1 rank is fine for the GPU overhead table)::
 
     hvdcorerun -np 2 python benchmarks/allreduce.py            # or: mpirun -np 2 python ...
-    hvdcorerun -np 2 python benchmarks/allreduce.py --json results.json
+    mpirun -np 2 python benchmarks/allreduce.py --sizes 4KiB,1MiB --max-reps 20   # seconds
+    mpirun -np 2 python benchmarks/allreduce.py --json results.json
 
-Every peer runs in the same job on the same buffers. Each repetition starts after a raw MPI
-barrier and times one float32 allreduce; the table shows medians over the repetitions, the bus
-bandwidth busbw = 2(n-1)/n x bytes / time, and the ratio of each peer's median time to raw
-mpi4py's (1.00 = as fast as raw MPI; smaller is faster). A second table compares 100 tensors of
-64 KiB submitted together (100 async calls, or one grouped_allreduce; hvdcore fuses them) with
-100 separate blocking calls.
+Every peer runs in the same job, interleaved repetition by repetition (the order rotates), so a
+noisy machine slows all of them alike. float32, op Sum everywhere (raw transports have no
+Average). busbw = 2(n-1)/n x bytes / time (nccl-tests' bus bandwidth; 0 at 1 rank, shown "-").
+The header prints the load average: figures taken while other jobs share the cores are noise.
+
+Tables (rank 0 prints them as each part finishes):
+
+1. **host MPI plane**: raw mpi4py ``Allreduce`` vs hvdcore on NumPy arrays (``out=``
+   preallocated); each repetition is one call after an MPI barrier; ``vs mpi4py`` is the
+   ratio of median times (1.00x = as fast as raw MPI, smaller is faster).
+2. **torch CPU tensors on the Gloo plane** (``--cpu-operations gloo``, the default: the script
+   sets ``HVDCORE_CPU_OPERATIONS=gloo`` before ``hvd.init()``, which then creates
+   torch.distributed's default group; the raw peer reuses that group): raw
+   ``torch.distributed.all_reduce`` vs what users call, ``hvd.allreduce(t)`` (a new tensor),
+   ``hvd.allreduce_(t)`` (in place) and ``hvd.allreduce_async`` + ``hvd.synchronize``.
+   ``busbw vs raw`` = hvdcore busbw / the raw peer's busbw (1.00 = as fast, higher is faster):
+   in-place calls against raw ``all_reduce(t)``, new-tensor calls against raw
+   ``all_reduce(t.clone())`` (a raw user pays the new tensor's allocation too; fresh CPU
+   memory is page-faulted in on first touch, which on a VM costs more than the reduction).
+   A line under the table gives issue 14's target: >= 0.91x (within 1.1x) at >= 1 MiB.
+   With ``--cpu-operations mpi`` the hvdcore torch rows run on MPI and appear in table 1.
+3. **100 tensors x 64 KiB**: submitted together (100 async calls, or one grouped call;
+   hvdcore fuses them into few transport calls) vs 100 separate calls, on MPI (NumPy) and on
+   Gloo (torch); ``speed-up`` is relative to the 100 separate raw transport calls.
+4. **GPU** (only when ``torch.cuda.is_available()`` and every rank has its own GPU; otherwise a
+   line says why it was skipped): the NCCL/RCCL plane vs raw ``torch.distributed.all_reduce``
+   on NCCL, nccl-tests style: each window issues ``--gpu-iters`` back-to-back calls between
+   ``torch.cuda.synchronize()`` and an MPI barrier; time per call = window / iters, median over
+   windows. (a) busbw at ``--gpu-sizes`` (1 MiB ... 1 GiB), raw peers as in table 2 (target
+   line: >= 0.95x at >= 64 MiB, at 2+ ranks), (b) per-call time and hvdcore's overhead in us
+   over raw at ``--overhead-sizes`` (4 KiB ... 64 MiB; at 1 rank this is the engine's cost
+   alone), (c) 100 x 64 KiB fused vs 100 separate NCCL calls (issue 14: >= 5x with several
+   GPUs).
+
+Ranks on one host need distinct GPUs for NCCL: the script calls ``torch.cuda.set_device(local
+rank)`` before ``hvd.init()``, and when a host has more ranks than GPUs it sets
+``HVDCORE_GPU_OPERATIONS=mpi`` (unless set) and skips the GPU tables.
 """
 
 from __future__ import annotations
@@ -18,126 +50,494 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import re
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
-import hvdcore as hvd
+# What hvdcore.init() sets before MPI starts (Open MPI yields the CPU while it polls, so the
+# engine thread does not spin on cores the ranks share); importing mpi4py.MPI below starts MPI,
+# so every peer here, raw ones included, runs under the setting an hvdcore job has.
+os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+from mpi4py import MPI  # noqa: E402
 
-SIZES = {"4 KiB": 4 << 10, "64 KiB": 64 << 10, "1 MiB": 1 << 20, "16 MiB": 16 << 20,
-         "64 MiB": 64 << 20}
+import hvdcore as hvd  # noqa: E402
+
+MIB = 1 << 20
+CPU_SIZES = "4KiB,64KiB,1MiB,16MiB,64MiB"
+GPU_SIZES = "1MiB,4MiB,16MiB,64MiB,256MiB,1GiB"
+_UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": MIB, "GIB": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """``4KiB``, ``4 KiB``, ``1MiB``, ``1GiB`` or a plain byte count -> bytes."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]iB|B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 4KiB, 16MiB, 1GiB)")
+    return int(m.group(1)) * _UNITS[(m.group(2) or "").upper()]
+
+
+def size_list(text: str) -> list[int]:
+    return [parse_size(s) for s in text.split(",") if s.strip()]
+
+
+def label(nbytes: int) -> str:
+    for unit, mult in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1 << 10)):
+        if nbytes >= mult and nbytes % mult == 0:
+            return f"{nbytes // mult} {unit}"
+    return f"{nbytes} B"
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--sizes", default=",".join(SIZES), help="comma-separated subset of " +
-                   ", ".join(SIZES))
-    p.add_argument("--min-reps", type=int, default=10, help="repetitions for the largest size")
-    p.add_argument("--max-reps", type=int, default=400, help="repetitions for the smallest size")
-    p.add_argument("--no-torch", action="store_true", help="skip torch.distributed gloo")
+    p.add_argument("--sizes", type=size_list, default=size_list(CPU_SIZES),
+                   help=f"message sizes of tables 1-2 (default {CPU_SIZES})")
+    p.add_argument("--min-reps", type=int, default=10, help="repetitions at 64 MiB and above")
+    p.add_argument("--max-reps", type=int, default=400,
+                   help="repetitions at 4 KiB (log-interpolated between); also caps the "
+                        "repetitions of the 100-tensor and GPU tables")
+    p.add_argument("--cpu-operations", choices=["gloo", "mpi"], default=None,
+                   help="plane for hvdcore's torch CPU tensors (sets HVDCORE_CPU_OPERATIONS "
+                        "before init; default: the environment's value, else gloo)")
+    p.add_argument("--no-torch", action="store_true", help="NumPy/MPI table only")
+    p.add_argument("--no-gpu", action="store_true", help="skip the GPU tables")
+    p.add_argument("--gpu-sizes", type=size_list, default=size_list(GPU_SIZES),
+                   help=f"busbw sizes on the GPU (default {GPU_SIZES}); sizes that do not fit "
+                        "in free device memory three times over are skipped")
+    p.add_argument("--overhead-sizes", type=size_list, default=size_list(CPU_SIZES),
+                   help=f"per-call overhead sizes on the GPU (default {CPU_SIZES})")
+    p.add_argument("--gpu-iters", type=int, default=20, help="calls per timed GPU window")
+    p.add_argument("--torch-threads", type=int, default=0,
+                   help="torch intra-op threads per rank (default: cores / ranks on the host)")
     p.add_argument("--json", help="also write the results to this JSON file (rank 0)")
     return p.parse_args()
 
 
-def time_reps(comm: MPI.Comm, fn: Callable[[], object], reps: int, warmup: int = 3) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
+def reps_for(args: argparse.Namespace, nbytes: int) -> int:
+    frac = min(1.0, max(0.0, (np.log2(nbytes) - 12) / (np.log2(64 * MIB) - 12)))
+    return max(args.min_reps, int(args.max_reps * (1 - frac) + args.min_reps * frac))
 
 
-def setup_gloo(comm: MPI.Comm):  # type: ignore[no-untyped-def]
+def time_interleaved(comm: MPI.Comm, peers: dict[str, Callable[[], object]], reps: int,
+                     warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each peer; one call per repetition after an MPI barrier,
+    peers interleaved in a rotating order (the same on every rank)."""
+    for fn in peers.values():
+        for _ in range(warmup):
+            fn()
+    keys = list(peers)
+    samples: dict[str, list[float]] = {k: [] for k in keys}
+    for i in range(reps):
+        for k in keys[i % len(keys):] + keys[:i % len(keys)]:
+            comm.Barrier()
+            t0 = time.perf_counter()
+            peers[k]()
+            samples[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def busbw(n: int, nbytes: int, seconds: float) -> float:
+    return 2 * (n - 1) / n * nbytes / seconds / 1e9
+
+
+def fmt_bw(n: int, gbps: float) -> str:
+    return f"{gbps:>11.3f}" if n > 1 else f"{'-':>11}"
+
+
+class Report:
+    """Rank 0's printing and the JSON document."""
+
+    def __init__(self, comm: MPI.Comm) -> None:
+        self.root = comm.rank == 0
+        self.doc: dict[str, Any] = {"ranks": comm.size}
+
+    def say(self, text: str = "") -> None:
+        if self.root:
+            print(text, flush=True)
+
+
+# -- host tables ----------------------------------------------------------------------------
+
+
+def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peers: Any) -> None:
+    """Table 1: raw mpi4py vs hvdcore on NumPy (and torch tensors when they take MPI)."""
+    n, rows = comm.size, []
+    rep.say(f"\n[1] allreduce on the host MPI plane, float32, {n} ranks")
+    rep.say(f"{'size':>8} {'peer':>22} {'median us':>11} {'busbw GB/s':>11} {'vs mpi4py':>10}")
+    for nbytes in args.sizes:
+        size = label(nbytes)
+        buf = np.random.default_rng(comm.rank).standard_normal(nbytes // 4).astype(np.float32)
+        out = np.empty_like(buf)
+        peers: dict[str, Callable[[], object]] = {
+            "mpi4py": lambda: comm.Allreduce(buf, out, op=MPI.SUM),
+            "hvdcore": lambda: hvd.allreduce(buf, op=hvd.Sum, name=f"bench.{size}", out=out),
+        }
+        if torch_peers is not None:
+            peers.update(torch_peers(nbytes, size))
+        reps = reps_for(args, nbytes)
+        times = time_interleaved(comm, peers, reps)
+        for peer, t in times.items():
+            row = {"size": size, "bytes": nbytes, "peer": peer, "median_us": t * 1e6,
+                   "busbw_GBps": busbw(n, nbytes, t), "ratio_to_mpi4py": t / times["mpi4py"],
+                   "reps": reps}
+            rows.append(row)
+            rep.say(f"{size:>8} {peer:>22} {t * 1e6:>11.1f} {fmt_bw(n, row['busbw_GBps'])} "
+                    f"{row['ratio_to_mpi4py']:>9.2f}x")
+    rep.doc["allreduce"] = rows
+
+
+def torch_user_calls(hvt: Any, torch: Any, prefix: str) -> Callable[[int, str], dict]:
+    """The calls users make on a CPU torch tensor, as benchmark peers for one size."""
+    def peers(nbytes: int, size: str) -> dict[str, Callable[[], object]]:
+        t_new = torch.zeros(nbytes // 4)
+        t_inp = torch.zeros(nbytes // 4)
+        t_async = torch.zeros(nbytes // 4)
+
+        def async_sync() -> None:
+            hvt.synchronize(hvt.allreduce_async(t_async, op=hvt.Sum, name=f"{prefix}as.{size}"))
+        return {
+            f"{prefix}allreduce(t)": lambda: hvt.allreduce(t_new, op=hvt.Sum,
+                                                           name=f"{prefix}new.{size}"),
+            f"{prefix}allreduce_(t)": lambda: hvt.allreduce_(t_inp, op=hvt.Sum,
+                                                             name=f"{prefix}inp.{size}"),
+            f"{prefix}async+sync": async_sync,
+        }
+    return peers
+
+
+def gloo_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, hvt: Any, torch: Any,
+               dist: Any, group: Any, on_gloo: bool) -> None:
+    """Table 2: raw torch.distributed Gloo vs hvdcore's torch calls on the Gloo plane."""
+    n, rows = comm.size, []
+    what = ("vs hvdcore's torch calls on the Gloo plane" if on_gloo else
+            "(hvdcore's torch calls take MPI here: table 1)")
+    rep.say(f"\n[2] allreduce of torch CPU tensors, raw torch.distributed gloo {what}")
+    rep.say(f"{'size':>8} {'peer':>22} {'median us':>11} {'busbw GB/s':>11} {'busbw vs raw':>13}"
+            f"  {'raw peer'}")
+    user = torch_user_calls(hvt, torch, "") if on_gloo else None
+    for nbytes in args.sizes:
+        size = label(nbytes)
+        raw_t, raw_c = torch.zeros(nbytes // 4), torch.zeros(nbytes // 4)
+        peers: dict[str, Callable[[], object]] = {
+            "raw gloo": lambda: dist.all_reduce(raw_t, group=group),
+            "raw gloo clone": lambda: dist.all_reduce(raw_c.clone(), group=group)}
+        if user is not None:
+            peers.update(user(nbytes, size))
+        reps = reps_for(args, nbytes)
+        times = time_interleaved(comm, peers, reps)
+        for peer, t in times.items():
+            ref = raw_peer(peer, "raw gloo")
+            ratio = times[ref] / t
+            rows.append({"size": size, "bytes": nbytes, "peer": peer, "median_us": t * 1e6,
+                         "busbw_GBps": busbw(n, nbytes, t), "busbw_ratio_to_raw": ratio,
+                         "raw_peer": ref, "reps": reps})
+            rep.say(f"{size:>8} {peer:>22} {t * 1e6:>11.1f} {fmt_bw(n, busbw(n, nbytes, t))} "
+                    f"{ratio:>12.2f}x  {ref}")
+    rep.doc["gloo"] = rows
+    if on_gloo:
+        target(rep, rows, "Gloo", 1 / 1.1, [b for b in args.sizes if b >= MIB])
+
+
+def raw_peer(peer: str, raw: str) -> str:
+    """The raw call a row is compared with: a new-tensor call with the raw call on a fresh
+    clone (a new tensor costs an allocation, page faults included, for raw users too), the
+    rest with the in-place raw call."""
+    new_tensor = peer.endswith(("allreduce(t)", "async+sync")) or peer == f"{raw} clone"
+    return f"{raw} clone" if new_tensor else raw
+
+
+def target(rep: Report, rows: list[dict], plane: str, goal: float, sizes: list[int]) -> None:
+    """One line: the worst busbw ratio of each hvdcore call over ``sizes``, against ``goal``."""
+    mine = [r for r in rows if r["bytes"] in sizes and not r["peer"].startswith("raw")]
+    if not mine:
+        return
+    worst: dict[str, float] = {}
+    for r in mine:
+        worst[r["peer"]] = min(worst.get(r["peer"], 9e9), r["busbw_ratio_to_raw"])
+    lo = label(min(sizes))
+    rep.say(f"issue 14 target, {plane} busbw >= {goal:.2f}x raw at >= {lo}: " + ", ".join(
+        f"{k} worst {v:.3f}x ({'met' if v >= goal else 'NOT met'})" for k, v in worst.items()))
+    rep.doc.setdefault("targets", {})[plane] = {"goal": goal, "from_bytes": min(sizes),
+                                                "worst": worst}
+
+
+def batch_tables(args: argparse.Namespace, comm: MPI.Comm, rep: Report, gloo: Any) -> None:
+    """Table 3: 100 x 64 KiB submitted together vs separately (MPI plane; Gloo plane)."""
+    reps = min(15, args.max_reps)
+    arrays = [np.full((64 << 10) // 4, float(i), np.float32) for i in range(100)]
+    scratch = [a.copy() for a in arrays]
+
+    def fused() -> None:
+        hs = [hvd.allreduce_async(a, op=hvd.Sum, name=f"fused.{i}") for i, a in enumerate(arrays)]
+        for h in hs:
+            hvd.synchronize(h)
+
+    variants: dict[str, Callable[[], object]] = {
+        "mpi4py 100 blocking calls": lambda: [comm.Allreduce(MPI.IN_PLACE, s, op=MPI.SUM)
+                                              for s in scratch],
+        "hvdcore fused (100 async)": fused,
+        "hvdcore grouped (1 call)": lambda: hvd.grouped_allreduce(arrays, op=hvd.Sum,
+                                                                  name="grouped"),
+        "hvdcore 100 blocking calls": lambda: [hvd.allreduce(a, op=hvd.Sum, name=f"sep.{i}")
+                                               for i, a in enumerate(arrays)],
+    }
+    base = "mpi4py 100 blocking calls"
+    if gloo is not None:
+        hvt, torch, dist, group = gloo
+        tens = [torch.zeros((64 << 10) // 4) for _ in range(100)]
+
+        def gloo_async() -> None:
+            hs = [hvt.allreduce_async(t, op=hvt.Sum, name=f"gfused.{i}")
+                  for i, t in enumerate(tens)]
+            for h in hs:
+                hvt.synchronize(h)
+        variants.update({
+            "raw gloo 100 calls": lambda: [dist.all_reduce(t, group=group) for t in tens],
+            "hvdcore-gloo 100 async+sync": gloo_async,
+            "hvdcore-gloo grouped (1 call)": lambda: hvt.grouped_allreduce(
+                tens, op=hvt.Sum, name="ggrouped"),
+            "hvdcore-gloo 100 blocking": lambda: [hvt.allreduce(t, op=hvt.Sum, name=f"gsep.{i}")
+                                                  for i, t in enumerate(tens)],
+        })
+    times = time_interleaved(comm, variants, reps, warmup=2)
+    rep.say("\n[3] 100 tensors x 64 KiB, float32 (speed-up vs the raw transport's 100 calls)")
+    rep.say(f"{'variant':>30} {'median ms':>10} {'speed-up':>9}")
+    for k, t in times.items():
+        ref = times["raw gloo 100 calls"] if "gloo" in k else times[base]
+        rep.say(f"{k:>30} {t * 1e3:>10.2f} {ref / t:>8.2f}x")
+    rep.doc["batch_ms"] = {k: v * 1e3 for k, v in times.items()}
+
+
+# -- GPU tables -----------------------------------------------------------------------------
+
+
+def time_windows(comm: MPI.Comm, torch: Any, peers: dict[str, Callable[[], object]],
+                 windows: int, iters: int) -> dict[str, float]:
+    """nccl-tests style: median over windows of (window time / iters); each window starts after
+    ``torch.cuda.synchronize()`` and an MPI barrier and ends with a synchronize."""
+    for fn in peers.values():
+        for _ in range(max(2, iters // 4)):
+            fn()
+    torch.cuda.synchronize()
+    keys = list(peers)
+    samples: dict[str, list[float]] = {k: [] for k in keys}
+    for w in range(windows):
+        for k in keys[w % len(keys):] + keys[:w % len(keys)]:
+            fn = peers[k]
+            torch.cuda.synchronize()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            torch.cuda.synchronize()
+            samples[k].append((time.perf_counter() - t0) / iters)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def gpu_tables(args: argparse.Namespace, comm: MPI.Comm, rep: Report, hvt: Any, torch: Any,
+               dist: Any) -> None:
+    """Tables 4a-c: the NCCL/RCCL plane vs raw torch.distributed on the same default group."""
+    n, dev = comm.size, torch.device("cuda", torch.cuda.current_device())
+    plane = hvt.gpu_operations()
+    rep.say(f"\n[4] GPU: {torch.cuda.get_device_name(dev)}, hvdcore plane {plane}, "
+            f"torch {torch.__version__}, NCCL {_nccl_version(torch)}")
+    windows = max(3, min(args.max_reps, 10))
+    free = torch.cuda.mem_get_info(dev)[0]
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(dev), "plane": plane}
+
+    def peers_for(nbytes: int, size: str) -> dict[str, Callable[[], object]]:
+        raw_t = torch.zeros(nbytes // 4, device=dev)
+        raw_c = torch.zeros(nbytes // 4, device=dev)
+        inp = torch.zeros(nbytes // 4, device=dev)
+        new = torch.zeros(nbytes // 4, device=dev)
+        return {"raw nccl": lambda: dist.all_reduce(raw_t),
+                "raw nccl clone": lambda: dist.all_reduce(raw_c.clone()),
+                "hvdcore allreduce_(t)": lambda: hvt.allreduce_(inp, op=hvt.Sum,
+                                                                name=f"g.inp.{size}"),
+                "hvdcore allreduce(t)": lambda: hvt.allreduce(new, op=hvt.Sum,
+                                                              name=f"g.new.{size}")}
+
+    rep.say(f"\n[4a] busbw, {args.gpu_iters} calls per window, median of {windows} windows")
+    rep.say(f"{'size':>8} {'peer':>22} {'us/call':>10} {'busbw GB/s':>11} {'busbw vs raw':>13}"
+            "  raw peer")
+    rows = []
+    for nbytes in args.gpu_sizes:
+        size = label(nbytes)
+        if 6 * nbytes > free:  # four buffers, a clone and a result per call
+            rep.say(f"{size:>8} skipped: {free / MIB:.0f} MiB free on the device")
+            continue
+        times = time_windows(comm, torch, peers_for(nbytes, size), windows, args.gpu_iters)
+        for peer, t in times.items():
+            ref = raw_peer(peer, "raw nccl")
+            ratio = times[ref] / t
+            rows.append({"size": size, "bytes": nbytes, "peer": peer, "us_per_call": t * 1e6,
+                         "busbw_GBps": busbw(n, nbytes, t), "busbw_ratio_to_raw": ratio,
+                         "raw_peer": ref})
+            rep.say(f"{size:>8} {peer:>22} {t * 1e6:>10.1f} {fmt_bw(n, busbw(n, nbytes, t))} "
+                    f"{ratio:>12.2f}x  {ref}")
+        torch.cuda.empty_cache()
+    out["busbw"] = rows
+    if n > 1:
+        target(rep, rows, "NCCL", 0.95, [b for b in args.gpu_sizes if b >= 64 * MIB])
+
+    rep.say(f"\n[4b] per-call time and hvdcore's overhead over raw torch.distributed ({n} "
+            f"rank{'s' if n > 1 else ''})")
+    rep.say("        in place: raw all_reduce(t) vs hvd.allreduce_(t); new tensor: raw "
+            "all_reduce(t.clone()) vs hvd.allreduce(t)")
+    rep.say(f"{'size':>8} {'raw us':>9} {'allreduce_ us':>14} {'overhead us':>12} "
+            f"{'raw clone us':>13} {'allreduce us':>13} {'overhead us':>12}")
+    rows = []
+    for nbytes in args.overhead_sizes:
+        size = label(nbytes)
+        t = time_windows(comm, torch, peers_for(nbytes, size), windows, args.gpu_iters)
+        raw, clone, inp, new = (t[k] * 1e6 for k in (
+            "raw nccl", "raw nccl clone", "hvdcore allreduce_(t)", "hvdcore allreduce(t)"))
+        rows.append({"size": size, "bytes": nbytes, "raw_us": raw, "inplace_us": inp,
+                     "raw_clone_us": clone, "new_us": new, "inplace_overhead_us": inp - raw,
+                     "new_overhead_us": new - clone})
+        rep.say(f"{size:>8} {raw:>9.1f} {inp:>14.1f} {inp - raw:>12.1f} {clone:>13.1f} "
+                f"{new:>13.1f} {new - clone:>12.1f}")
+    out["overhead"] = rows
+
+    tens = [torch.zeros((64 << 10) // 4, device=dev) for _ in range(100)]
+
+    def fused() -> None:
+        hs = [hvt.allreduce_async(t, op=hvt.Sum, name=f"gpu.fused.{i}")
+              for i, t in enumerate(tens)]
+        for h in hs:
+            hvt.synchronize(h)
+    variants: dict[str, Callable[[], object]] = {
+        "raw nccl 100 calls": lambda: [dist.all_reduce(t) for t in tens],
+        "hvdcore 100 async+sync": fused,
+        "hvdcore grouped (1 call)": lambda: hvt.grouped_allreduce(tens, op=hvt.Sum,
+                                                                  name="gpu.grouped"),
+        "hvdcore 100 blocking": lambda: [hvt.allreduce(t, op=hvt.Sum, name=f"gpu.sep.{i}")
+                                         for i, t in enumerate(tens)],
+    }
+    times = time_windows(comm, torch, variants, windows, 1)
+    rep.say("\n[4c] 100 tensors x 64 KiB on the GPU (speed-up vs 100 raw NCCL calls)")
+    rep.say(f"{'variant':>30} {'median ms':>10} {'speed-up':>9}")
+    for k, t in times.items():
+        rep.say(f"{k:>30} {t * 1e3:>10.2f} {times['raw nccl 100 calls'] / t:>8.2f}x")
+    out["batch_ms"] = {k: v * 1e3 for k, v in times.items()}
+    rep.doc["gpu"] = out
+
+
+def _nccl_version(torch: Any) -> str:
     try:
-        import torch
-        import torch.distributed as dist
-    except ImportError:
-        return None
-    if not dist.is_available() or not dist.is_gloo_available():
-        return None
+        v = torch.cuda.nccl.version()
+        return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except (AttributeError, RuntimeError):
+        return "unknown"
+
+
+# -- set-up ---------------------------------------------------------------------------------
+
+
+def prepare_devices(args: argparse.Namespace, torch: Any) -> str | None:
+    """Before ``hvd.init()``: pin this rank's GPU, or say why the GPU tables are skipped."""
+    if args.no_gpu:
+        return "--no-gpu"
+    if torch is None or not torch.cuda.is_available():
+        return "no GPU visible to torch (torch.cuda.is_available() is False)"
+    node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    local_rank, local_size = node.rank, node.size
+    node.Free()
+    count = torch.cuda.device_count()
+    if local_size > count:
+        os.environ.setdefault("HVDCORE_GPU_OPERATIONS", "mpi")
+        return (f"{local_size} ranks on this host share {count} GPU(s); NCCL needs one GPU "
+                "per rank (run one rank per GPU)")
+    torch.cuda.set_device(local_rank)  # before init: hvdcore's NCCL plane takes this device
+    return None
+
+
+def raw_gloo_group(comm: MPI.Comm, dist: Any) -> Any:
+    """The group raw Gloo calls use: hvdcore's default group when it has Gloo, else a new one."""
+    if dist.is_initialized():
+        return None if "gloo" in str(dist.get_backend()).lower() else dist.new_group(
+            backend="gloo")
     port = comm.bcast(29500 + (os.getpid() % 1000) if comm.rank == 0 else None, root=0)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size)
-    return torch, dist
+    return None
 
 
 def main() -> None:
     args = parse_args()
-    hvd.init()
+    torch = dist = hvt = None
+    if not args.no_torch:
+        try:
+            import torch
+            import torch.distributed as dist
+        except ImportError:
+            torch = None
+    gloo_ok = torch is not None and dist.is_available() and dist.is_gloo_available()
+    cpu_ops = args.cpu_operations or os.environ.get("HVDCORE_CPU_OPERATIONS") or "gloo"
+    if gloo_ok:
+        os.environ["HVDCORE_CPU_OPERATIONS"] = cpu_ops  # read once, by init()
+    gpu_skip = prepare_devices(args, torch)
+    if torch is not None:
+        import hvdcore.torch as hvt
+
+        hvt.init()
+        node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+        torch.set_num_threads(args.torch_threads or max(1, (os.cpu_count() or 1) // node.size))
+        node.Free()
+    else:
+        hvd.init()
     comm = MPI.COMM_WORLD.Dup()
-    n = comm.size
-    gloo = None if args.no_torch else setup_gloo(comm)
-    names = [s.strip() for s in args.sizes.split(",") if s.strip()]
-    rows = []
-    for label in names:
-        nbytes = SIZES[label]
-        count = nbytes // 4
-        buf = np.random.default_rng(comm.rank).standard_normal(count).astype(np.float32)
-        out = np.empty_like(buf)
-        frac = (np.log2(nbytes) - 12) / (np.log2(64 << 20) - 12)
-        reps = max(args.min_reps, int(args.max_reps * (1 - frac) + args.min_reps * frac))
-        peers = {
-            "mpi4py": lambda: comm.Allreduce(buf, out, op=MPI.SUM),
-            "hvdcore": lambda: hvd.allreduce(buf, op=hvd.Sum, name=f"bench.{label}", out=out),
-        }
-        if gloo is not None:
-            torch, dist = gloo
-            tbuf = torch.from_numpy(buf.copy())
-            peers["torch-gloo"] = lambda: dist.all_reduce(tbuf)
-        times = {k: statistics.median(time_reps(comm, fn, reps)) for k, fn in peers.items()}
-        for peer, t in times.items():
-            rows.append({"size": label, "bytes": nbytes, "peer": peer, "median_us": t * 1e6,
-                         "busbw_GBps": 2 * (n - 1) / n * nbytes / t / 1e9,
-                         "ratio_to_mpi4py": t / times["mpi4py"], "reps": reps})
-    # many small tensors: fused (async, submitted together) vs separate blocking calls
-    tensors = [np.full((64 << 10) // 4, float(i), np.float32) for i in range(100)]
-
-    def fused() -> None:
-        hs = [hvd.allreduce_async(t, op=hvd.Sum, name=f"fused.{i}") for i, t in enumerate(tensors)]
-        for h in hs:
-            hvd.synchronize(h)
-
-    def grouped() -> None:
-        hvd.grouped_allreduce(tensors, op=hvd.Sum, name="grouped")
-
-    def separate() -> None:
-        for i, t in enumerate(tensors):
-            hvd.allreduce(t, op=hvd.Sum, name=f"sep.{i}")
-
-    def raw_separate() -> None:
-        for t in tensors:
-            comm.Allreduce(MPI.IN_PLACE, t.copy(), op=MPI.SUM)
-
-    batch = {k: statistics.median(time_reps(comm, fn, 15)) for k, fn in
-             {"hvdcore fused (100 async)": fused, "hvdcore grouped (1 call)": grouped,
-              "hvdcore 100 blocking calls": separate,
-              "mpi4py 100 blocking calls": raw_separate}.items()}
-    if comm.rank == 0:
-        print(f"\nallreduce, float32, {n} ranks ({MPI.Get_library_version().splitlines()[0]})")
-        print(f"{'size':>8} {'peer':>11} {'median us':>11} {'busbw GB/s':>11} {'vs mpi4py':>10}")
-        for r in rows:
-            print(f"{r['size']:>8} {r['peer']:>11} {r['median_us']:>11.1f} "
-                  f"{r['busbw_GBps']:>11.3f} {r['ratio_to_mpi4py']:>9.2f}x")
-        base = batch["hvdcore 100 blocking calls"]
-        print("\n100 tensors x 64 KiB, float32")
-        print(f"{'variant':>28} {'median ms':>10} {'speed-up vs 100 hvdcore calls':>30}")
-        for k, t in batch.items():
-            print(f"{k:>28} {t * 1e3:>10.2f} {base / t:>29.2f}x")
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump({"ranks": n, "allreduce": rows,
-                           "batch_ms": {k: v * 1e3 for k, v in batch.items()}}, fh, indent=2)
-    if gloo is not None:
-        gloo[1].destroy_process_group()
-    hvd.shutdown()
+    rep = Report(comm)
+    load = os.getloadavg()
+    rep.doc.update(load_avg_start=load, host=platform.node(), cores=os.cpu_count(),
+                   mpi=MPI.Get_library_version().splitlines()[0].strip())
+    rep.say(f"allreduce benchmark: {comm.size} ranks on {platform.node()} ({os.cpu_count()} "
+            f"cores), load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (1/5/15 min)")
+    rep.say(f"MPI: {rep.doc['mpi']}")
+    if hvt is not None:
+        rep.doc.update(torch=torch.__version__, cpu_operations=hvt.cpu_operations(),
+                       gpu_operations=hvt.gpu_operations(), torch_threads=torch.get_num_threads())
+        rep.say(f"torch {torch.__version__} ({torch.get_num_threads()} threads/rank); hvdcore "
+                f"planes: CPU tensors {hvt.cpu_operations()}, device tensors "
+                f"{hvt.gpu_operations()}")
+    on_gloo = hvt is not None and hvt.cpu_operations().startswith("gloo")
+    torch_on_mpi = hvt is not None and not on_gloo
+    host_table(args, comm, rep,
+               torch_user_calls(hvt, torch, "torch ") if torch_on_mpi else None)
+    gloo = None
+    if gloo_ok:
+        group = raw_gloo_group(comm, dist)
+        gloo_table(args, comm, rep, hvt, torch, dist, group, on_gloo)
+        gloo = (hvt, torch, dist, group) if on_gloo else None
+    else:
+        rep.say("\n[2] skipped: " + ("--no-torch" if args.no_torch else
+                                     "torch (with torch.distributed Gloo) is not installed"))
+    batch_tables(args, comm, rep, gloo)
+    if gpu_skip is None and not hvt.gpu_operations().startswith(("nccl", "rccl")):
+        gpu_skip = f"device tensors take {hvt.gpu_operations()}"
+    if gpu_skip is None:
+        gpu_tables(args, comm, rep, hvt, torch, dist)
+    else:
+        rep.say(f"\n[4] GPU tables skipped: {gpu_skip}")
+        rep.doc["gpu"] = {"skipped": gpu_skip}
+    load = os.getloadavg()
+    rep.doc["load_avg_end"] = load
+    rep.say(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if args.json and comm.rank == 0:
+        with open(args.json, "w") as fh:
+            json.dump(rep.doc, fh, indent=2)
+    comm.Barrier()
+    if torch is not None:
+        hvt.shutdown()  # destroys the group hvdcore created
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    else:
+        hvd.shutdown()
 
 
 if __name__ == "__main__":

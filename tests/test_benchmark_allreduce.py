@@ -1,0 +1,52 @@
+"""benchmarks/allreduce.py in its quick form under real mpirun: every table runs and the JSON
+document has its parts (no timing is asserted: the figures are the benchmark's business)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_mpi
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.torch, pytest.mark.mpi]
+
+SCRIPT = str(ROOT / "benchmarks" / "allreduce.py")
+
+
+def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = run_mpi(2, [SCRIPT, "--sizes", "4KiB,64KiB", "--max-reps", "5", "--min-reps", "3",
+                       "--gpu-sizes", "1MiB", "--overhead-sizes", "4KiB", "--gpu-iters", "3",
+                       "--json", str(out)], timeout=240)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-6000:]
+    for header in ("load average", "[1] allreduce on the host MPI plane", "[2] allreduce of torch",
+                   "[3] 100 tensors x 64 KiB", "[4]"):
+        assert header in proc.stdout, text[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["ranks"] == 2 and len(doc["load_avg_start"]) == 3
+    assert doc["cpu_operations"].startswith("gloo")
+    assert {r["peer"] for r in doc["allreduce"]} == {"mpi4py", "hvdcore"}
+    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone", "allreduce(t)",
+                                                 "allreduce_(t)", "async+sync"}
+    assert {r["size"] for r in doc["gloo"]} == {"4 KiB", "64 KiB"}
+    assert all(r["median_us"] > 0 for r in doc["allreduce"] + doc["gloo"])
+    assert "hvdcore-gloo grouped (1 call)" in doc["batch_ms"]
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        assert {"busbw", "overhead", "batch_ms"} <= set(doc["gpu"]), doc["gpu"]
+    else:  # no GPU, or one GPU for 2 ranks: the GPU tables say why they were skipped
+        assert "skipped" in doc["gpu"] and "GPU tables skipped:" in proc.stdout
+
+
+def test_cpu_operations_mpi_puts_torch_rows_in_the_mpi_table(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    proc = run_mpi(2, [SCRIPT, "--sizes", "4KiB", "--max-reps", "3", "--min-reps", "3",
+                       "--cpu-operations", "mpi", "--no-gpu", "--json", str(out)], timeout=240)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    doc = json.loads(out.read_text())
+    assert doc["cpu_operations"].startswith("mpi")
+    assert "torch allreduce_(t)" in {r["peer"] for r in doc["allreduce"]}
+    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
+    assert doc["gpu"] == {"skipped": "--no-gpu"}
