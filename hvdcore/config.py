@@ -190,7 +190,7 @@ KNOBS: tuple[Knob, ...] = (
          "(GLOO_SOCKET_IFNAME, unless set). Unset: GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME if "
          "set, else loopback on one host, else a subnet every host shares.",
          horovod_alias=True),
-    Knob("RENDEZVOUS_TIMEOUT", "float (s)", 120.0,
+    Knob("RENDEZVOUS_TIMEOUT", "float (s, > 0)", 120.0,
          "How long forming torch.distributed's process group may take (connecting to rank "
          "0's store, the backend's set-up, each new group) before RendezvousError on every "
          "rank. Collectives keep torch's own timeouts.",

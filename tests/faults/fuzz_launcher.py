@@ -192,7 +192,8 @@ def _valid_value(k: config.Knob) -> st.SearchStrategy:
     if k.kind.startswith("int"):
         return st.integers(0, 2**40).map(str)
     if k.kind.startswith("float"):
-        return st.floats(0, 1e6).map(repr)
+        low = 1e-3 if "> 0" in k.kind else 0.0  # e.g. a timeout: zero is not valid
+        return st.floats(low, 1e6).map(repr)
     return st.text(alphabet=st.characters(blacklist_categories=("Cs",),
                                           blacklist_characters="\0"), max_size=10)
 
