@@ -7,17 +7,14 @@ arrays in host memory.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
+from hvdcore.backends.pool import ResultPool
 
-_POOL_MIN_BYTES = 32 << 10
-_POOL_MAX_BYTES = 16 << 20
-_POOL_BLOCKS = 4
+_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
 
 
 def _displs(counts: list[int]) -> list[int]:
@@ -36,7 +33,7 @@ class MPIBackend:
     reduces_float16 = False  # MPI has no half type: float16 is reduced in float32
 
     def __init__(self) -> None:
-        self._pool: dict[str, list[np.ndarray]] = {}
+        self._pool = ResultPool()
 
     # -- collectives ------------------------------------------------------------------------
 
@@ -86,24 +83,9 @@ class MPIBackend:
         return np.empty(shape, dtype=dtype)
 
     def result_block(self, dtype: np.dtype, count: int) -> np.ndarray:
-        """A fresh-looking 1-d array of ``count`` elements for results handed to the caller.
-
-        Blocks of at least 32 KiB are pooled: a block is reused once no result view of it is
-        alive any more (its reference count shows that). Fresh memory is page-faulted in on
-        first touch, which on a VM costs more than reducing it.
-        """
-        nbytes = count * dtype.itemsize
-        if nbytes < _POOL_MIN_BYTES or nbytes > _POOL_MAX_BYTES:
-            return np.empty(count, dtype=dtype)
-        pool = self._pool.setdefault(dtype.str, [])
-        for blk in pool:
-            # references: the pool's list, the loop variable, getrefcount's argument
-            if blk.size >= count and sys.getrefcount(blk) <= 3:
-                return blk[:count]
-        blk = np.empty(count, dtype=dtype)
-        if len(pool) < _POOL_BLOCKS:
-            pool.append(blk)
-        return blk[:count]
+        """A 1-d array of ``count`` elements for results handed to the caller (pooled: see
+        :class:`~hvdcore.backends.pool.ResultPool`)."""
+        return self._pool.take(dtype, count)
 
     @staticmethod
     def scale_into(dst: np.ndarray, src: np.ndarray, factor: float) -> None:

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hvdcore.backends.pool import ResultPool
+
 __all__ = ["TorchBackend", "CudaAwareMPIBackend", "TORCH_DTYPES"]
 
 TORCH_DTYPES: dict[np.dtype, torch.dtype] = {
@@ -64,6 +66,7 @@ class TorchBackend:
         self.calls: Counter[str] = Counter()
         self._groups: dict[int, Any] = {}
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._pool = ResultPool() if device.type == "cpu" else None
 
     # -- streams (no-ops on CPU) -----------------------------------------------------------
 
@@ -189,7 +192,10 @@ class TorchBackend:
             return torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=self.device)
 
     def result_block(self, dtype: np.dtype, count: int) -> torch.Tensor:
-        """See :meth:`Backend.result_block` (torch's allocator pools device memory itself)."""
+        """See :meth:`Backend.result_block`: torch's caching allocator pools device memory;
+        host memory comes from a :class:`~hvdcore.backends.pool.ResultPool`."""
+        if self._pool is not None and dtype != np.bool_:
+            return torch.from_numpy(self._pool.take(dtype, count))
         return self.empty(dtype, (count,))
 
     def scale_into(self, dst: torch.Tensor, src: torch.Tensor, factor: float) -> None:

@@ -121,13 +121,13 @@ def setup() -> None:
     nccl = path == "nccl"
     _CPU_WHY = "HVDCORE_CPU_OPERATIONS=gloo" if want_gloo else "default (MPI)"
     if path == "mpi-cuda-aware":
-        _GPU = CudaAwareMPIBackend("mpi", torch.device("cuda", torch.cuda.current_device()))
+        _GPU = CudaAwareMPIBackend("mpi", _pick_device())
         engine.register_backend(_GPU.key, _GPU)
     if not want_gloo and not nccl:
         return
     device = None
     if nccl:
-        device = torch.device("cuda", torch.cuda.current_device())
+        device = _pick_device()
         rendezvous.check_distinct_devices(device)
     parts = (["cpu:gloo"] if want_gloo else []) + (["cuda:nccl"] if nccl else [])
     spec = parts[0].split(":")[1] if len(parts) == 1 else ",".join(parts)
@@ -145,6 +145,15 @@ def setup() -> None:
         name = "rccl" if torch.version.hip else "nccl"
         _GPU = TorchBackend(name, device, spec)  # type: ignore[arg-type]
         engine.register_backend(_GPU.key, _GPU)
+
+
+def _pick_device() -> torch.device:
+    """The GPU of this rank's device plane: the current device if the user chose one before
+    init (anything but 0), else ``local_rank % visible GPUs``, the device Horovod scripts pick
+    with ``torch.cuda.set_device(hvd.local_rank())`` right after ``init()``."""
+    current = torch.cuda.current_device()
+    index = current if current != 0 else _core.local_rank() % max(torch.cuda.device_count(), 1)
+    return torch.device("cuda", index)
 
 
 def _adopt_user_group(dist: Any, spec: str) -> None:
@@ -176,9 +185,24 @@ def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
     kind = tensor.device.type
     if kind == "cpu":
         return _CPU
-    if _GPU is not None and tensor.device == _GPU.device:
-        return _GPU
+    if _GPU is not None:
+        if tensor.device == _GPU.device:
+            return _GPU
+        _warn_other_device(tensor.device)
     return None
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_other_device(device: torch.device) -> None:
+    if str(device) not in _WARNED:
+        _WARNED.add(str(device))
+        _log.warning(
+            "rank %d: a tensor on %s, but this rank's %s plane drives %s (chosen at init: "
+            "torch.cuda.set_device before hvd.init(), else local_rank %% GPUs); tensors on "
+            "%s are staged through host memory", _core.rank(), device,
+            _GPU.name if _GPU else "device", _GPU.device if _GPU else "?", device)
 
 
 def wrap(plane: TorchBackend, work: torch.Tensor) -> DeviceBuffer:
