@@ -65,15 +65,14 @@ class AllreduceFn(torch.autograd.Function):
         ctx.op, ctx.name, ctx.pre, ctx.post, ctx.ps, ctx.exact = op, name, pre, post, ps, exact
         if exact and op in (_core.Min, _core.Max, _core.Product):
             ctx.save_for_backward(tensor)
-        return C.allreduce_async_impl(tensor, op, name, pre, post, ps, False).wait()
+        return C.allreduce_impl(tensor, op, name, pre, post, ps)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         op, name, pre, post, ps = ctx.op, _grad_name(ctx.name), ctx.pre, ctx.post, ctx.ps
         none = (None,) * 6
         if not ctx.exact or op in (_core.Sum, _core.Average, _core.Adasum):
-            g = C.allreduce_async_impl(grad.contiguous(), op, name, pre, post, ps, False).wait()
-            return (g, *none)
+            return (C.allreduce_impl(grad.contiguous(), op, name, pre, post, ps), *none)
         (x,) = ctx.saved_tensors
         z = x.detach() * pre
         gsum = _reduce(grad, _core.Sum, name, ps)

@@ -30,7 +30,7 @@ from hvdcore.torch.tensors import (
 )
 
 __all__ = [
-    "allreduce_async_impl", "grouped_allreduce_async_impl",
+    "allreduce_impl", "allreduce_async_impl", "grouped_allreduce_async_impl",
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
     "sparse_allreduce_async_impl", "check_tensor",
@@ -86,6 +86,8 @@ def _reduction(tensor: torch.Tensor, op: Any, inplace: bool) -> tuple[Any, Any, 
     plane = dataplanes.plane_for(tensor)
     if plane is None:
         buf = reduce_buffer(tensor, op.name)
+        if not inplace:  # the core's pooled result memory, zero-copy (fresh pages cost more)
+            return buf.array(), None, lambda raw: result_tensor(buf, _from_numpy(raw))
         out, aliased = _out_for(buf, inplace)
         return buf.array(), out.numpy(), _finisher(buf, out, aliased, inplace)
     buf = reduce_buffer(tensor, op.name, on_device=True)
@@ -126,6 +128,20 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
                               postscale_factor=postscale_factor, process_set=process_set,
                               out=out)
     return Handle(h, finish, f"allreduce {name or ''}")
+
+
+def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,
+                   postscale_factor: float, process_set: Any) -> torch.Tensor:
+    """Blocking allreduce returning a new tensor: host tensors on MPI take the core's blocking
+    call (and its cached fast path); the others wait on :func:`allreduce_async_impl`."""
+    check_tensor(tensor, "allreduce")
+    if tensor.device.type != "cpu" or dataplanes.plane_for(tensor) is not None:
+        return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
+                                    process_set, False).wait()
+    buf = reduce_buffer(tensor, op.name)
+    raw = _core.allreduce(buf.array(), name=name, op=op, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor, process_set=process_set)
+    return result_tensor(buf, _from_numpy(raw))
 
 
 def grouped_allreduce_async_impl(tensors: Sequence[torch.Tensor], op: Any, name: str | None,
