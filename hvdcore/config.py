@@ -195,6 +195,19 @@ KNOBS: tuple[Knob, ...] = (
          "0's store, the backend's set-up, each new group) before RendezvousError on every "
          "rank. Collectives keep torch's own timeouts.",
          parse=_parse_pos_float),
+    Knob("HIERARCHICAL_ALLREDUCE", "bool", False,
+         "Host (MPI) allreduces of the global process set run in two levels: the ranks of a "
+         "node reduce through an MPI-3 shared-memory window, one communicator per slice "
+         "(or one leader per node) allreduces across nodes, every rank copies the result "
+         "out. A node is the ranks that share memory and, where set, the same SLURM_NODEID. "
+         "Below 64 KiB, and for other process sets, the flat MPI call is used.",
+         horovod_alias=True, cli_flag="--hierarchical-allreduce", parse=_parse_bool),
+    Knob("HIERARCHICAL_ALLGATHER", "bool", False,
+         "Host (MPI) allgathers of the global process set gather into the node's "
+         "shared-memory window, node leaders exchange the node blocks, every rank copies the "
+         "result out (same node definition and small-message fallback as "
+         "HIERARCHICAL_ALLREDUCE).",
+         horovod_alias=True, cli_flag="--hierarchical-allgather", parse=_parse_bool),
 )
 
 _BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
