@@ -44,6 +44,7 @@ class ProcessState:
     counters: dict[tuple[str, int], int] = field(default_factory=dict)
     comms: list[Any] = field(default_factory=list)
     watchdog: Any = None
+    host_plane: Any = None  # the MPI data plane (closed at shutdown if it has close())
 
     def request_name(self, kind: str, set_id: int, name: str | None) -> str:
         """``name`` (checked to be a str), or the next automatic name of ``kind`` in the set:
@@ -154,7 +155,6 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
         from mpi4py import MPI
 
         from hvdcore.backends.degraded import wrap_from_env
-        from hvdcore.backends.mpi import MPIBackend
         from hvdcore.backends.mpi_control import MPIControlPlane
         from hvdcore.engine.loop import Engine
 
@@ -188,12 +188,14 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
             sets[sid] = SetState(sid, tuple(ps.ranks), sub if member else None)
             ps.bind(sid, rank)
             registry[sid] = ps
-        backend = wrap_from_env(MPIBackend(), os.environ, rank)
+        host_plane = _host_plane(cfg, world, rank)
+        backend = wrap_from_env(host_plane, os.environ, rank)
         plane = MPIControlPlane(world, rounds=size > 1 and cfg.cache_capacity > 0)
         engine = Engine(plane, cfg, backend, sets,
                         caller_progress=_caller_progress(cfg.progress, local_size))
         _state = ProcessState(cfg, world, rank, size, local_rank, local_size, cross_rank,
-                              cross_size, engine, registry, comms=[local, cross])
+                              cross_size, engine, registry, comms=[local, cross],
+                              host_plane=host_plane)
         _state.watchdog = liveness.start(world, rank, size, _peer_gone)
         path = Timeline.resolve(cfg.timeline, rank)
         if path:
@@ -201,6 +203,30 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
         _install_hooks(cfg, size)
         log.debug("initialized: rank %d of %d (local %d/%d, cross %d/%d), config %s",
                   rank, size, local_rank, local_size, cross_rank, cross_size, cfg)
+
+
+def _host_plane(cfg: Any, world: Any, rank: int) -> Any:
+    """The MPI data plane: hierarchical when a knob asks for it (decided on every rank alike)."""
+    from hvdcore.backends.mpi import MPIBackend
+
+    wanted = (bool(cfg.hierarchical_allreduce), bool(cfg.hierarchical_allgather))
+    # The hierarchical plane is built collectively: a rank with other settings would hang.
+    seen = world.allgather(wanted) if world.Get_size() > 1 else [wanted]
+    if any(w != wanted for w in seen):
+        differ = sorted(r for r, w in enumerate(seen) if w != seen[0])
+        raise errors.ConfigError(
+            "HVDCORE_HIERARCHICAL_ALLREDUCE/ALLGATHER must be the same on every rank: rank 0 "
+            f"has (allreduce, allgather) = {seen[0]}, ranks {differ} have "
+            f"{[seen[r] for r in differ]}; export the same values to every rank")
+    if not any(wanted):
+        return MPIBackend()
+    from hvdcore.backends.hierarchical import HierarchicalBackend
+
+    plane = HierarchicalBackend(world, allreduce=wanted[0], allgather=wanted[1],
+                                node_id=os.environ.get("SLURM_NODEID"))
+    if rank == 0:
+        log.info("%s", plane.describe())
+    return plane
 
 
 def shutdown() -> None:
@@ -223,6 +249,10 @@ def shutdown() -> None:
         if st.watchdog is not None:
             st.watchdog.close()
         engine.close()
+        close = getattr(st.host_plane, "close", None)
+        if close is not None:
+            # Freeing the shared window is collective over the node: skip it after a failure.
+            close(collective=engine.fatal is None)
         for comm in st.comms:
             try:
                 comm.Free()

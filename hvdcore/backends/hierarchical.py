@@ -1,0 +1,295 @@
+"""Two-level MPI data plane: shared memory within a node, MPI between nodes.
+
+``HVDCORE_HIERARCHICAL_ALLREDUCE`` / ``HVDCORE_HIERARCHICAL_ALLGATHER`` replace the flat
+``MPI_Allreduce`` / ``MPI_Allgatherv`` of the global process set with:
+
+allreduce (per segment of at most half the window / local size bytes)
+    1. every rank copies its input into its slot of the node's MPI-3 shared window (except its
+       own chunk, which it reads from its private buffer); node barrier;
+    2. local rank ``j`` reduces chunk ``j`` of the segment over the slots in local-rank order
+       into slot 0, then allreduces that chunk with the ranks of the same local rank on the
+       other nodes (per-slice leaders; when nodes differ in size, after a node barrier local
+       rank 0 allreduces the whole segment with the other nodes' leaders); node barrier;
+    3. every rank copies slot 0 into its result.
+allgather
+    every rank copies its bytes into the window (node-major layout); node barrier; node
+    leaders exchange node blocks with an in-place ``Allgatherv`` and barrier again; every rank
+    copies the window out in world-rank order.
+
+Consecutive operations alternate between the two halves of the window, so a rank that starts
+the next one cannot overwrite data a slower rank is still copying out. The window grows
+(collectively over the node: every rank executes the same responses) when a larger buffer
+arrives and is freed by :meth:`HierarchicalBackend.close`.
+
+Results: integer reductions (sum and prod wrap, min, max) are associative and commutative,
+so they are bit-identical to the flat path. Floating-point sums and products follow a fixed
+order: within a node left to right in local-rank order (``((x0 + x1) + x2) + ...``), then MPI's
+allreduce of the node partial results across nodes. With one node the result is exactly that
+left fold; with two nodes it is ``node0 + node1`` (a two-operand IEEE operation is
+commutative); every rank of a node gets the same bits. Min/max with NaN follow NumPy
+(NaN propagates). Messages below :data:`MIN_BYTES`, process sets other than the global one,
+and jobs with one rank per node use the flat MPI call (:class:`MPIBackend`).
+
+A node is the ranks that share memory (``COMM_TYPE_SHARED``) and have the same launcher node
+id where one is set (``SLURM_NODEID``): on a real cluster both agree; on a localhost Slurm
+whose fake nodes share one host, the node id separates them.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from hvdcore.backends.mpi import MPIBackend
+
+__all__ = ["HierarchicalBackend", "MIN_BYTES", "SEGMENT_BYTES", "node_color"]
+
+log = logging.getLogger("hvdcore")
+
+MIN_BYTES = 64 << 10
+"""Smaller messages take the flat MPI call: the shared-memory path costs two node barriers and
+a few NumPy calls (tens of us), more than a small flat allreduce takes within a node."""
+
+SEGMENT_BYTES = 4 << 20
+"""Largest slot of one rank per allreduce segment: bounds the window at 2 x local size x this
+for any message size (larger messages run in several segments)."""
+
+_ALIGN = 64
+_MPI_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
+_UFUNCS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multiply}
+
+
+def node_color(node_id: str | None) -> int:
+    """The Split color of a launcher node id (``SLURM_NODEID``): itself when it is a number."""
+    if not node_id:
+        return 0
+    text = node_id.strip()
+    if text.isdigit():
+        return int(text) % (1 << 30)
+    return zlib.crc32(text.encode()) % (1 << 30)
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+class HierarchicalBackend(MPIBackend):
+    """:class:`MPIBackend` whose global-set allreduce/allgather run through node shared memory.
+
+    Collective over ``world`` (the hvdcore world communicator): every rank builds one.
+    ``node_id``: the launcher's node id (``SLURM_NODEID``) or None. Counters for tests and
+    benchmarks: :meth:`stats`.
+
+    Example::
+
+        >>> b = HierarchicalBackend(MPI.COMM_WORLD, allreduce=True, allgather=True)
+        >>> b.stats()["nodes"]
+        1
+    """
+
+    def __init__(self, world: Any, allreduce: bool = True, allgather: bool = True,
+                 node_id: str | None = None, min_bytes: int = MIN_BYTES,
+                 segment_bytes: int = SEGMENT_BYTES) -> None:
+        super().__init__()
+        self.world_size = world.Get_size()
+        self.min_bytes = min_bytes
+        self.segment_bytes = _align(segment_bytes)
+        rank = world.Get_rank()
+        shared = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        self.node = shared.Split(node_color(node_id), key=rank)
+        shared.Free()
+        self.local_rank, self.local_size = self.node.Get_rank(), self.node.Get_size()
+        leader = self.node.bcast(rank, root=0)  # lowest world rank of the node
+        leaders = world.allgather(leader)
+        heads = sorted(set(leaders))
+        self.nodes = [[r for r in range(self.world_size) if leaders[r] == h] for h in heads]
+        self.node_index = heads.index(leader)
+        sizes = {len(n) for n in self.nodes}
+        self.per_slice = len(sizes) == 1
+        # Ranks of equal local rank, in node order; local rank 0's is the leaders' communicator.
+        self.cross = world.Split(self.local_rank, key=self.node_index)
+        order = [r for n in self.nodes for r in n]  # node-major
+        self._node_major = order
+        self._node_of = {r: i for i, n in enumerate(self.nodes) for r in n}
+        # Two levels only pay off with several ranks on some node.
+        self.enabled_allreduce = allreduce and max(sizes) > 1
+        self.enabled_allgather = allgather and max(sizes) > 1
+        self.counters = {"shm_calls": 0, "leader_calls": 0, "flat_calls": 0, "window_allocs": 0}
+        self._win: Any = None
+        self._mem: np.ndarray = np.empty(0, np.uint8)
+        self._parity = 0
+        self.closed = False
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """One line: the node layout and which steps run."""
+        nodes = "; ".join(f"node {i}: ranks {n}" for i, n in enumerate(self.nodes))
+        ops = [name for name, on in (("allreduce", self.enabled_allreduce),
+                                     ("allgather", self.enabled_allgather)) if on]
+        if not ops:
+            return (f"hierarchical collectives off (one rank per node, flat MPI): "
+                    f"{self.world_size} ranks on {len(self.nodes)} nodes")
+        cross = ("none (one node)" if len(self.nodes) == 1 else
+                 "per-slice communicators" if self.per_slice else "one leader per node")
+        return (f"hierarchical {'+'.join(ops)}: {self.world_size} ranks on {len(self.nodes)} "
+                f"nodes ({nodes}); cross-node step: {cross}; shared-memory path from "
+                f"{self.min_bytes} bytes, allreduce segments of up to {self.segment_bytes} "
+                "bytes per rank")
+
+    def stats(self) -> dict[str, Any]:
+        """Counters (calls by path) and the layout: ``nodes``, ``local_size``, ``window_bytes``."""
+        return {**self.counters, "nodes": len(self.nodes), "local_size": self.local_size,
+                "layout": [list(n) for n in self.nodes], "window_bytes": int(self._mem.size)}
+
+    def _covers(self, pset: Any) -> bool:
+        return pset.set_id == 0 and len(pset.ranks) == self.world_size
+
+    # -- window --------------------------------------------------------------------------------
+
+    def _ensure(self, half: int) -> None:
+        """Make each half of the window at least ``half`` bytes (collective over the node)."""
+        if self._mem.size >= 2 * half:
+            return
+        size = 2 * max(half, self._mem.size // 2)
+        self.node.Barrier()  # nobody still reads the old window
+        self._free_window()
+        win = MPI.Win.Allocate_shared(size if self.local_rank == 0 else 0, 1, comm=self.node)
+        mem, _ = win.Shared_query(0)
+        win.Lock_all(MPI.MODE_NOCHECK)
+        self._win = win
+        self._mem = np.frombuffer(mem, dtype=np.uint8, count=size)
+        self._parity = 0
+        self.counters["window_allocs"] += 1
+
+    def _free_window(self) -> None:
+        if self._win is not None:
+            self._mem = np.empty(0, np.uint8)
+            self._win.Unlock_all()
+            self._win.Free()
+            self._win = None
+
+    def _region(self) -> np.ndarray:
+        """The half of the window this operation uses (the other one next time)."""
+        half = self._mem.size // 2
+        p, self._parity = self._parity, self._parity ^ 1
+        return self._mem[p * half:(p + 1) * half]
+
+    def _barrier(self) -> None:
+        self._win.Sync()
+        self.node.Barrier()
+        self._win.Sync()
+
+    def close(self, collective: bool = True) -> None:
+        """Free the window and the communicators (``collective``: every rank of the node
+        closes too; pass False after a failure, when peers may be gone: nothing is freed)."""
+        if self.closed:
+            return
+        self.closed = True
+        if not collective:
+            return
+        self._free_window()
+        for comm in (self.cross, self.node):
+            comm.Free()
+
+    # -- collectives ---------------------------------------------------------------------------
+
+    def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
+        """See :meth:`Backend.allreduce`: two levels for the global set from MIN_BYTES."""
+        if not self.enabled_allreduce or buf.nbytes < self.min_bytes or not self._covers(pset):
+            self.counters["flat_calls"] += 1
+            super().allreduce(pset, buf, out, op)
+            return
+        self.counters["shm_calls"] += 1
+        # The engine's buffers are C-contiguous; anything else goes through a copy, so that
+        # every rank takes the same path.
+        src = buf.reshape(-1)
+        dst = out.reshape(-1) if out.flags.c_contiguous else np.empty(out.size, out.dtype)
+        dtype, n = src.dtype, src.size
+        L, me = self.local_size, self.local_rank
+        # The segment length is the same on every node (the cross-node step pairs segments);
+        # the slot size may differ where nodes differ in size.
+        seg = min(n, self.segment_bytes // dtype.itemsize)
+        slot = _align(seg * dtype.itemsize)
+        self._ensure(L * slot)
+        ufunc = _UFUNCS[op]
+        leader = self.cross if (self.local_rank == 0 or self.per_slice) else None
+        multi = len(self.nodes) > 1
+        for a in range(0, n, seg):
+            m = min(seg, n - a)
+            region = self._region()
+            slots = [region[k * slot:k * slot + m * dtype.itemsize].view(dtype) for k in range(L)]
+            c0, c1 = m * me // L, m * (me + 1) // L
+            mine = slots[me]
+            mine[:c0] = src[a:a + c0]
+            mine[c1:m] = src[a + c1:a + m]
+            self._barrier()
+            res = slots[0][c0:c1]
+            parts = [src[a + c0:a + c1] if k == me else slots[k][c0:c1] for k in range(L)]
+            if L == 1:
+                res[...] = parts[0]
+            else:
+                ufunc(parts[0], parts[1], out=res)
+                for part in parts[2:]:
+                    ufunc(res, part, out=res)
+            if multi and self.per_slice:
+                self.cross.Allreduce(MPI.IN_PLACE, res, op=_MPI_OPS[op])
+                self.counters["leader_calls"] += 1
+            elif multi:
+                self._barrier()
+                if leader is not None:
+                    leader.Allreduce(MPI.IN_PLACE, slots[0], op=_MPI_OPS[op])
+                    self.counters["leader_calls"] += 1
+            self._barrier()
+            dst[a:a + m] = slots[0]
+        if not out.flags.c_contiguous:
+            out[...] = dst.reshape(out.shape)
+
+    def allgatherv(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
+        """See :meth:`Backend.allgatherv` (byte counts): two levels for the global set."""
+        total = sum(counts)
+        if not self.enabled_allgather or total < self.min_bytes or not self._covers(pset):
+            self.counters["flat_calls"] += 1
+            super().allgatherv(pset, buf, out, counts)
+            return
+        self.counters["shm_calls"] += 1
+        self._ensure(_align(total))
+        region = self._region()
+        offs, acc = {}, 0
+        for r in self._node_major:
+            offs[r] = acc
+            acc += counts[r]
+        me = pset.index
+        region[offs[me]:offs[me] + counts[me]] = buf.reshape(-1).view(np.uint8)
+        self._barrier()
+        if len(self.nodes) > 1:
+            if self.local_rank == 0:
+                node_bytes = [sum(counts[r] for r in n) for n in self.nodes]
+                displs = [offs[n[0]] for n in self.nodes]
+                self.cross.Allgatherv(MPI.IN_PLACE,
+                                      [region[:total], (node_bytes, displs), MPI.BYTE])
+                self.counters["leader_calls"] += 1
+            self._barrier()
+        flat = (out.reshape(-1).view(np.uint8) if out.flags.c_contiguous
+                else np.empty(out.nbytes, np.uint8))
+        # Copy out in runs that are contiguous in both layouts (one run for blocked placement).
+        dst = 0
+        run_src, run_dst, run_len = offs[0], 0, 0
+        for r in range(self.world_size):
+            if offs[r] == run_src + run_len:
+                run_len += counts[r]
+            else:
+                flat[run_dst:run_dst + run_len] = region[run_src:run_src + run_len]
+                run_src, run_dst, run_len = offs[r], dst, counts[r]
+            dst += counts[r]
+        flat[run_dst:run_dst + run_len] = region[run_src:run_src + run_len]
+        if not out.flags.c_contiguous:
+            out[...] = flat.view(out.dtype).reshape(out.shape)
