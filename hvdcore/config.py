@@ -200,7 +200,8 @@ KNOBS: tuple[Knob, ...] = (
          "node reduce through an MPI-3 shared-memory window, one communicator per slice "
          "(or one leader per node) allreduces across nodes, every rank copies the result "
          "out. A node is the ranks that share memory and, where set, the same SLURM_NODEID. "
-         "Below 64 KiB, and for other process sets, the flat MPI call is used.",
+         "Process sets other than the global one, and messages below 1 MiB on one node "
+         "(64 KiB with several nodes), use the flat MPI call.",
          horovod_alias=True, cli_flag="--hierarchical-allreduce", parse=_parse_bool),
     Knob("HIERARCHICAL_ALLGATHER", "bool", False,
          "Host (MPI) allgathers of the global process set gather into the node's "
