@@ -177,7 +177,7 @@ class HierarchicalBackend(MPIBackend):
         mem, _ = win.Shared_query(0)
         win.Lock_all(MPI.MODE_NOCHECK)
         self._win = win
-        self._mem = np.frombuffer(mem, dtype=np.uint8, count=size)
+        self._mem = np.frombuffer(mem, np.uint8, count=size)  # type: ignore[call-overload]
         self._parity = 0
         self.counters["window_allocs"] += 1
 
