@@ -86,10 +86,6 @@ def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
 class HierarchicalBackend(MPIBackend):
     """:class:`MPIBackend` whose global-set allreduce/allgather run through node shared memory.
 
@@ -124,9 +120,7 @@ class HierarchicalBackend(MPIBackend):
         self.per_slice = len(sizes) == 1
         # Ranks of equal local rank, in node order; local rank 0's is the leaders' communicator.
         self.cross = world.Split(self.local_rank, key=self.node_index)
-        order = [r for n in self.nodes for r in n]  # node-major
-        self._node_major = order
-        self._node_of = {r: i for i, n in enumerate(self.nodes) for r in n}
+        self._node_major = [r for n in self.nodes for r in n]
         # Two levels only pay off with several ranks on some node.
         self.enabled_allreduce = allreduce and max(sizes) > 1
         self.enabled_allgather = allgather and max(sizes) > 1
@@ -170,7 +164,8 @@ class HierarchicalBackend(MPIBackend):
         """Make each half of the window at least ``half`` bytes (collective over the node)."""
         if self._mem.size >= 2 * half:
             return
-        size = 2 * max(half, self._mem.size // 2)
+        # Geometric growth: sizes that creep up (allgathers) reallocate O(log) times.
+        size = 2 * max(half, self._mem.size)
         self.node.Barrier()  # nobody still reads the old window
         self._free_window()
         win = MPI.Win.Allocate_shared(size if self.local_rank == 0 else 0, 1, comm=self.node)
