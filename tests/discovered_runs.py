@@ -64,6 +64,28 @@ def run_discovered(checks: list[str], modulepath: list[Path], workdir: Path,
     return DiscoveredRun(out, proc.returncode, seconds, cases)
 
 
+def mnist_cases(module: str, framework: str) -> list[str]:
+    """Display names of the MNIST cases discovery makes for ``module`` (check and baseline)."""
+    return [
+        f"HvdcoreMnistCheck %scale=1_node %baseline.framework={framework} "
+        f"%baseline.hvdcore_module={module}",
+        f"MnistBaseline %framework={framework} %hvdcore_module={module} "
+        "~lmodlocal:default+hvdcore-find",
+    ]
+
+
+def assert_ran_the_module(run: DiscoveredRun, module: str, examples: Path) -> None:
+    """Every case passed sanity and loaded ``module``; the MNIST jobs trained with the
+    examples in ``examples`` (the module's install) and printed their result line."""
+    assert not run.sane(), "\n".join(run.sane()) + run.out[-4000:]
+    for name, case in run.cases.items():
+        assert f"module load {module}" in job_file(case, "rfm_job.sh"), name
+        if name.startswith(("HvdcoreMnistCheck", "MnistBaseline")):
+            job_out = job_file(case, case["job_stdout"])
+            assert f"hvdcore-mnist-examples: {examples}\n" in job_out, job_out[-2000:]
+            assert f"hvdcore-mnist: ranks={case['num_tasks']} " in job_out, job_out[-2000:]
+
+
 def job_file(case: dict, name: str) -> str:
     """A file of a case's job (``rfm_job.sh``, or its stdout with ``case['job_stdout']``): from
     its output directory, where ReFrame copies a passed case's files, else from its stage

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from discovered_runs import job_file, run_discovered
+from discovered_runs import assert_ran_the_module, mnist_cases, run_discovered
 from lmod_shell import (
     EB,
     ROOT,
@@ -264,16 +264,6 @@ def test_mnist_check_runs_the_installed_examples(site: Site, tmp_path: Path) -> 
     """The MNIST check discovers the eb-built module and trains with the examples it installed."""
     _ok(site)
     run = run_discovered(["hvdcore_mnist.py"], [site.ext_modules, site.modules], tmp_path)
-    assert sorted(run.cases) == [
-        f"HvdcoreMnistCheck %scale=1_node %baseline.framework=torch "
-        f"%baseline.hvdcore_module={site.module}",
-        f"MnistBaseline %framework=torch %hvdcore_module={site.module} "
-        "~lmodlocal:default+hvdcore-find",
-    ], run.out[-3000:]
-    assert not run.sane(), "\n".join(run.sane()) + run.out[-4000:]
+    assert sorted(run.cases) == mnist_cases(site.module, "torch"), run.out[-3000:]
     root = site.base / "eb" / "software" / "hvdcore" / f"0.1.0-Python-{PYSHORT}"
-    for case in run.cases.values():
-        assert f"module load {site.module}" in job_file(case, "rfm_job.sh")
-        job_out = job_file(case, case["job_stdout"])
-        assert f"hvdcore-mnist-examples: {root}/share/hvdcore/examples\n" in job_out, job_out
-        assert f"hvdcore-mnist: ranks={case['num_tasks']} " in job_out, job_out[-2000:]
+    assert_ran_the_module(run, site.module, root / "share" / "hvdcore" / "examples")

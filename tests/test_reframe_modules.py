@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from discovered_runs import job_file, run_discovered
+from discovered_runs import assert_ran_the_module, mnist_cases, run_discovered
 from lmod_shell import install_hvdcore_tree
 from reframe_helpers import ROOT
 
@@ -53,27 +53,17 @@ def test_install_ships_the_examples(tree: Path) -> None:
 def test_mnist_check_runs_with_a_discovered_module(tree: Path, tmp_path: Path) -> None:
     run = run_discovered(["hvdcore_mnist.py"], [tree / "modules" / "all"], tmp_path)
     # Discovery found the module; only its torch variants exist (the environment declares
-    # torch, and the module's name does not say otherwise).
-    assert sorted(run.cases) == [
-        f"HvdcoreMnistCheck %scale=1_node %baseline.framework=torch "
-        f"%baseline.hvdcore_module={MODULE}",
-        f"MnistBaseline %framework=torch %hvdcore_module={MODULE} "
-        "~lmodlocal:default+hvdcore-find",
-    ], run.out[-3000:]
-    # Both run and pass sanity; whether the speed is within its bounds depends on the machine and
-    # its load (tests assert results, not speed: see test_reframe_local.py), so a case may fail
-    # in the performance stage only.
-    assert not run.sane(), "\n".join(run.sane()) + run.out[-4000:]
+    # torch, and the module's name does not say otherwise). Both run and pass sanity; whether
+    # the speed is within its bounds depends on the machine and its load (tests assert
+    # results, not speed: see test_reframe_local.py), so a case may fail in the performance
+    # stage only.
+    assert sorted(run.cases) == mnist_cases(MODULE, "torch"), run.out[-3000:]
+    assert_ran_the_module(run, MODULE, _examples(tree, MODULE))
     assert (run.returncode == 0) == all(tc["result"] == "pass" for tc in run.cases.values())
     check = run.case("HvdcoreMnistCheck")
     assert check["num_tasks"] == 2
     perf = {k.split(":")[-1]: v[0] for k, v in check["perfvalues"].items()}
     assert perf["efficiency"] > 0 and perf["images_per_sec"] > 0
-
-    assert f"module load {MODULE}" in job_file(check, "rfm_job.sh")
-    job_out = job_file(check, check["job_stdout"])
-    assert f"hvdcore-mnist-examples: {_examples(tree, MODULE)}\n" in job_out, job_out[-2000:]
-    assert "hvdcore-mnist: ranks=2 " in job_out
 
 
 @pytest.mark.tensorflow
@@ -82,22 +72,14 @@ def test_tensorflow_module_through_discovery(tf_tree: Path, tmp_path: Path) -> N
     only (its name says so, although the environment declares torch)."""
     run = run_discovered(["hvdcore_capabilities.py", "hvdcore_mnist.py"],
                          [tf_tree / "modules" / "all"], tmp_path)
-    assert sorted(run.cases) == [
+    assert sorted(run.cases) == sorted([
         f"HvdcoreCapabilitiesCheck %framework=tensorflow %hvdcore_module={TF_MODULE}",
-        f"HvdcoreMnistCheck %scale=1_node %baseline.framework=tensorflow "
-        f"%baseline.hvdcore_module={TF_MODULE}",
-        f"MnistBaseline %framework=tensorflow %hvdcore_module={TF_MODULE} "
-        "~lmodlocal:default+hvdcore-find",
-    ], run.out[-3000:]
-    assert not run.sane(), "\n".join(run.sane()) + run.out[-4000:]
+        *mnist_cases(TF_MODULE, "tensorflow"),
+    ]), run.out[-3000:]
+    assert_ran_the_module(run, TF_MODULE, _examples(tf_tree, TF_MODULE))
     capability = run.case("HvdcoreCapabilitiesCheck")
     assert capability["result"] == "pass", capability["fail_reason"]
     assert "--require=mpi,tensorflow" in " ".join(capability["executable_opts"])
-    for case in run.cases.values():
-        assert f"module load {TF_MODULE}" in job_file(case, "rfm_job.sh")
     check = run.case("HvdcoreMnistCheck")
     assert check["num_tasks"] == 2
-    job_out = job_file(check, check["job_stdout"])
-    assert f"hvdcore-mnist-examples: {_examples(tf_tree, TF_MODULE)}\n" in job_out, job_out
-    assert "hvdcore-mnist: ranks=2 " in job_out
     assert any("keras_mnist.py" in opt for opt in check["executable_opts"])
