@@ -48,7 +48,6 @@ Performance:
 import os
 
 import reframe as rfm
-import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
 from reframe.core.builtins import (
     fixture,
@@ -64,11 +63,9 @@ from hvdcore_checks import (
     ENV_PROVIDED,
     EXAMPLES_DIR,
     MNIST_EXAMPLES,
-    HvdcoreJobMixin,
+    ScaledVariantMixin,
     hvdcore_modules,
-    layout,
     locate_examples,
-    module_environments,
 )
 from hvdcore_checks.examples import EXAMPLES_VAR, PEER_PATTERN, RESULT_PATTERN
 
@@ -79,7 +76,7 @@ RESULT = RESULT_PATTERN
 DDP_RATIO_REFERENCE = (1.2, -0.4, None, "x")
 
 
-class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
+class MnistTraining(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
     """Base: one training run of a framework's MNIST example (not a test by itself).
 
     Subclasses provide ``framework``, ``hvdcore_module`` and ``scale``.
@@ -113,30 +110,15 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     #: Whole nodes (``--exclusive``): throughput is not shared with other jobs.
     exclusive_access = True
 
-    def _select_environments(self) -> None:
-        """Where this framework + hvdcore variant can run (call from an init hook)."""
-        if self.hvdcore_module == ENV_PROVIDED:
-            self.use_environments(self.framework)
-        else:
-            systems, self.valid_prog_environs = module_environments(
-                self.hvdcore_module, self.framework)
-            self.valid_systems = [s for s in self.valid_systems if s in systems] \
-                if self.valid_systems != ["*"] else systems
-
-    def _describe(self) -> None:
-        if self.hvdcore_module != ENV_PROVIDED:
-            self.modules = [self.hvdcore_module]
-        self.tags |= {"hvdcore", "mnist", self.framework, self.scale}
-        where = "" if self.hvdcore_module == ENV_PROVIDED else f", module {self.hvdcore_module}"
-        self.descr = f"hvdcore MNIST ({self.framework}{where}) at scale {self.scale}"
-
     @run_after("setup")
     def _place(self):
-        fits = layout(self.scale, self.ranks_per_node(),
-                      int(self.part_extras.get("max_nodes", 1)))
-        self.skip_if(isinstance(fits, str), str(fits))
-        self.num_tasks, self.num_tasks_per_node, _ = fits
-        self.request_node_resources(self.num_tasks_per_node)
+        self.place_ranks()
+        # The baseline's key has no scale (it is always 1 rank): as the recording tool names it.
+        self.set_program(None if isinstance(self, MnistBaseline) else self.scale)
+
+    def set_program(self, reference_scale: str | None) -> None:
+        """The example, its options (threads: the CPUs per rank) and the recorded references
+        (under ``reference_scale``), once the ranks are placed (a setup hook)."""
         example = MNIST_EXAMPLES[self.framework]
         lr = example.lr if self.lr is None else self.lr
         steps = (example.max_steps_per_epoch if self.max_steps_per_epoch is None
@@ -156,9 +138,7 @@ class MnistTraining(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         ]
         self.total_steps = steps * epochs
         self.record_launcher_exit()
-        # The baseline's key has no scale (it is always 1 rank): as the recording tool names it.
-        self.apply_recorded_references(
-            None if isinstance(self, MnistBaseline) else self.scale, self.framework)
+        self.apply_recorded_references(reference_scale, self.framework)
 
     def _field(self, name, conv=float):
         return sn.extractsingle(RESULT, self.stdout, name, conv, item=-1)
@@ -205,8 +185,8 @@ class MnistBaseline(MnistTraining):
     @run_after("init")
     def _baseline_setup(self):
         if not self.is_fixture():  # used on its own (e.g. loaded as a test): pick environments
-            self._select_environments()
-        self._describe()
+            self.select_environments()
+        self.describe("mnist", "MNIST")
 
 
 @rfm.simple_test
@@ -233,17 +213,8 @@ class HvdcoreMnistCheck(MnistTraining):
 
     @run_after("init")
     def _variant(self):
-        # Early access to the fixture: only its parameters, enough to choose where to run.
-        self.framework = self.baseline.framework
-        self.hvdcore_module = self.baseline.hvdcore_module
-        # Only partitions that offer this scale (no skipped variants for the others).
-        self.valid_systems = [
-            part.fullname for part in rt.runtime().system.partitions
-            if isinstance(layout(self.scale, int(part.extras.get("ranks_per_node", 1)),
-                                 int(part.extras.get("max_nodes", 1))), tuple)
-        ]
-        self._select_environments()
-        self._describe()
+        self.follow_baseline()
+        self.describe("mnist", "MNIST")
 
     def _peer_script(self):
         return MNIST_EXAMPLES[self.framework].peer_script if self.peer else None

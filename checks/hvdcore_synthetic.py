@@ -30,7 +30,6 @@ import os
 from dataclasses import dataclass
 
 import reframe as rfm
-import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
 from reframe.core.builtins import (
     fixture,
@@ -44,11 +43,9 @@ from reframe.core.builtins import (
 from hvdcore_checks import (
     ENV_PROVIDED,
     EXAMPLES_DIR,
-    HvdcoreJobMixin,
+    ScaledVariantMixin,
     hvdcore_modules,
-    layout,
     locate_examples,
-    module_environments,
 )
 from hvdcore_checks.examples import EXAMPLES_VAR
 
@@ -86,7 +83,7 @@ PROFILES = {
 }
 
 
-class SyntheticRun(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
+class SyntheticRun(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
     """Base: one run of a framework's synthetic benchmark (not a test by itself)."""
 
     #: ``gpu`` (Horovod's settings), ``cpu`` (smaller images, fewer steps), or ``auto``: gpu
@@ -120,24 +117,6 @@ class SyntheticRun(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     #: Whole nodes (``--exclusive``): throughput is not shared with other jobs.
     exclusive_access = True
 
-    def _select_environments(self) -> None:
-        """Where this framework + hvdcore variant can run (call from an init hook)."""
-        if self.hvdcore_module == ENV_PROVIDED:
-            self.use_environments(self.framework)
-        else:
-            systems, self.valid_prog_environs = module_environments(
-                self.hvdcore_module, self.framework)
-            self.valid_systems = [s for s in self.valid_systems if s in systems] \
-                if self.valid_systems != ["*"] else systems
-
-    def _describe(self) -> None:
-        if self.hvdcore_module != ENV_PROVIDED:
-            self.modules = [self.hvdcore_module]
-        self.tags |= {"hvdcore", "synthetic", self.framework, self.scale}
-        where = "" if self.hvdcore_module == ENV_PROVIDED else f", module {self.hvdcore_module}"
-        self.descr = (f"hvdcore synthetic CNN benchmark ({self.framework}{where}) at scale "
-                      f"{self.scale}")
-
     def settings(self) -> dict[str, int]:
         """The profile's settings with this test's overrides."""
         profile = self.profile
@@ -151,11 +130,7 @@ class SyntheticRun(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
 
     @run_after("setup")
     def _place(self):
-        fits = layout(self.scale, self.ranks_per_node(),
-                      int(self.part_extras.get("max_nodes", 1)))
-        self.skip_if(isinstance(fits, str), str(fits))
-        self.num_tasks, self.num_tasks_per_node, _ = fits
-        self.request_node_resources(self.num_tasks_per_node)
+        self.place_ranks()
         example = SYNTHETIC_EXAMPLES[self.framework]
         opts = [f"--model={self.model or example.model}",
                 *(f"--{k.replace('_', '-')}={v}" for k, v in self.settings().items()),
@@ -212,8 +187,8 @@ class SyntheticBaseline(SyntheticRun):
     @run_after("init")
     def _baseline_setup(self):
         if not self.is_fixture():
-            self._select_environments()
-        self._describe()
+            self.select_environments()
+        self.describe("synthetic", "synthetic CNN benchmark")
 
 
 @rfm.simple_test
@@ -233,15 +208,8 @@ class HvdcoreSyntheticCheck(SyntheticRun):
 
     @run_after("init")
     def _variant(self):
-        self.framework = self.baseline.framework
-        self.hvdcore_module = self.baseline.hvdcore_module
-        self.valid_systems = [
-            part.fullname for part in rt.runtime().system.partitions
-            if isinstance(layout(self.scale, int(part.extras.get("ranks_per_node", 1)),
-                                 int(part.extras.get("max_nodes", 1))), tuple)
-        ]
-        self._select_environments()
-        self._describe()
+        self.follow_baseline()
+        self.describe("synthetic", "synthetic CNN benchmark")
 
     def _efficiency(self):
         # The fixture's output lives in its own stage directory.

@@ -48,6 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EASYCONFIG_DIR = ROOT / "easyconfigs" / "h" / "hvdcore"
 # what goes into the sdist: the package, its metadata and the files pyproject.toml refers to
 _TREE_FILES = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "setup.cfg")
+# the package, and the examples the easyconfigs install into share/hvdcore/examples
+_TREE_DIRS = ("hvdcore", "examples")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
@@ -65,7 +67,8 @@ def _copy_tree(root: Path, dest: Path, exclude: Sequence[str]) -> None:
     for name in _TREE_FILES:
         if (root / name).exists():
             shutil.copy2(root / name, dest / name)
-    shutil.copytree(root / "hvdcore", dest / "hvdcore", ignore=_IGNORE)
+    for package in _TREE_DIRS:
+        shutil.copytree(root / package, dest / package, ignore=_IGNORE)
     for rel in exclude:
         target = dest / rel
         if not target.exists():

@@ -212,8 +212,8 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     # hvd: 9. only rank 0 writes checkpoints
     if hvd.rank() == 0:
         os.makedirs(checkpoint_dir, exist_ok=True)
-        callbacks.append(K.callbacks.ModelCheckpoint(
-            os.path.join(checkpoint_dir, "mnist-hvd-best.keras"), save_best_only=True))
+        callbacks.append(hvd.callbacks.BestModelCheckpoint(
+            os.path.join(checkpoint_dir, "mnist-hvd-best.keras"), monitor="val_loss"))
 
     model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs,
               verbose=2 if hvd.rank() == 0 else 0,  # hvd: 10. one rank prints

@@ -224,6 +224,12 @@ EESSI_STAND_INS = {
     "PyTorch/2.1.2-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
 }
 
+#: hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0 needs TensorFlow instead of PyTorch.
+TF_STAND_INS = {
+    **{k: v for k, v in EESSI_STAND_INS.items() if not k.startswith("PyTorch/")},
+    "TensorFlow/2.13.0-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
+}
+
 
 def write_stand_in_modules(tree: Path, deps: dict[str, list[str]] = EESSI_STAND_INS) -> None:
     """Write ``<tree>/modules/all/<name>.lua`` for each stand-in: backed by this test's venv
@@ -302,7 +308,8 @@ def require_module_python(module: str = "hvdcore/0.1.0-foss-2023a") -> None:
 
 
 def install_hvdcore_tree(base: Path, module: str = "hvdcore/0.1.0-foss-2023a") -> Path:
-    """An EESSI-layout tree under ``base/stack``: the stand-ins, plus hvdcore installed by
+    """An EESSI-layout tree under ``base/stack``: the stand-ins (TensorFlow's instead of
+    PyTorch's for a ``-TensorFlow-`` module), plus hvdcore installed as ``module`` by
     ``modules/install.sh prefix`` from a real sdist of this checkout, with this test's Python
     (whose own installs -- hvdcore editable included -- must come out unchanged). Skips where
     Lmod or the venv are missing, or on a Python other than the 3.11 of foss/2023a."""
@@ -310,12 +317,14 @@ def install_hvdcore_tree(base: Path, module: str = "hvdcore/0.1.0-foss-2023a") -
     require_module_python(module)
     sdist = build_sdist_module().build_sdist(base / "dist", python=sys.executable)
     tree = base / "stack"
-    write_stand_in_modules(tree)
+    stand_ins = TF_STAND_INS if "-TensorFlow-" in module else EESSI_STAND_INS
+    write_stand_in_modules(tree, stand_ins)
+    framework = next(n for n in stand_ins if n.startswith(("PyTorch/", "TensorFlow/")))
     before = python_state()
     proc = lmod_shell(f"""set -e
 module use {tree / 'modules' / 'all'}
-module load PyTorch/2.1.2-foss-2023a mpi4py/3.1.4-gompi-2023a
-{ROOT / 'modules' / 'install.sh'} prefix {tree} {sdist}
+module load {framework} mpi4py/3.1.4-gompi-2023a
+{ROOT / 'modules' / 'install.sh'} prefix {tree} {sdist} {module.split('/', 1)[1]}
 """, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"module load {module}" in proc.stdout

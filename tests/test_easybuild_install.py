@@ -4,7 +4,8 @@ The SYSTEM-toolchain easyconfig is built against the test's own virtualenv, give
 the external module ``Python/<major.minor>`` (``--external-modules-metadata``): build the sdist,
 inject its checksum, ``eb`` it, then ``module load`` it in a fresh shell, run
 ``hvdcorerun --check-build --require mpi,torch`` and a 2-rank allreduce through ``hvdcorerun``, and
-check that ``module purge`` leaves nothing behind. The bad-input cases prove the sanity check
+check that ``module purge`` leaves nothing behind. The install carries the examples
+(``share/hvdcore/examples``): the ReFrame MNIST check, discovering the module, runs them. The bad-input cases prove the sanity check
 checks: an sdist without ``hvdcore/torch`` and a wrong checksum must both fail the install.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from discovered_runs import assert_ran_the_module, mnist_cases, run_discovered
 from lmod_shell import (
     EB,
     ROOT,
@@ -135,6 +137,7 @@ def test_install_succeeds_and_sanity_check_runs_check_build(site: Site,
     assert "result for command 'hvdcorerun --check-build --require mpi,torch': OK" in out
     assert "result for command 'python -c 'import hvdcore.torch'': OK" in out
     assert f"directory 'lib/python{PYSHORT}/site-packages/hvdcore/torch' found: OK" in out
+    assert "file 'share/hvdcore/examples/pytorch_mnist.py' found: OK" in out
     # How long the install took is reported (printed by the fixture, and the property above),
     # never asserted: it depends on the machine's load. run_eb's timeout is the hang guard.
     print(f"eb install took {site.seconds:.1f} s (target < {INSTALL_TARGET_S:.0f} s)")
@@ -245,3 +248,22 @@ def test_sdist_without_torch_binding_fails_the_sanity_check(eb_dir: Path) -> Non
     assert "hvdcore/torch" in out  # the sanity_check_paths entry
     assert "import hvdcore.torch" in out  # the import command
     assert not list((eb_dir / "eb" / "modules").glob("all/hvdcore/*.lua")), "module was written"
+
+
+def test_install_carries_the_examples(site: Site) -> None:
+    _ok(site)
+    shipped = site.base / "eb" / "software" / "hvdcore" / f"0.1.0-Python-{PYSHORT}" / "share" \
+        / "hvdcore" / "examples"
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        assert (shipped / example.name).read_bytes() == example.read_bytes(), example.name
+
+
+@pytest.mark.reframe
+@pytest.mark.slow
+def test_mnist_check_runs_the_installed_examples(site: Site, tmp_path: Path) -> None:
+    """The MNIST check discovers the eb-built module and trains with the examples it installed."""
+    _ok(site)
+    run = run_discovered(["hvdcore_mnist.py"], [site.ext_modules, site.modules], tmp_path)
+    assert sorted(run.cases) == mnist_cases(site.module, "torch"), run.out[-3000:]
+    root = site.base / "eb" / "software" / "hvdcore" / f"0.1.0-Python-{PYSHORT}"
+    assert_ran_the_module(run, site.module, root / "share" / "hvdcore" / "examples")

@@ -127,6 +127,16 @@ def test_sanity_check_really_checks_the_binding() -> None:
         assert f"site-packages/hvdcore/{binding}" in text, ec.name
 
 
+def test_every_easyconfig_installs_the_examples() -> None:
+    """Where the ReFrame MNIST check looks ($EBROOTHVDCORE/share/hvdcore/examples), with the
+    binding's MNIST example in the sanity check."""
+    for ec in ALL_ECS:
+        text = ec.read_text()
+        example = "keras_mnist.py" if "TensorFlow" in ec.name else "pytorch_mnist.py"
+        assert "'cp %(start_dir)s/examples/*.py %(installdir)s/share/hvdcore/examples/'" in text
+        assert f"'share/hvdcore/examples/{example}'" in text, ec.name
+
+
 @pytest.mark.parametrize("easystack", EASYSTACKS, ids=lambda p: p.name)
 def test_easystack_dry_run_robot(easystack: Path, tmp_path: Path) -> None:
     proc = run_eb(
@@ -206,6 +216,10 @@ def test_sdist_is_reproducible_and_exclude_works(tmp_path: Path) -> None:
         names = tar.getnames()
     assert "hvdcore-0.1.0/hvdcore/torch/__init__.py" in names
     assert "hvdcore-0.1.0/hvdcore/runner/cli.py" in names
+    # the examples the easyconfigs install, and nothing of the tests or checks
+    assert "hvdcore-0.1.0/examples/pytorch_mnist.py" in names
+    assert "hvdcore-0.1.0/examples/keras_mnist.py" in names
+    assert not [n for n in names if n.split("/")[1:2] in (["tests"], ["checks"], ["benchmarks"])]
     without = bs.build_sdist(tmp_path / "c", exclude=["hvdcore/torch"], python=sys.executable)
     with tarfile.open(without) as tar:
         assert not [n for n in tar.getnames() if "/hvdcore/torch" in n]

@@ -46,6 +46,7 @@ pytestmark = [pytest.mark.lmod]
 MODULES = ROOT / "modules"
 PREFIX_MOD = "hvdcore/0.1.0-foss-2023a"
 APPTAINER_MOD = "hvdcore/0.1.0-apptainer"
+TF_MOD = "hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0"
 DEPS = EESSI_STAND_INS
 
 
@@ -91,13 +92,15 @@ def test_module_tree_syntax_check_catches_an_error(tmp_path: Path) -> None:
     assert "0.1.0-foss-2023a.lua" in proc.stdout + proc.stderr
 
 
-def test_spider_lists_both_modules() -> None:
+def test_spider_lists_every_module() -> None:
     require_lmod()
     proc = lmod_shell(f"module use {MODULES / 'all'}\nmodule spider hvdcore")
     out = proc.stdout + proc.stderr
-    assert PREFIX_MOD in out and APPTAINER_MOD in out, out
+    assert PREFIX_MOD in out and APPTAINER_MOD in out and TF_MOD in out, out
     proc = lmod_shell(f"module use {MODULES / 'all'}\nmodule whatis {PREFIX_MOD}")
     assert "Horovod-compatible" in proc.stdout + proc.stderr
+    proc = lmod_shell(f"module use {MODULES / 'all'}\nmodule whatis {TF_MOD}")
+    assert "(TensorFlow and Keras bindings)" in proc.stdout + proc.stderr
 
 
 def test_load_brings_dependencies_import_and_check_build(tree: Tree) -> None:

@@ -1,30 +1,28 @@
-"""The MNIST check through a discovered Lmod module, with no environment entry written for it.
+"""The checks through discovered Lmod modules, with no environment entry written for them.
 
 A small EESSI-layout tree is made with real Lmod: stand-ins for EESSI's Python, mpi4py and
-PyTorch modules (backed by the test's venv, since EESSI is not reachable here), and hvdcore
-installed into it with ``modules/install.sh prefix`` from a real sdist (the hand-written module
-``modules/all/hvdcore/0.1.0-foss-2023a.lua``). ReFrame then runs with a config whose only
-environment discovers ``hvdcore`` modules (``tests/reframe_configs/lmod_modules.py``): the check
-must find the module, load it in the job, run the examples the module installed under
-``$EBROOTHVDCORE/share/hvdcore/examples``, and pass.
+PyTorch or TensorFlow modules (backed by the test's venv, since EESSI is not reachable here), and
+hvdcore installed into it with ``modules/install.sh prefix`` from a real sdist, as one of the
+hand-written modules: ``hvdcore/0.1.0-foss-2023a`` (PyTorch) or
+``hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0``. ReFrame then runs with a config whose only
+environment discovers ``hvdcore`` modules (``tests/reframe_configs/lmod_modules.py``; it declares
+torch): the checks must find the module, give it the framework its name says, load it in the job,
+run the examples the module installed under ``$EBROOTHVDCORE/share/hvdcore/examples``, and pass.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from pathlib import Path
 
 import pytest
-from lmod_shell import LMOD_CMD, install_hvdcore_tree, lmod_shell
-from reframe_helpers import CHECKS, ROOT, reframe_exe
+from discovered_runs import assert_ran_the_module, mnist_cases, run_discovered
+from lmod_shell import install_hvdcore_tree
+from reframe_helpers import ROOT
 
-pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.torch,
-              pytest.mark.slow]
+pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.slow]
 
 MODULE = "hvdcore/0.1.0-foss-2023a"
-CONFIG = ROOT / "tests" / "reframe_configs" / "lmod_modules.py"
+TF_MODULE = "hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0"
 
 
 @pytest.fixture(scope="module")
@@ -33,56 +31,55 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_hvdcore_tree(tmp_path_factory.mktemp("eessi-rfm"), MODULE)
 
 
+@pytest.fixture(scope="module")
+def tf_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same with the TensorFlow-flavoured module (TensorFlow stand-in instead of PyTorch)."""
+    pytest.importorskip("tensorflow", reason="the TensorFlow stand-in is this venv's TensorFlow")
+    return install_hvdcore_tree(tmp_path_factory.mktemp("eessi-rfm-tf"), TF_MODULE)
+
+
+def _examples(tree: Path, module: str) -> Path:
+    return tree / "software" / module / "share" / "hvdcore" / "examples"
+
+
+@pytest.mark.torch
 def test_install_ships_the_examples(tree: Path) -> None:
-    shipped = tree / "software" / "hvdcore" / "0.1.0-foss-2023a" / "share" / "hvdcore" / "examples"
+    shipped = _examples(tree, MODULE)
     for script in ("pytorch_mnist.py", "keras_mnist.py"):
         assert (shipped / script).read_text() == (ROOT / "examples" / script).read_text()
 
 
+@pytest.mark.torch
 def test_mnist_check_runs_with_a_discovered_module(tree: Path, tmp_path: Path) -> None:
-    report = tmp_path / "report.json"
-    # A login shell with Lmod (its `module` function is exported to the job scripts), nothing of
-    # this checkout on PYTHONPATH: hvdcore can only come from the module.
-    env = {
-        "MODULEPATH": str(tree / "modules" / "all"),
-        "LMOD_CMD": LMOD_CMD,
-        "PYTHONUNBUFFERED": "1",
-        "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
-    }
-    cmd = " ".join([*reframe_exe(), "-C", str(CONFIG), "-c", str(CHECKS / "hvdcore_mnist.py"),
-                    "-r", "--prefix", str(tmp_path / "rfm"), "--report-file", str(report)])
-    t0 = time.monotonic()
-    proc = lmod_shell(cmd, extra_env=env, timeout=600, cwd=tmp_path)
-    seconds = time.monotonic() - t0
-    out = proc.stdout + proc.stderr
-    assert report.exists(), out[-6000:]
-    cases = {tc["display_name"]: tc for run in json.loads(report.read_text())["runs"]
-             for tc in run["testcases"]}
+    run = run_discovered(["hvdcore_mnist.py"], [tree / "modules" / "all"], tmp_path)
     # Discovery found the module; only its torch variants exist (the environment declares
-    # torch, and the module's name does not say otherwise).
-    assert sorted(cases) == [
-        f"HvdcoreMnistCheck %scale=1_node %baseline.framework=torch "
-        f"%baseline.hvdcore_module={MODULE}",
-        f"MnistBaseline %framework=torch %hvdcore_module={MODULE} "
-        "~lmodlocal:default+hvdcore-find",
-    ], out[-3000:]
-    # Both run and pass sanity; whether the speed is within its bounds depends on the machine and
-    # its load (tests assert results, not speed: see test_reframe_local.py), so a case may fail
-    # in the performance stage only.
-    for name, tc in cases.items():
-        assert tc["result"] == "pass" or tc["fail_phase"] == "performance", (
-            f"{name}: {tc['result']} in {tc['fail_phase']}: {tc['fail_reason']}\n{out[-4000:]}")
-    assert (proc.returncode == 0) == all(tc["result"] == "pass" for tc in cases.values())
-    check = next(tc for name, tc in cases.items() if name.startswith("HvdcoreMnistCheck"))
+    # torch, and the module's name does not say otherwise). Both run and pass sanity; whether
+    # the speed is within its bounds depends on the machine and its load (tests assert
+    # results, not speed: see test_reframe_local.py), so a case may fail in the performance
+    # stage only.
+    assert sorted(run.cases) == mnist_cases(MODULE, "torch"), run.out[-3000:]
+    assert_ran_the_module(run, MODULE, _examples(tree, MODULE))
+    assert (run.returncode == 0) == all(tc["result"] == "pass" for tc in run.cases.values())
+    check = run.case("HvdcoreMnistCheck")
     assert check["num_tasks"] == 2
     perf = {k.split(":")[-1]: v[0] for k, v in check["perfvalues"].items()}
     assert perf["efficiency"] > 0 and perf["images_per_sec"] > 0
 
-    where = Path(check["outputdir"] if check["result"] == "pass" else check["stagedir"])
-    script = (where / "rfm_job.sh").read_text()
-    assert f"module load {MODULE}" in script, script
-    job_out = (where / check["job_stdout"]).read_text()
-    root = tree / "software" / "hvdcore" / "0.1.0-foss-2023a"
-    assert f"hvdcore-mnist-examples: {root}/share/hvdcore/examples" in job_out, job_out[-2000:]
-    assert "hvdcore-mnist: ranks=2 " in job_out
-    assert seconds < 400, f"took {seconds:.0f}s"
+
+@pytest.mark.tensorflow
+def test_tensorflow_module_through_discovery(tf_tree: Path, tmp_path: Path) -> None:
+    """Capability and MNIST checks with the TensorFlow-flavoured module: tensorflow variants
+    only (its name says so, although the environment declares torch)."""
+    run = run_discovered(["hvdcore_capabilities.py", "hvdcore_mnist.py"],
+                         [tf_tree / "modules" / "all"], tmp_path)
+    assert sorted(run.cases) == sorted([
+        f"HvdcoreCapabilitiesCheck %framework=tensorflow %hvdcore_module={TF_MODULE}",
+        *mnist_cases(TF_MODULE, "tensorflow"),
+    ]), run.out[-3000:]
+    assert_ran_the_module(run, TF_MODULE, _examples(tf_tree, TF_MODULE))
+    capability = run.case("HvdcoreCapabilitiesCheck")
+    assert capability["result"] == "pass", capability["fail_reason"]
+    assert "--require=mpi,tensorflow" in " ".join(capability["executable_opts"])
+    check = run.case("HvdcoreMnistCheck")
+    assert check["num_tasks"] == 2
+    assert any("keras_mnist.py" in opt for opt in check["executable_opts"])

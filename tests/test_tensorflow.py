@@ -12,6 +12,7 @@ import re
 
 import pytest
 from conftest import program, run_mpi
+from keras_flavours import KERAS_FLAVOURS, flavour_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
 
@@ -33,14 +34,10 @@ def test_collectives_tape_and_broadcast(world_size: int) -> None:
     assert "CHECK gradient_tape.allgather_sparse.graph ok" in proc.stdout
 
 
-@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+@pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
 def test_keras_fit_matches_single_process(world_size: int, flavour: str, tmp_path) -> None:
     """Compiled model.fit with DistributedOptimizer + callbacks equals one-process training."""
-    env = {}
-    if flavour == "tf_keras":
-        if importlib.util.find_spec("tf_keras") is None:
-            pytest.skip("tf-keras is not installed (pip install --no-deps tf-keras)")
-        env["TF_USE_LEGACY_KERAS"] = "1"
+    env = flavour_env(flavour)
     proc = run_mpi(world_size, [program("tensorflow_keras_fit.py"), str(tmp_path)], env=env,
                    timeout=400)
     _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", world_size)

@@ -13,6 +13,7 @@ import importlib.util
 
 import pytest
 from conftest import program, run_mpi
+from keras_flavours import KERAS_FLAVOURS, flavour_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
 
@@ -37,15 +38,11 @@ def test_gradients_alltoall_errors_join(world_size: int) -> None:
         assert "CHECK error.allreduce.dim.graph.2 ok" in proc.stdout
 
 
-@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+@pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
 def test_keras_local_variables_config_and_saving(world_size: int, flavour: str,
                                                  tmp_path) -> None:
-    """Keras API details users rely on, with Keras 3 and with tf-keras."""
-    env = {}
-    if flavour == "tf_keras":
-        if importlib.util.find_spec("tf_keras") is None:
-            pytest.skip("tf-keras is not installed (pip install --no-deps tf-keras)")
-        env["TF_USE_LEGACY_KERAS"] = "1"
+    """Keras API details users rely on, with Keras 3 and tf-keras (or TensorFlow's Keras 2)."""
+    env = flavour_env(flavour)
     proc = run_mpi(world_size, [program("tensorflow_keras_semantics.py"), str(tmp_path)],
                    env=env, timeout=300)
     _assert_ok(proc, f"KERAS-SEMANTICS-OK flavour={flavour}", world_size)

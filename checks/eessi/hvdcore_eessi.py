@@ -133,24 +133,7 @@ class EESSI_hvdcore_MNIST(_mnist.MnistTraining, EESSI_Mixin):
     def _place(self) -> None:
         """Replaces ``MnistTraining``'s placement: the ranks are the mixin's; the example, its
         options (threads = CPUs per rank) and the references are the hvdcore check's."""
-        example = _mnist.MNIST_EXAMPLES[self.framework]
-        lr = example.lr if self.lr is None else self.lr
-        steps = (example.max_steps_per_epoch if self.max_steps_per_epoch is None
-                 else self.max_steps_per_epoch)
-        epochs = example.epochs if self.epochs is None else self.epochs
-        self.prerun_cmds = [*self.prerun_cmds, *_lib.locate_examples(example.script)]
-        self.common_opts = [
-            f"--batch-size={self.batch_size}", f"--lr={lr}", f"--seed={self.seed}",
-            f"--threads={self.threads or self.num_cpus_per_task}",
-            f"--timing-warmup-steps={example.timing_warmup_steps}",
-        ] + ([f"--data={self.data}"] if self.data else [])
-        self.executable_opts = [
-            f'"${_mnist.EXAMPLES_VAR}/{example.script}"', *example.args, f"--epochs={epochs}",
-            f"--max-steps-per-epoch={steps}", *self.common_opts,
-        ]
-        self.total_steps = steps * epochs
-        self.record_launcher_exit()
-        self.apply_recorded_references(self.scale, self.framework)
+        self.set_program(self.scale)
 
 
 @rfm.simple_test

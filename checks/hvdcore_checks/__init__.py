@@ -18,6 +18,7 @@ from .examples import EXAMPLES_DIR, MNIST_EXAMPLES, MnistExample, locate_example
 from .failures import failure_reason
 from .jobsetup import HvdcoreJobMixin
 from .scales import SCALES, Scale, layout
+from .variants import ScaledVariantMixin
 
 __all__ = [
     "ENV_PROVIDED",
@@ -27,6 +28,7 @@ __all__ = [
     "MnistExample",
     "SCALES",
     "Scale",
+    "ScaledVariantMixin",
     "evaluate_report",
     "failure_reason",
     "hvdcore_modules",

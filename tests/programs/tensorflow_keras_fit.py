@@ -31,11 +31,14 @@ import tensorflow as tf  # noqa: E402
 
 import hvdcore.tensorflow.keras as hvd  # noqa: E402
 from hvdcore.tensorflow import device_path  # noqa: E402
+from hvdcore.tensorflow.keras import flavours as hvd_flavours  # noqa: E402
 from hvdcore.tensorflow.keras.optimizer import is_distributed_optimizer  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 K = tf.keras
-FLAVOUR = "tf_keras" if K.__name__.startswith("tf_keras") else "keras3"
+# tf_keras: TF_USE_LEGACY_KERAS=1 on TensorFlow >= 2.16; keras2: the Keras 2 of TensorFlow <= 2.15
+FLAVOUR = ("tf_keras" if K.__name__.startswith("tf_keras")
+           else "keras2" if hvd_flavours.keras_major() < 3 else "keras3")
 OUTDIR = sys.argv[1]
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -197,7 +200,7 @@ ckpt = os.path.join(OUTDIR, f"best-{FLAVOUR}-rank{R}.keras")
 model = run_case("sgd_warmup_sparse", sgd, epochs=2, warmup=2, checkpoint=ckpt)
 run_case("adam_passes2_dense", adam, epochs=2, passes=2, average=True, sparse_as_dense=True)
 run_case("sgd_passes2_sum", sgd, epochs=1, passes=2, average=False)
-if FLAVOUR == "tf_keras":  # tf-keras' legacy OptimizerV2 classes are wrapped too
+if FLAVOUR != "keras3":  # tf-keras' legacy OptimizerV2 classes are wrapped too
     # sparse_as_dense: legacy momentum updates only the rows present in an IndexedSlices
     # gradient, so sparse and dense (reference) gradients legitimately differ
     run_case("legacy_sgd", lambda: K.optimizers.legacy.SGD(learning_rate=0.5, momentum=0.9),

@@ -23,10 +23,13 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import hvdcore.tensorflow.keras as hvd  # noqa: E402
+from hvdcore.tensorflow.keras import flavours as hvd_flavours  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 K = tf.keras
-FLAVOUR = "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else "keras3"
+# tf_keras: TF_USE_LEGACY_KERAS=1 on TensorFlow >= 2.16; keras2: the Keras 2 of TensorFlow <= 2.15
+FLAVOUR = ("tf_keras" if K.__name__.startswith("tf_keras")
+           else "keras2" if hvd_flavours.keras_major() < 3 else "keras3")
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 TMP = os.path.join(sys.argv[1], f"rank{R}")
@@ -47,7 +50,7 @@ def close(a: object, b: object, tol: float = 1e-5) -> bool:
 
 # --- get_config / from_config round trip ----------------------------------------------------
 inners = [K.optimizers.Adam(0.01), K.optimizers.SGD(0.1, momentum=0.9)]
-if FLAVOUR == "tf_keras":
+if FLAVOUR != "keras3":
     inners.append(K.optimizers.legacy.Adam(0.01))
 for inner in inners:
     wrapped = hvd.DistributedOptimizer(inner, backward_passes_per_step=2)

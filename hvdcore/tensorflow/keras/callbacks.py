@@ -1,7 +1,8 @@
 """Keras callbacks for distributed training (Horovod's ``hvd.callbacks`` names and semantics).
 
 The callbacks derive from ``tf.keras.callbacks.Callback``, i.e. Keras 3 by default and tf-keras
-when ``TF_USE_LEGACY_KERAS=1`` is set before TensorFlow is imported. Put
+when ``TF_USE_LEGACY_KERAS=1`` is set before TensorFlow is imported (TensorFlow 2.13-2.15: their
+Keras 2). Put
 ``MetricAverageCallback`` before callbacks that read metrics (checkpointing, early stopping).
 
 Example::
@@ -28,6 +29,7 @@ import tensorflow as tf
 import hvdcore as _core
 from hvdcore.errors import ArgumentError, MismatchError
 from hvdcore.tensorflow.keras.aggregation import LocalVariables
+from hvdcore.tensorflow.keras.flavours import keras_major
 from hvdcore.tensorflow.variables import broadcast_variables
 
 __all__ = [
@@ -35,7 +37,8 @@ __all__ = [
     "LearningRateWarmupCallback", "BestModelCheckpoint", "model_and_optimizer_variables",
 ]
 
-# the Keras TensorFlow picks: Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
+# the Keras TensorFlow picks: Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1 (or the Keras 2
+# of TensorFlow <= 2.15)
 _Callback: Any = tf.keras.callbacks.Callback
 _ModelCheckpoint: Any = tf.keras.callbacks.ModelCheckpoint
 
@@ -258,4 +261,31 @@ class BestModelCheckpoint(_ModelCheckpoint):
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if _core.rank() == 0:
             super().on_epoch_end(epoch, logs)
+
+    def _save_model(self, *args: Any, **kwargs: Any) -> Any:
+        # Keras 2.13 (TensorFlow 2.13's) saves the best model with SaveOptions, which its own
+        # .keras format refuses; its later releases (tf-keras) leave them out for .keras files.
+        if (hasattr(self, "_save_handler") or keras_major() >= 3 or self.save_weights_only
+                or not str(self.filepath).endswith(".keras")):
+            return super()._save_model(*args, **kwargs)
+        model = self.model
+        self.set_model(_WithoutSaveOptions(model))
+        try:
+            return super()._save_model(*args, **kwargs)
+        finally:
+            self.set_model(model)
+
+
+class _WithoutSaveOptions:
+    """``model``, except that ``save`` drops the ``options`` it is given."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def save(self, filepath: Any, overwrite: bool = True, options: Any = None,
+             **kwargs: Any) -> Any:
+        return self._model.save(filepath, overwrite=overwrite, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
 

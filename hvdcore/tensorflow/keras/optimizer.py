@@ -1,8 +1,9 @@
 """``DistributedOptimizer``: pick the wrapper class that matches the optimizer's Keras.
 
 Keras 3 optimizers get :class:`~hvdcore.tensorflow.keras.optimizer_keras3.
-Keras3DistributedOptimizer`, tf-keras optimizers (``TF_USE_LEGACY_KERAS=1``, new and legacy)
-get :class:`~hvdcore.tensorflow.keras.optimizer_tf_keras.TfKerasDistributedOptimizer`. Both are
+Keras3DistributedOptimizer`; Keras 2 optimizers (tf-keras with ``TF_USE_LEGACY_KERAS=1``, or
+the Keras 2 that TensorFlow 2.13-2.15 bundle; new and legacy) get
+:class:`~hvdcore.tensorflow.keras.optimizer_tf_keras.TfKerasDistributedOptimizer`. Both are
 ordinary, statically defined classes that wrap the optimizer by composition.
 """
 
@@ -13,18 +14,9 @@ from typing import Any
 from hvdcore import Average, global_process_set
 from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.tensorflow.compression import Compression, Compressor
+from hvdcore.tensorflow.keras.flavours import optimizer_flavour
 
 __all__ = ["DistributedOptimizer", "PartialDistributedOptimizer", "is_distributed_optimizer"]
-
-
-def _flavour(optimizer: Any) -> str:
-    for cls in type(optimizer).__mro__:
-        module = cls.__module__ or ""
-        if module.startswith("tf_keras."):
-            return "tf_keras"
-        if module.startswith("keras."):
-            return "keras3"
-    return "unknown"
 
 
 def is_distributed_optimizer(optimizer: Any) -> bool:
@@ -63,19 +55,19 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
                   backward_passes_per_step=backward_passes_per_step,
                   average_aggregated_gradients=average_aggregated_gradients,
                   process_set=process_set, scale_local_gradients=scale_local_gradients)
-    flavour = _flavour(optimizer)
+    flavour = optimizer_flavour(optimizer)
     if flavour == "keras3":
         from hvdcore.tensorflow.keras.optimizer_keras3 import Keras3DistributedOptimizer
 
         return Keras3DistributedOptimizer(optimizer, **kwargs)
-    if flavour == "tf_keras":
+    if flavour == "keras2":
         from hvdcore.tensorflow.keras.optimizer_tf_keras import TfKerasDistributedOptimizer
 
         return TfKerasDistributedOptimizer(optimizer, **kwargs)
     raise UnsupportedError(
-        f"DistributedOptimizer wraps a Keras 3 (keras.optimizers.*) or tf-keras "
-        f"(tf_keras.optimizers.*) optimizer, got {type(optimizer).__module__}."
-        f"{type(optimizer).__name__}; for custom training loops use DistributedGradientTape"
+        f"DistributedOptimizer wraps a Keras 3 (keras.optimizers.*) or Keras 2 "
+        f"(tf_keras.optimizers.*, or tf.keras.optimizers.* on TensorFlow <= 2.15) optimizer, "
+        f"got {type(optimizer).__module__}.{type(optimizer).__name__}; for custom training loops use DistributedGradientTape"
     )
 
 

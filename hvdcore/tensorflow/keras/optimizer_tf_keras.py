@@ -1,19 +1,21 @@
-"""DistributedOptimizer for tf-keras (Keras 2 API, ``TF_USE_LEGACY_KERAS=1``).
+"""DistributedOptimizer for Keras 2: tf-keras (``TF_USE_LEGACY_KERAS=1``), or the ``keras``
+that TensorFlow 2.13-2.15 bundle (the same optimizer API; :func:`~hvdcore.tensorflow.keras.
+flavours.keras2_package` picks the one this TensorFlow has, ``K2`` below).
 
-A documented subclass of ``tf_keras.optimizers.Optimizer`` that wraps the user's optimizer by
+A documented subclass of ``K2.optimizers.Optimizer`` that wraps the user's optimizer by
 composition (as tf-keras' own ``LossScaleOptimizer`` does): ``apply_gradients`` reduces the
 gradients over ranks and calls the wrapped optimizer's ``apply_gradients``; ``learning_rate``,
 ``iterations`` and ``variables`` are the wrapped optimizer's. Legacy ``OptimizerV2`` optimizers
-(``tf_keras.optimizers.legacy.*``) are wrapped the same way.
+(``K2.optimizers.legacy.*``) are wrapped the same way.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
 
 import tensorflow as tf
-import tf_keras
 
 from hvdcore import Average, global_process_set
 from hvdcore.errors import UnsupportedError
@@ -27,10 +29,13 @@ from hvdcore.tensorflow.keras.aggregation import (
     options_config,
     set_options,
 )
+from hvdcore.tensorflow.keras.flavours import keras2_package
 
 __all__ = ["TfKerasDistributedOptimizer", "TF_KERAS_OPTIMIZER_TYPES"]
 
-TF_KERAS_OPTIMIZER_TYPES = (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
+K2: Any = keras2_package()
+_CallableList = importlib.import_module(f"{K2.__name__}.src.optimizers.optimizer").CallableList
+TF_KERAS_OPTIMIZER_TYPES = (K2.optimizers.Optimizer, K2.optimizers.legacy.Optimizer)
 
 
 def _as_list(variables: Any) -> list[Any]:
@@ -39,9 +44,9 @@ def _as_list(variables: Any) -> list[Any]:
     return list(variables)
 
 
-@tf_keras.saving.register_keras_serializable(package="hvdcore", name="DistributedOptimizer")
-class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
-    """tf-keras optimizer that averages gradients over hvdcore ranks, then applies ``optimizer``.
+@K2.saving.register_keras_serializable(package="hvdcore", name="DistributedOptimizer")
+class TfKerasDistributedOptimizer(K2.optimizers.Optimizer):
+    """Keras 2 optimizer that averages gradients over hvdcore ranks, then applies ``optimizer``.
 
     Create it with :func:`hvdcore.tensorflow.keras.DistributedOptimizer`.
     """
@@ -54,7 +59,8 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
                  process_set: Any = global_process_set,
                  scale_local_gradients: bool = True) -> None:
         if not isinstance(optimizer, TF_KERAS_OPTIMIZER_TYPES):
-            raise UnsupportedError(f"expected a tf_keras optimizer, got {type(optimizer)}")
+            raise UnsupportedError(f"expected a {K2.__name__} (Keras {K2.__version__}) "
+                                   f"optimizer, got {type(optimizer)}")
         check_passes(backward_passes_per_step)
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}")
         self._optimizer = optimizer
@@ -94,7 +100,7 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
                 counter, accs, self.backward_passes_per_step,
                 self.average_aggregated_gradients))
         inner = self._optimizer
-        if isinstance(inner, tf_keras.optimizers.Optimizer):
+        if isinstance(inner, K2.optimizers.Optimizer):
             inner.build(var_list)
         else:  # legacy OptimizerV2: creates its slots on first use, under init_scope
             inner._create_all_weights(var_list)
@@ -107,7 +113,7 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
 
     @property
     def variables(self) -> Any:
-        return tf_keras.src.optimizers.optimizer.CallableList(
+        return _CallableList(
             _as_list(self._optimizer.variables) + self._own_variables())
 
     def set_weights(self, weights: Any) -> None:
@@ -157,11 +163,11 @@ class TfKerasDistributedOptimizer(tf_keras.optimizers.Optimizer):
             self._optimizer.finalize_variable_values(var_list)
 
     def get_config(self) -> dict[str, Any]:
-        return options_config(self, tf_keras.saving.serialize_keras_object(self._optimizer))
+        return options_config(self, K2.saving.serialize_keras_object(self._optimizer))
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
-        config = copy.deepcopy(config)  # tf_keras' deserialize lower-cases class_name in place
-        inner = tf_keras.optimizers.deserialize(config.pop("optimizer"),
+        config = copy.deepcopy(config)  # Keras 2's deserialize lower-cases class_name in place
+        inner = K2.optimizers.deserialize(config.pop("optimizer"),
                                                 custom_objects=custom_objects)
         return cls(inner, **config)

@@ -1,0 +1,49 @@
+"""The TensorFlow version matrix: the TensorFlow binding's tests on the oldest and the newest
+TensorFlow an easyconfig names, each with the Keras EasyBuild builds it with, in venvs of their
+own (``scripts/tf_matrix.sh``; cached under /var/tmp). The project's venv has the newest
+tensorflow-cpu, which the rest of the suite tests.
+
+- ``2.13.0``: TensorFlow-2.13.0-foss-2023a (EESSI 2023.06), bundling Keras 2.13.1 as ``keras``;
+- ``2.18.1+keras3.9.2``: TensorFlow-2.18.1-foss-2024a, Keras 3.9.2 (plus tf-keras 2.18).
+
+Each runs ``tests/test_tensorflow.py`` and ``tests/test_tensorflow_semantics.py`` at 2 ranks
+(and the tests that launch 2 ranks of their own); the test asserts that the inner run used the
+versions asked for and that every selected test passed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from conftest import ROOT
+
+pytestmark = [pytest.mark.tensorflow, pytest.mark.tf_matrix, pytest.mark.mpi, pytest.mark.slow]
+
+#: version spec -> (TensorFlow, Keras) the venv must have
+MATRIX = {
+    "2.13.0": ("2.13.0", "2.13.1"),
+    "2.18.1+keras3.9.2": ("2.18.1", "3.9.2"),
+}
+
+
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("spec", list(MATRIX))
+def test_tensorflow_binding_on(spec: str) -> None:
+    tf_version, keras_version = MATRIX[spec]
+    try:
+        proc = subprocess.run([str(ROOT / "scripts" / "tf_matrix.sh"), spec], cwd=ROOT,
+                              capture_output=True, text=True, timeout=1400)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"scripts/tf_matrix.sh {spec} did not finish in 1400 s\n{exc.stdout}")
+    out = proc.stdout + proc.stderr
+    tail = "\n".join(line for line in out.splitlines()
+                     if not line.startswith("WARNING: Location"))[-8000:]
+    assert f"tensorflow {tf_version} keras {keras_version}" in proc.stdout, tail
+    assert proc.returncode == 0, tail
+    summary = re.findall(r"^=+ (.*) in [0-9.]+s.* =+$", proc.stdout, re.M)
+    assert summary and re.fullmatch(r"\d+ passed(, \d+ deselected)?", summary[-1]), tail
+    # every selected test ran, none skipped: the Keras tests with this TensorFlow's flavours
+    # (keras2; or keras3 and tf_keras)
+    assert int(summary[-1].split()[0]) == (6 if keras_version.startswith("2.") else 8), tail
