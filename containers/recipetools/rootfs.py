@@ -157,6 +157,7 @@ def host_pip_config() -> tuple[dict[str, str], list[str]]:
 
     Reads ``PIP_*`` from the environment and the ``[global]``/``[install]`` sections of
     ``/etc/pip.conf``, ``/etc/xdg/pip/pip.conf``, ``~/.config/pip/pip.conf`` and ``$PIP_CONFIG_FILE``.
+    Local paths: find-links directories, local indexes and constraint/requirement files.
     """
     env: dict[str, str] = {}
     files = [
@@ -181,11 +182,13 @@ def host_pip_config() -> tuple[dict[str, str], list[str]]:
         {k: v for k, v in os.environ.items() if k.startswith("PIP_") and k != "PIP_CONFIG_FILE"}
     )
     paths: list[str] = []
-    for key in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"):
+    for key in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_CONSTRAINT",
+                "PIP_REQUIREMENT"):
         for item in env.get(key, "").split():
             path = item[len("file://") :] if item.startswith("file://") else item
             if path.startswith("/") and os.path.exists(path):
-                # a local index's pages may link to files beside it (../files): bind its parent
+                # a local index's pages may link to files beside it (../files), and a
+                # constraints file is a file: bind the directory that holds it
                 paths.append(path if key == "PIP_FIND_LINKS" else str(Path(path).parent))
     return env, sorted(set(paths))
 
