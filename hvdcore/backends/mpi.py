@@ -17,7 +17,8 @@ from hvdcore.backends.pool import ResultPool
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
 
 
-def _displs(counts: list[int]) -> list[int]:
+def displacements(counts: list[int]) -> list[int]:
+    """Start offsets of consecutive blocks of ``counts`` (MPI's displs)."""
     out, acc = [], 0
     for c in counts:
         out.append(acc)
@@ -48,7 +49,7 @@ class MPIBackend:
         """See :meth:`Backend.allgatherv` (byte counts)."""
         pset.comm.Allgatherv(
             [buf.reshape(-1).view(np.uint8), MPI.BYTE],
-            [out.reshape(-1).view(np.uint8), (counts, _displs(counts)), MPI.BYTE],
+            [out.reshape(-1).view(np.uint8), (counts, displacements(counts)), MPI.BYTE],
         )
 
     def broadcast(self, pset: Any, buf: np.ndarray, root: int) -> None:
@@ -61,8 +62,8 @@ class MPIBackend:
     ) -> None:
         """See :meth:`Backend.alltoallv`."""
         pset.comm.Alltoallv(
-            [buf.reshape(-1).view(np.uint8), (send_bytes, _displs(send_bytes)), MPI.BYTE],
-            [out.reshape(-1).view(np.uint8), (recv_bytes, _displs(recv_bytes)), MPI.BYTE],
+            [buf.reshape(-1).view(np.uint8), (send_bytes, displacements(send_bytes)), MPI.BYTE],
+            [out.reshape(-1).view(np.uint8), (recv_bytes, displacements(recv_bytes)), MPI.BYTE],
         )
 
     def reduce_scatter(

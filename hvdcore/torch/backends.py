@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hvdcore.backends.mpi import displacements
 from hvdcore.backends.pool import ResultPool
 
 __all__ = ["TorchBackend", "CudaAwareMPIBackend", "TORCH_DTYPES"]
@@ -266,14 +267,6 @@ class CudaAwareMPIBackend(TorchBackend):
     def _bytes(self, t: torch.Tensor) -> Any:
         return self._buf(t.reshape(-1).view(torch.uint8))
 
-    @staticmethod
-    def _displs(counts: list[int]) -> list[int]:
-        out, acc = [], 0
-        for c in counts:
-            out.append(acc)
-            acc += c
-        return out
-
     def allreduce(self, pset: Any, buf: torch.Tensor, out: torch.Tensor, op: str) -> None:
         """See :meth:`Backend.allreduce`."""
         self.calls["allreduce"] += 1
@@ -290,7 +283,7 @@ class CudaAwareMPIBackend(TorchBackend):
         self._ready()
         byte = self._mpi.BYTE
         pset.comm.Allgatherv([self._bytes(buf), byte],
-                             [self._bytes(out), (counts, self._displs(counts)), byte])
+                             [self._bytes(out), (counts, displacements(counts)), byte])
 
     def broadcast(self, pset: Any, buf: torch.Tensor, root: int) -> None:
         """See :meth:`Backend.broadcast`."""
@@ -304,8 +297,8 @@ class CudaAwareMPIBackend(TorchBackend):
         self.calls["alltoall"] += 1
         self._ready()
         byte = self._mpi.BYTE
-        pset.comm.Alltoallv([self._bytes(buf), (send_bytes, self._displs(send_bytes)), byte],
-                            [self._bytes(out), (recv_bytes, self._displs(recv_bytes)), byte])
+        pset.comm.Alltoallv([self._bytes(buf), (send_bytes, displacements(send_bytes)), byte],
+                            [self._bytes(out), (recv_bytes, displacements(recv_bytes)), byte])
 
     def reduce_scatter(self, pset: Any, buf: torch.Tensor, out: torch.Tensor,
                        counts: list[int], op: str) -> None:
