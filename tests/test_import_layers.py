@@ -193,3 +193,17 @@ def test_the_engine_talks_to_other_ranks_only_through_backends() -> None:
     offenders = {m: sorted(_third_party(m) & {"mpi4py", "torch", "tensorflow", "keras"})
                  for m in engine}
     assert not {m: bad for m, bad in offenders.items() if bad}
+
+
+@pytest.mark.parametrize("module", ["hvdcore", "hvdcore.torch", "hvdcore.torch.backends",
+                                    "hvdcore.torch.dataplanes", "hvdcore.torch.rendezvous",
+                                    "hvdcore.tensorflow", "hvdcore.keras"])
+def test_importing_a_binding_does_not_start_mpi(module: str) -> None:
+    """Importing must not load mpi4py.MPI: its import calls MPI_Init, whose singleton puts
+    OMPI_*/PMIX_* variables in the process environment, and then an ``mpirun`` started by that
+    process (or by its children) exits 1 without a word. MPI starts in ``init()``."""
+    code = f"import sys, {module}; print('mpi4py.MPI' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "False", f"import {module} loads mpi4py.MPI"

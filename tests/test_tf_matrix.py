@@ -13,6 +13,7 @@ versions asked for and that every selected test passed.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -33,8 +34,11 @@ MATRIX = {
 def test_tensorflow_binding_on(spec: str) -> None:
     tf_version, keras_version = MATRIX[spec]
     try:
+        # env given explicitly: the environment pytest started with, not the C environ, which
+        # an in-process MPI_Init would have filled with variables that make mpirun fail
         proc = subprocess.run([str(ROOT / "scripts" / "tf_matrix.sh"), spec], cwd=ROOT,
-                              capture_output=True, text=True, timeout=1400)
+                              env=dict(os.environ), capture_output=True, text=True,
+                              timeout=1400)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"scripts/tf_matrix.sh {spec} did not finish in 1400 s\n{exc.stdout}")
     out = proc.stdout + proc.stderr

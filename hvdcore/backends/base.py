@@ -153,3 +153,12 @@ class ControlPlane(Protocol):
 
     def abort(self, code: int) -> None:
         """End every process of the job with exit status ``code``."""
+
+
+def displacements(counts: list[int]) -> list[int]:
+    """Start offsets of consecutive blocks of ``counts`` (MPI's displs)."""
+    out, acc = [], 0
+    for c in counts:
+        out.append(acc)
+        acc += c
+    return out

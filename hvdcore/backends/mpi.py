@@ -12,18 +12,10 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from hvdcore.backends.base import displacements
 from hvdcore.backends.pool import ResultPool
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
-
-
-def displacements(counts: list[int]) -> list[int]:
-    """Start offsets of consecutive blocks of ``counts`` (MPI's displs)."""
-    out, acc = [], 0
-    for c in counts:
-        out.append(acc)
-        acc += c
-    return out
 
 
 class MPIBackend:

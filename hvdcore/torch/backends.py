@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from hvdcore.backends.mpi import displacements
+from hvdcore.backends.base import displacements
 from hvdcore.backends.pool import ResultPool
 
 __all__ = ["TorchBackend", "CudaAwareMPIBackend", "TORCH_DTYPES"]
