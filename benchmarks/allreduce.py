@@ -13,20 +13,27 @@ The header prints the load average: figures taken while other jobs share the cor
 
 Tables (rank 0 prints them as each part finishes):
 
-1. **host MPI plane**: raw mpi4py ``Allreduce`` vs hvdcore on NumPy arrays (``out=``
-   preallocated); each repetition is one call after an MPI barrier; ``vs mpi4py`` is the
-   ratio of median times (1.00x = as fast as raw MPI, smaller is faster).
-2. **torch CPU tensors on the Gloo plane** (``--cpu-operations gloo``, the default: the script
-   sets ``HVDCORE_CPU_OPERATIONS=gloo`` before ``hvd.init()``, which then creates
-   torch.distributed's default group; the raw peer reuses that group): raw
-   ``torch.distributed.all_reduce`` vs what users call, ``hvd.allreduce(t)`` (a new tensor),
-   ``hvd.allreduce_(t)`` (in place) and ``hvd.allreduce_async`` + ``hvd.synchronize``.
+1. **host MPI plane** (hvdcore's default for NumPy arrays and torch CPU tensors): raw mpi4py
+   ``Allreduce`` (into a preallocated array) vs what users call: ``hvd.allreduce(x)`` (returns a
+   new array), the same with ``out=`` preallocated, and, when torch's CPU tensors take MPI (the
+   default), the torch binding's ``hvd.allreduce(t)``, ``hvd.allreduce_(t)`` (in place) and
+   ``hvd.allreduce_async`` + ``hvd.synchronize``. ``hier`` rows are hvdcore's hierarchical
+   plane (``HVDCORE_HIERARCHICAL_ALLREDUCE``, which the script turns on unless
+   ``--no-hierarchical``; it runs when a node has 2+ ranks): every hvdcore peer switches the
+   plane's shared-memory path on or off before its call, so the other rows are exactly flat
+   hvdcore. Each repetition is one call after an MPI barrier; ``vs mpi4py`` is the ratio of
+   median times (1.00x = as fast as raw MPI, smaller is faster), ``busbw vs raw`` its inverse.
+   Lines under the table check issue 16's targets: flat busbw >= 1.0x raw at >= 1 MiB,
+   hierarchical >= 1.3x at >= 16 MiB, 4 KiB NumPy within 3x and torch within 4x of raw.
+2. **torch CPU tensors and Gloo**: raw ``torch.distributed.all_reduce`` on Gloo (DDP's CPU
+   transport; the raw peer reuses hvdcore's group when it made one); with ``--cpu-operations
+   gloo`` (``HVDCORE_CPU_OPERATIONS=gloo``, set before ``hvd.init()``) hvdcore's torch calls
+   run on its Gloo plane and are compared here instead of in table 1.
    ``busbw vs raw`` = hvdcore busbw / the raw peer's busbw (1.00 = as fast, higher is faster):
    in-place calls against raw ``all_reduce(t)``, new-tensor calls against raw
    ``all_reduce(t.clone())`` (a raw user pays the new tensor's allocation too; fresh CPU
    memory is page-faulted in on first touch, which on a VM costs more than the reduction).
    A line under the table gives issue 14's target: >= 0.91x (within 1.1x) at >= 1 MiB.
-   With ``--cpu-operations mpi`` the hvdcore torch rows run on MPI and appear in table 1.
 3. **100 tensors x 64 KiB**: submitted together (100 async calls, or one grouped call;
    hvdcore fuses them into few transport calls) vs 100 separate calls, on MPI (NumPy) and on
    Gloo (torch); ``speed-up`` is relative to the 100 separate raw transport calls.
@@ -66,6 +73,7 @@ os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 from mpi4py import MPI  # noqa: E402
 
 import hvdcore as hvd  # noqa: E402
+from hvdcore import basics  # noqa: E402
 
 MIB = 1 << 20
 CPU_SIZES = "4KiB,64KiB,1MiB,16MiB,64MiB"
@@ -102,8 +110,12 @@ def parse_args() -> argparse.Namespace:
                         "repetitions of the 100-tensor and GPU tables")
     p.add_argument("--cpu-operations", choices=["gloo", "mpi"], default=None,
                    help="plane for hvdcore's torch CPU tensors (sets HVDCORE_CPU_OPERATIONS "
-                        "before init; default: the environment's value, else gloo)")
+                        "before init; default: the environment's value, else hvdcore's "
+                        "default, mpi)")
     p.add_argument("--no-torch", action="store_true", help="NumPy/MPI table only")
+    p.add_argument("--no-hierarchical", action="store_true",
+                   help="leave HVDCORE_HIERARCHICAL_ALLREDUCE as the environment has it (the "
+                        "script sets it to 1 otherwise) and time no hier rows")
     p.add_argument("--no-gpu", action="store_true", help="skip the GPU tables")
     p.add_argument("--gpu-sizes", type=size_list, default=size_list(GPU_SIZES),
                    help=f"busbw sizes on the GPU (default {GPU_SIZES}); sizes that do not fit "
@@ -163,31 +175,86 @@ class Report:
 # -- host tables ----------------------------------------------------------------------------
 
 
-def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peers: Any) -> None:
-    """Table 1: raw mpi4py vs hvdcore on NumPy (and torch tensors when they take MPI)."""
+def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peers: Any,
+               plane: Any) -> None:
+    """Table 1: raw mpi4py vs hvdcore on NumPy (and torch tensors when they take MPI), flat
+    and, when ``plane`` is the hierarchical host plane, hierarchical."""
     n, rows = comm.size, []
     rep.say(f"\n[1] allreduce on the host MPI plane, float32, {n} ranks")
-    rep.say(f"{'size':>8} {'peer':>22} {'median us':>11} {'busbw GB/s':>11} {'vs mpi4py':>10}")
+    rep.say(f"{'size':>8} {'peer':>26} {'median us':>11} {'busbw GB/s':>11} {'vs mpi4py':>10}"
+            f" {'busbw vs raw':>13}")
+
+    def on(hier: bool, fn: Callable[[], object]) -> Callable[[], object]:
+        if plane is None:
+            return fn
+
+        def call() -> object:
+            plane.enabled_allreduce = hier
+            return fn()
+        return call
+
     for nbytes in args.sizes:
         size = label(nbytes)
         buf = np.random.default_rng(comm.rank).standard_normal(nbytes // 4).astype(np.float32)
         out = np.empty_like(buf)
         peers: dict[str, Callable[[], object]] = {
             "mpi4py": lambda: comm.Allreduce(buf, out, op=MPI.SUM),
-            "hvdcore": lambda: hvd.allreduce(buf, op=hvd.Sum, name=f"bench.{size}", out=out),
+            "hvdcore allreduce(x)": on(False, lambda: hvd.allreduce(
+                buf, op=hvd.Sum, name=f"bench.new.{size}")),
+            "hvdcore out=": on(False, lambda: hvd.allreduce(
+                buf, op=hvd.Sum, name=f"bench.out.{size}", out=out)),
         }
+        if plane is not None:
+            peers["hier allreduce(x)"] = on(True, lambda: hvd.allreduce(
+                buf, op=hvd.Sum, name=f"bench.hnew.{size}"))
+            peers["hier out="] = on(True, lambda: hvd.allreduce(
+                buf, op=hvd.Sum, name=f"bench.hout.{size}", out=out))
         if torch_peers is not None:
-            peers.update(torch_peers(nbytes, size))
+            peers.update({k: on(False, fn) for k, fn in torch_peers(nbytes, size).items()})
         reps = reps_for(args, nbytes)
         times = time_interleaved(comm, peers, reps)
         for peer, t in times.items():
             row = {"size": size, "bytes": nbytes, "peer": peer, "median_us": t * 1e6,
                    "busbw_GBps": busbw(n, nbytes, t), "ratio_to_mpi4py": t / times["mpi4py"],
-                   "reps": reps}
+                   "busbw_ratio_to_raw": times["mpi4py"] / t, "reps": reps}
             rows.append(row)
-            rep.say(f"{size:>8} {peer:>22} {t * 1e6:>11.1f} {fmt_bw(n, row['busbw_GBps'])} "
-                    f"{row['ratio_to_mpi4py']:>9.2f}x")
+            rep.say(f"{size:>8} {peer:>26} {t * 1e6:>11.1f} {fmt_bw(n, row['busbw_GBps'])} "
+                    f"{row['ratio_to_mpi4py']:>9.2f}x {row['busbw_ratio_to_raw']:>12.2f}x")
+    if plane is not None:
+        plane.enabled_allreduce = True
     rep.doc["allreduce"] = rows
+    host_targets(rep, rows, n)
+
+
+def host_targets(rep: Report, rows: list[dict], n: int) -> None:
+    """Issue 16's targets, one line each, from table 1's rows (met / NOT met / no rows)."""
+    def worst(peers: tuple[str, ...], keep: Callable[[dict], bool], key: str) -> float | None:
+        vals = [r[key] for r in rows if r["peer"] in peers and keep(r)]
+        return (max(vals) if key == "ratio_to_mpi4py" else min(vals)) if vals else None
+
+    flat = ("hvdcore allreduce(x)", "hvdcore out=")
+    torch = ("torch allreduce(t)", "torch allreduce_(t)", "torch async+sync")
+    goals = [
+        ("flat busbw >= 1.00x raw at >= 1 MiB", flat, lambda r: r["bytes"] >= MIB,
+         "busbw_ratio_to_raw", 1.0),
+        ("hierarchical busbw >= 1.30x raw at >= 16 MiB", ("hier allreduce(x)", "hier out="),
+         lambda r: r["bytes"] >= 16 * MIB, "busbw_ratio_to_raw", 1.3),
+        ("NumPy 4 KiB time <= 3x raw", flat, lambda r: r["bytes"] == 4 << 10,
+         "ratio_to_mpi4py", 3.0),
+        ("torch 4 KiB time <= 4x raw", torch, lambda r: r["bytes"] == 4 << 10,
+         "ratio_to_mpi4py", 4.0),
+    ]
+    if n < 2:
+        return
+    found = {}
+    for text, peers, keep, key, goal in goals:
+        w = worst(peers, keep, key)
+        if w is None:
+            continue
+        ok = w >= goal if key == "busbw_ratio_to_raw" else w <= goal
+        found[text] = {"worst": w, "met": ok}
+        rep.say(f"issue 16 target, {text}: worst {w:.2f}x ({'met' if ok else 'NOT met'})")
+    rep.doc.setdefault("targets", {})["host"] = found
 
 
 def torch_user_calls(hvt: Any, torch: Any, prefix: str) -> Callable[[int, str], dict]:
@@ -478,9 +545,10 @@ def main() -> None:
         except ImportError:
             torch = None
     gloo_ok = torch is not None and dist.is_available() and dist.is_gloo_available()
-    cpu_ops = args.cpu_operations or os.environ.get("HVDCORE_CPU_OPERATIONS") or "gloo"
-    if gloo_ok:
-        os.environ["HVDCORE_CPU_OPERATIONS"] = cpu_ops  # read once, by init()
+    if gloo_ok and args.cpu_operations:
+        os.environ["HVDCORE_CPU_OPERATIONS"] = args.cpu_operations  # read once, by init()
+    if not args.no_hierarchical:
+        os.environ["HVDCORE_HIERARCHICAL_ALLREDUCE"] = "1"
     gpu_skip = prepare_devices(args, torch)
     if torch is not None:
         import hvdcore.torch as hvt
@@ -507,8 +575,12 @@ def main() -> None:
                 f"{hvt.gpu_operations()}")
     on_gloo = hvt is not None and hvt.cpu_operations().startswith("gloo")
     torch_on_mpi = hvt is not None and not on_gloo
+    plane = basics.state().host_plane
+    plane = plane if getattr(plane, "enabled_allreduce", False) else None
+    rep.say("host plane: " + ("hierarchical allreduce (hier rows)" if plane is not None else
+                              "flat (no hier rows: --no-hierarchical, or 1 rank per node)"))
     host_table(args, comm, rep,
-               torch_user_calls(hvt, torch, "torch ") if torch_on_mpi else None)
+               torch_user_calls(hvt, torch, "torch ") if torch_on_mpi else None, plane)
     gloo = None
     if gloo_ok:
         group = raw_gloo_group(comm, dist)

@@ -161,11 +161,12 @@ def output_for(out: Any, tensor: Any, arr: np.ndarray, what: str,
         raise ArgumentError(
             f"{_where(what, rank)}: out= must be a writeable C-contiguous array of shape "
             f"{arr.shape} and dtype {arr.dtype}")
-    if out is tensor or _same_buffer(out, arr):
+    if out is tensor:
         return out  # in place: MPI_IN_PLACE
-    if np.may_share_memory(out, arr):
-        return arr.copy()
-    return arr
+    # may_share_memory compares bounds only (cheap); the addresses are read just when it says yes
+    if not np.may_share_memory(out, arr):
+        return arr
+    return out if _same_buffer(out, arr) else arr.copy()
 
 
 def process_set_id(process_set: Any, sets: Mapping[int, Any], what: str, rank: int) -> int:

@@ -16,6 +16,8 @@ SCRIPT = str(ROOT / "benchmarks" / "allreduce.py")
 
 
 def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
+    """The default run: torch CPU tensors on MPI (hvdcore's default) in table 1 beside the
+    NumPy calls, flat and hierarchical; raw Gloo in table 2; the targets lines."""
     out = tmp_path / "bench.json"
     proc = run_mpi(2, [SCRIPT, "--sizes", "4KiB,64KiB", "--max-reps", "5", "--min-reps", "3",
                        "--gpu-sizes", "1MiB", "--overhead-sizes", "4KiB", "--gpu-iters", "3",
@@ -23,30 +25,37 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-6000:]
     for header in ("load average", "[1] allreduce on the host MPI plane", "[2] allreduce of torch",
-                   "[3] 100 tensors x 64 KiB", "[4]"):
+                   "[3] 100 tensors x 64 KiB", "[4]", "issue 16 target, NumPy 4 KiB",
+                   "issue 16 target, torch 4 KiB"):
         assert header in proc.stdout, text[-4000:]
     doc = json.loads(out.read_text())
     assert doc["ranks"] == 2 and len(doc["load_avg_start"]) == 3
-    assert doc["cpu_operations"].startswith("gloo")
-    assert {r["peer"] for r in doc["allreduce"]} == {"mpi4py", "hvdcore"}
-    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone", "allreduce(t)",
-                                                 "allreduce_(t)", "async+sync"}
-    assert {r["size"] for r in doc["gloo"]} == {"4 KiB", "64 KiB"}
+    assert doc["cpu_operations"].startswith("mpi")
+    assert {r["peer"] for r in doc["allreduce"]} == {
+        "mpi4py", "hvdcore allreduce(x)", "hvdcore out=", "hier allreduce(x)", "hier out=",
+        "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync"}
+    assert {r["size"] for r in doc["allreduce"]} == {"4 KiB", "64 KiB"}
+    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
     assert all(r["median_us"] > 0 for r in doc["allreduce"] + doc["gloo"])
-    assert "hvdcore-gloo grouped (1 call)" in doc["batch_ms"]
+    assert set(doc["targets"]["host"]) == {"NumPy 4 KiB time <= 3x raw",
+                                           "torch 4 KiB time <= 4x raw"}
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         assert {"busbw", "overhead", "batch_ms"} <= set(doc["gpu"]), doc["gpu"]
     else:  # no GPU, or one GPU for 2 ranks: the GPU tables say why they were skipped
         assert "skipped" in doc["gpu"] and "GPU tables skipped:" in proc.stdout
 
 
-def test_cpu_operations_mpi_puts_torch_rows_in_the_mpi_table(tmp_path: Path) -> None:
+def test_cpu_operations_gloo_puts_torch_rows_in_the_gloo_table(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = run_mpi(2, [SCRIPT, "--sizes", "4KiB", "--max-reps", "3", "--min-reps", "3",
-                       "--cpu-operations", "mpi", "--no-gpu", "--json", str(out)], timeout=240)
+                       "--cpu-operations", "gloo", "--no-hierarchical", "--no-gpu",
+                       "--json", str(out)], timeout=240)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     doc = json.loads(out.read_text())
-    assert doc["cpu_operations"].startswith("mpi")
-    assert "torch allreduce_(t)" in {r["peer"] for r in doc["allreduce"]}
-    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
+    assert doc["cpu_operations"].startswith("gloo")
+    assert {r["peer"] for r in doc["allreduce"]} == {"mpi4py", "hvdcore allreduce(x)",
+                                                     "hvdcore out="}
+    assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone", "allreduce(t)",
+                                                 "allreduce_(t)", "async+sync"}
+    assert "hvdcore-gloo grouped (1 call)" in doc["batch_ms"]
     assert doc["gpu"] == {"skipped": "--no-gpu"}
