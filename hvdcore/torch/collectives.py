@@ -30,7 +30,7 @@ from hvdcore.torch.tensors import (
 )
 
 __all__ = [
-    "allreduce_impl", "allreduce_async_impl", "grouped_allreduce_async_impl",
+    "allreduce_impl", "allreduce_inplace_impl", "allreduce_async_impl", "grouped_allreduce_async_impl",
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
     "sparse_allreduce_async_impl", "check_tensor",
@@ -108,14 +108,35 @@ def _moved(buf: HostBuffer, plane: TorchBackend | None, raw: Any) -> torch.Tenso
     return result_tensor(buf, t, first_dim=raw.shape[0] if raw.ndim else 1)
 
 
+def _in_place_on_host(tensor: torch.Tensor) -> bool:
+    """True when the engine can read and write ``tensor``'s own memory (a contiguous CPU
+    tensor of a core dtype on the MPI plane): nothing to stage or map back."""
+    return (tensor.dtype in CORE_DTYPES and tensor.device.type == "cpu"
+            and tensor.layout == torch.strided and tensor.is_contiguous()
+            and dataplanes.plane_for(tensor) is None)
+
+
+def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
+                           prescale_factor: float, postscale_factor: float,
+                           process_set: Any) -> torch.Tensor:
+    """Blocking in-place allreduce: a host tensor on MPI takes the core's blocking call (and
+    its cached fast path); the others wait on :func:`allreduce_async_impl`."""
+    check_tensor(tensor, "allreduce")
+    if not _in_place_on_host(tensor):
+        return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
+                                    process_set, True).wait()
+    arr = tensor.detach().numpy()
+    _core.allreduce(arr, name=name, op=op, prescale_factor=prescale_factor,
+                    postscale_factor=postscale_factor, process_set=process_set, out=arr)
+    return tensor
+
+
 def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
                          prescale_factor: float, postscale_factor: float, process_set: Any,
                          inplace: bool) -> Handle:
     """Start an allreduce of ``tensor``; in-place when ``inplace``."""
     check_tensor(tensor, "allreduce")
-    if (inplace and tensor.dtype in CORE_DTYPES and tensor.device.type == "cpu"
-            and tensor.layout == torch.strided and tensor.is_contiguous()
-            and dataplanes.plane_for(tensor) is None):
+    if inplace and _in_place_on_host(tensor):
         # The DistributedOptimizer's case (a contiguous CPU gradient reduced in place): the
         # engine reads and writes the tensor's own memory, with nothing to map back.
         arr = tensor.detach().numpy()

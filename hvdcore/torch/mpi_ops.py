@@ -81,8 +81,12 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     op = resolve_op(average, op)
     exact = gradient_mode(gradient)
     compressed, ctx = compression.compress(tensor)
-    out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor, process_set,
-                            exact)
+    if getattr(compressed, "requires_grad", False) and torch.is_grad_enabled():
+        out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor,
+                                process_set, exact)
+    else:  # nothing to differentiate: autograd's bookkeeping would only cost time
+        out = C.allreduce_impl(compressed, op, name, prescale_factor, postscale_factor,
+                               process_set)
     return compression.decompress(out, ctx)
 
 
@@ -100,8 +104,8 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: Any = _GLOBAL) -> torch.Tensor:
     """Allreduce in place: ``tensor`` receives the result and is returned."""
-    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                            process_set).wait()
+    return C.allreduce_inplace_impl(tensor, resolve_op(average, op), name, prescale_factor,
+                                    postscale_factor, process_set)
 
 
 @rejecting(ALLREDUCE)
