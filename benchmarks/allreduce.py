@@ -196,9 +196,12 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
     for nbytes in args.sizes:
         size = label(nbytes)
         buf = np.random.default_rng(comm.rank).standard_normal(nbytes // 4).astype(np.float32)
-        out = np.empty_like(buf)
+        # Each peer writes into memory of its own (filled once, so no page is faulted in
+        # while timed): at sizes near the last-level cache, a peer whose output another peer
+        # had just written would find it cached and look faster than it is.
+        raw_out, out, hout = (np.zeros_like(buf) for _ in range(3))
         peers: dict[str, Callable[[], object]] = {
-            "mpi4py": lambda: comm.Allreduce(buf, out, op=MPI.SUM),
+            "mpi4py": lambda: comm.Allreduce(buf, raw_out, op=MPI.SUM),
             "hvdcore allreduce(x)": on(False, lambda: hvd.allreduce(
                 buf, op=hvd.Sum, name=f"bench.new.{size}")),
             "hvdcore out=": on(False, lambda: hvd.allreduce(
@@ -208,7 +211,7 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
             peers["hier allreduce(x)"] = on(True, lambda: hvd.allreduce(
                 buf, op=hvd.Sum, name=f"bench.hnew.{size}"))
             peers["hier out="] = on(True, lambda: hvd.allreduce(
-                buf, op=hvd.Sum, name=f"bench.hout.{size}", out=out))
+                buf, op=hvd.Sum, name=f"bench.hout.{size}", out=hout))
         if torch_peers is not None:
             peers.update({k: on(False, fn) for k, fn in torch_peers(nbytes, size).items()})
         reps = reps_for(args, nbytes)

@@ -111,9 +111,8 @@ def _moved(buf: HostBuffer, plane: TorchBackend | None, raw: Any) -> torch.Tenso
 def _in_place_on_host(tensor: torch.Tensor) -> bool:
     """True when the engine can read and write ``tensor``'s own memory (a contiguous CPU
     tensor of a core dtype on the MPI plane): nothing to stage or map back."""
-    return (tensor.dtype in CORE_DTYPES and tensor.device.type == "cpu"
-            and tensor.layout == torch.strided and tensor.is_contiguous()
-            and dataplanes.plane_for(tensor) is None)
+    return (tensor.is_cpu and tensor.dtype in CORE_DTYPES and tensor.layout == torch.strided
+            and tensor.is_contiguous() and dataplanes.plane_for(tensor) is None)
 
 
 def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
@@ -125,7 +124,7 @@ def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
     if not _in_place_on_host(tensor):
         return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                     process_set, True).wait()
-    arr = tensor.detach().numpy()
+    arr = tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
     _core.allreduce(arr, name=name, op=op, prescale_factor=prescale_factor,
                     postscale_factor=postscale_factor, process_set=process_set, out=arr)
     return tensor

@@ -182,8 +182,7 @@ def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
     """The torch.distributed plane ``tensor`` goes to, or None for the host (MPI) path."""
     if tensor.layout != torch.strided:
         return None
-    kind = tensor.device.type
-    if kind == "cpu":
+    if tensor.is_cpu:  # (is_cpu is ~10x cheaper than building tensor.device)
         return _CPU
     if _GPU is not None:
         if tensor.device == _GPU.device:
