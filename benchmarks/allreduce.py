@@ -6,9 +6,10 @@ Run under MPI with 2 (or more) ranks (1 rank is fine for the GPU overhead table)
     mpirun -np 2 python benchmarks/allreduce.py --sizes 4KiB,1MiB --max-reps 20   # seconds
     mpirun -np 2 python benchmarks/allreduce.py --json results.json
 
-Every peer runs in the same job, interleaved repetition by repetition (the order rotates), so a
-noisy machine slows all of them alike. float32, op Sum everywhere (raw transports have no
-Average). busbw = 2(n-1)/n x bytes / time (nccl-tests' bus bandwidth; 0 at 1 rank, shown "-").
+Every peer runs in the same job, interleaved repetition by repetition (in a new random order
+each time), so a noisy machine slows all of them alike. float32, op Sum everywhere (raw
+transports have no Average). busbw = 2(n-1)/n x bytes / time (nccl-tests' bus bandwidth; 0 at
+1 rank, shown "-").
 The header prints the load average: figures taken while other jobs share the cores are noise.
 
 Tables (rank 0 prints them as each part finishes):
@@ -58,6 +59,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import re
 import statistics
 import time
@@ -137,14 +139,18 @@ def reps_for(args: argparse.Namespace, nbytes: int) -> int:
 def time_interleaved(comm: MPI.Comm, peers: dict[str, Callable[[], object]], reps: int,
                      warmup: int = 3) -> dict[str, float]:
     """Median seconds per call of each peer; one call per repetition after an MPI barrier,
-    peers interleaved in a rotating order (the same on every rank)."""
+    peers interleaved in a new random order each repetition (seeded by the repetition, so the
+    same on every rank): with a fixed cyclic order each peer would always follow the same
+    other peer and inherit its after-effects (caches, a woken engine thread)."""
     for fn in peers.values():
         for _ in range(warmup):
             fn()
     keys = list(peers)
     samples: dict[str, list[float]] = {k: [] for k in keys}
     for i in range(reps):
-        for k in keys[i % len(keys):] + keys[:i % len(keys)]:
+        order = keys[:]
+        random.Random(i).shuffle(order)
+        for k in order:
             comm.Barrier()
             t0 = time.perf_counter()
             peers[k]()
