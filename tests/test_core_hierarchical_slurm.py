@@ -11,23 +11,10 @@ import pytest
 from conftest import mpi_env, program
 from test_core_hierarchical import KNOBS, reports
 
-from harness.slurm_localhost import SlurmCluster, missing_requirements
+from harness.slurm_fixtures import FAKE_NODES_ENV, slurm_marks, two_node_cluster  # noqa: F401
+from harness.slurm_localhost import SlurmCluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
-
-_missing = missing_requirements()
-if _missing:
-    pytestmark.append(pytest.mark.skip(reason="no local Slurm: missing " + ", ".join(_missing)))
-
-# Both fake nodes share this host's name: Open MPI must use TCP between them.
-FAKE_NODES_ENV = {"OMPI_MCA_btl": "self,tcp"}
-
-
-@pytest.fixture(scope="module")
-def cluster():  # type: ignore[no-untyped-def]
-    """munged + slurmctld + slurmd n1, n2, stopped by PID after the module's tests."""
-    with SlurmCluster(nodes=2, cpus_per_node=2) as c:
-        yield c
+pytestmark = slurm_marks()
 
 
 def test_leader_path_across_two_slurm_nodes(cluster: SlurmCluster) -> None:

@@ -10,24 +10,11 @@ import sys
 import pytest
 from conftest import mpi_env, program
 
-from harness.slurm_localhost import SlurmCluster, missing_requirements
+from harness.slurm_fixtures import FAKE_NODES_ENV, slurm_marks, two_node_cluster  # noqa: F401
+from harness.slurm_localhost import SlurmCluster
 
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.slurm, pytest.mark.mpi, pytest.mark.torch]
-
-_missing = missing_requirements()
-if _missing:
-    pytestmark.append(pytest.mark.skip(reason="no local Slurm: missing " + ", ".join(_missing)))
-
-# Both fake nodes share this host's name: Open MPI must use TCP between them.
-FAKE_NODES_ENV = {"OMPI_MCA_btl": "self,tcp"}
-
-
-@pytest.fixture(scope="module")
-def cluster():  # type: ignore[no-untyped-def]
-    """munged + slurmctld + slurmd n1, n2, stopped by PID after the module's tests."""
-    with SlurmCluster(nodes=2, cpus_per_node=2) as c:
-        yield c
+pytestmark = slurm_marks(pytest.mark.torch)
 
 
 @pytest.mark.parametrize("ntasks", [2, 4], ids=["2x1", "2x2"])

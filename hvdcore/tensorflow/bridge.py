@@ -19,6 +19,7 @@ failure is a ``tf.errors.FailedPreconditionError``, a bad argument a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -65,6 +66,39 @@ def _in_xla_context() -> bool:
     return bool(control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph()))
 
 
+def _eager(call: Callable[..., Any], args: Sequence[Any]) -> Any:
+    """``call(*args)``, an hvdcore error re-raised as the TensorFlow error Horovod raises."""
+    try:
+        return call(*args)
+    except Exception as exc:  # noqa: BLE001  (re-raised, typed as Horovod's TF error)
+        typed = to_tf_error(exc)
+        if typed is None:
+            raise
+        raise typed from exc
+
+
+def _refuse_xla(name: str) -> None:
+    if _in_xla_context():
+        raise UnsupportedError(
+            f"hvdcore collective '{name}' was traced inside an XLA-compiled function: XLA "
+            "cannot call into the MPI runtime. Pass jit_compile=False to model.compile(...) "
+            "or tf.function(...).")
+
+
+def _graph_outputs(raw: Any, out_shapes: Sequence[tf.TensorShape | list | None]
+                   ) -> list[tf.Tensor]:
+    """The outputs of a py op whose last output is the failure message: they depend on the
+    check that raises it, and get the static shapes that are known."""
+    raw = list(raw) if isinstance(raw, (list, tuple)) else [raw]
+    failed = _raise_failed(raw[-1])
+    with tf.control_dependencies([failed]):
+        tensors = [tf.identity(t) for t in raw[:-1]]
+    for out, shape in zip(tensors, out_shapes, strict=True):
+        if shape is not None:
+            out.set_shape(shape)
+    return tensors
+
+
 def run_numpy(
     fn: Callable[..., Sequence[np.ndarray]],
     inputs: Sequence[tf.Tensor],
@@ -91,20 +125,9 @@ def run_numpy(
         return [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays_out]
 
     if tf.executing_eagerly():
-        try:
-            outs = call(*[t.numpy() for t in inputs])
-        except Exception as exc:  # noqa: BLE001  (re-raised, typed as Horovod's TF error)
-            typed = to_tf_error(exc)
-            if typed is None:
-                raise
-            raise typed from exc
+        outs = _eager(call, [t.numpy() for t in inputs])
         return [tf.convert_to_tensor(o) for o in outs]
-    if _in_xla_context():
-        raise UnsupportedError(
-            f"hvdcore collective '{name}' was traced inside an XLA-compiled function: XLA "
-            "cannot call into the MPI runtime. Pass jit_compile=False to model.compile(...) "
-            "or tf.function(...)."
-        )
+    _refuse_xla(name)
 
     def call_in_graph(*arrays: np.ndarray) -> list[np.ndarray]:
         # TensorFlow turns a Python exception in a py op into UNKNOWN (ValueError into
@@ -117,14 +140,7 @@ def run_numpy(
 
     raw = tf.numpy_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
                             stateful=True, name=_op_name(name))
-    raw = list(raw) if isinstance(raw, (list, tuple)) else [raw]
-    failed = _raise_failed(raw[-1])
-    with tf.control_dependencies([failed]):
-        tensors = [tf.identity(t) for t in raw[:-1]]
-    for out, shape in zip(tensors, out_shapes, strict=True):
-        if shape is not None:
-            out.set_shape(shape)
-    return tensors
+    return _graph_outputs(raw, out_shapes)
 
 
 def _run_on_planes(
@@ -143,18 +159,8 @@ def _run_on_planes(
         return [device_path.to_tf(o, d) for o, d in zip(outs, out_dtypes, strict=True)]
 
     if tf.executing_eagerly():
-        try:
-            return call(*inputs)
-        except Exception as exc:  # noqa: BLE001  (re-raised, typed as Horovod's TF error)
-            typed = to_tf_error(exc)
-            if typed is None:
-                raise
-            raise typed from exc
-    if _in_xla_context():
-        raise UnsupportedError(
-            f"hvdcore collective '{name}' was traced inside an XLA-compiled function: XLA "
-            "cannot call into the MPI runtime. Pass jit_compile=False to model.compile(...) "
-            "or tf.function(...).")
+        return _eager(call, inputs)
+    _refuse_xla(name)
     np_dtypes = [d.as_numpy_dtype for d in out_dtypes]
 
     def call_in_graph(*tensors: tf.Tensor) -> list[object]:
@@ -166,14 +172,7 @@ def _run_on_planes(
 
     raw = tf.py_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
                          name=_op_name(name))
-    raw = list(raw) if isinstance(raw, (list, tuple)) else [raw]
-    failed = _raise_failed(raw[-1])
-    with tf.control_dependencies([failed]):
-        tensors = [tf.identity(t) for t in raw[:-1]]
-    for out, shape in zip(tensors, out_shapes, strict=True):
-        if shape is not None:
-            out.set_shape(shape)
-    return tensors
+    return _graph_outputs(raw, out_shapes)
 
 
 def _placeholders(np_dtypes: Sequence[np.dtype],
