@@ -9,6 +9,7 @@ NumPy view alive (a NumPy result, or a torch tensor made with ``torch.from_numpy
 
 from __future__ import annotations
 
+import mmap
 import sys
 
 import numpy as np
@@ -36,7 +37,32 @@ class ResultPool:
             # references: the pool's list, the loop variable, getrefcount's argument
             if blk.size >= count and sys.getrefcount(blk) <= 3:
                 return blk[:count]
-        blk = np.empty(count, dtype=dtype)
+        blk = (np.frombuffer(_mapped(nbytes), dtype=dtype) if nbytes >= _MAPPED_FROM
+               else np.empty(count, dtype=dtype))
         if len(pool) < self.blocks:
             pool.append(blk)
         return blk[:count]
+
+
+#: Blocks from this size on get a mapping of their own (NumPy asks for huge pages from 4 MiB on
+#: too); smaller ones measured slower as mappings (1 MiB: 4x raw instead of 1.1x).
+_MAPPED_FROM = 4 << 20
+
+
+def _mapped(nbytes: int) -> mmap.mmap:
+    """Anonymous memory of its own for a kept block, with transparent huge pages asked for.
+
+    Not glibc's heap: once a large buffer has been freed (Open MPI frees a temporary one per
+    large allreduce), glibc serves later ones from the heap, which gets no huge pages; and not
+    a plain mapping either. An MPI result in either measured ~1.5x slower at 16 MiB here than
+    in NumPy's own large arrays, which NumPy allocates with ``MADV_HUGEPAGE`` (fewer TLB misses,
+    and fewer pages for Open MPI's single-copy path to pin).
+    """
+    mem = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            mem.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # kernels without THP: small pages, still correct
+            pass
+    return mem
+

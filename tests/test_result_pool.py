@@ -1,0 +1,62 @@
+"""The host result pool (hvdcore/backends/pool.py): a kept block is handed out again only once
+no view of it is alive, so a result the caller still holds is never overwritten; large blocks
+are mappings of their own, small and oversized requests are plain arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hvdcore.backends.pool import ResultPool
+
+F32 = np.dtype(np.float32)
+
+
+@pytest.mark.parametrize("nbytes", [64 << 10, 8 << 20], ids=["heap-64KiB", "mapped-8MiB"])
+def test_a_block_is_reused_only_after_its_view_is_gone(nbytes: int) -> None:
+    pool = ResultPool(min_bytes=32 << 10, max_bytes=16 << 20, blocks=4)
+    count = nbytes // 4
+    a = pool.take(F32, count)
+    a[:] = 1.0
+    b = pool.take(F32, count)  # a is alive: another block
+    assert not np.shares_memory(a, b)
+    b[:] = 2.0
+    assert (a == 1.0).all() and (b == 2.0).all()
+    addr = a.__array_interface__["data"][0]
+    del a
+    c = pool.take(F32, count)  # a's block is free again
+    assert c.__array_interface__["data"][0] == addr and c.flags.writeable and c.size == count
+    c[:] = 3.0
+    assert (b == 2.0).all()
+
+
+def test_a_view_of_a_view_keeps_the_block() -> None:
+    pool = ResultPool(blocks=1)
+    a = pool.take(F32, 1 << 20).reshape(1024, 1024)[:, :2]
+    a[:] = 5.0
+    b = pool.take(F32, 1 << 20)
+    assert not np.shares_memory(a, b)
+    b[:] = 0.0
+    assert (a == 5.0).all()
+
+
+def test_a_torch_tensor_on_a_block_keeps_it() -> None:
+    torch = pytest.importorskip("torch")
+    pool = ResultPool(blocks=1)
+    t = torch.from_numpy(pool.take(F32, 2 << 20))  # 8 MiB: a mapped block
+    t.fill_(7.0)
+    other = pool.take(F32, 2 << 20)
+    other[:] = 0.0
+    assert bool((t == 7.0).all())
+
+
+def test_outside_the_range_and_over_the_block_count_are_fresh_arrays() -> None:
+    pool = ResultPool(min_bytes=32 << 10, max_bytes=1 << 20, blocks=1)
+    small, big = pool.take(F32, 16), pool.take(F32, (2 << 20) // 4)
+    assert small.size == 16 and big.size == (2 << 20) // 4
+    kept = pool.take(F32, 1 << 16)
+    extra = pool.take(F32, 1 << 16)  # the one block is taken: a fresh array, not pooled
+    assert not np.shares_memory(kept, extra)
+    del extra
+    again = pool.take(F32, 1 << 16)
+    assert not np.shares_memory(kept, again)
