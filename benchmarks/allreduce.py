@@ -36,8 +36,9 @@ Tables (rank 0 prints them as each part finishes):
    memory is page-faulted in on first touch, which on a VM costs more than the reduction).
    A line under the table gives issue 14's target: >= 0.91x (within 1.1x) at >= 1 MiB.
 3. **100 tensors x 64 KiB**: submitted together (100 async calls, or one grouped call;
-   hvdcore fuses them into few transport calls) vs 100 separate calls, on MPI (NumPy) and on
-   Gloo (torch); ``speed-up`` is relative to the 100 separate raw transport calls.
+   hvdcore fuses them into few transport calls) vs 100 separate calls, on MPI (NumPy, flat;
+   plus the grouped call on the hierarchical plane when it is on) and on Gloo (torch);
+   ``speed-up`` is relative to the 100 separate raw transport calls.
 4. **GPU** (only when ``torch.cuda.is_available()`` and every rank has its own GPU; otherwise a
    line says why it was skipped): the NCCL/RCCL plane vs raw ``torch.distributed.all_reduce``
    on NCCL, nccl-tests style: each window issues ``--gpu-iters`` back-to-back calls between
@@ -230,7 +231,7 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
             rep.say(f"{size:>8} {peer:>26} {t * 1e6:>11.1f} {fmt_bw(n, row['busbw_GBps'])} "
                     f"{row['ratio_to_mpi4py']:>9.2f}x {row['busbw_ratio_to_raw']:>12.2f}x")
     if plane is not None:
-        plane.enabled_allreduce = True
+        plane.enabled_allreduce = False  # table 3 is flat (Horovod's default) but its hier row
     rep.doc["allreduce"] = rows
     host_targets(rep, rows, n)
 
@@ -341,8 +342,10 @@ def target(rep: Report, rows: list[dict], plane: str, goal: float, sizes: list[i
                                                 "worst": worst}
 
 
-def batch_tables(args: argparse.Namespace, comm: MPI.Comm, rep: Report, gloo: Any) -> None:
-    """Table 3: 100 x 64 KiB submitted together vs separately (MPI plane; Gloo plane)."""
+def batch_tables(args: argparse.Namespace, comm: MPI.Comm, rep: Report, gloo: Any,
+                 plane: Any = None) -> None:
+    """Table 3: 100 x 64 KiB submitted together vs separately (MPI plane, flat, and the
+    hierarchical grouped call when ``plane`` is the hierarchical host plane; Gloo plane)."""
     reps = min(15, args.max_reps)
     arrays = [np.full((64 << 10) // 4, float(i), np.float32) for i in range(100)]
     scratch = [a.copy() for a in arrays]
@@ -361,6 +364,14 @@ def batch_tables(args: argparse.Namespace, comm: MPI.Comm, rep: Report, gloo: An
         "hvdcore 100 blocking calls": lambda: [hvd.allreduce(a, op=hvd.Sum, name=f"sep.{i}")
                                                for i, a in enumerate(arrays)],
     }
+    if plane is not None:
+        def hier_grouped() -> object:
+            plane.enabled_allreduce = True
+            try:
+                return hvd.grouped_allreduce(arrays, op=hvd.Sum, name="hgrouped")
+            finally:
+                plane.enabled_allreduce = False
+        variants["hier grouped (1 call)"] = hier_grouped
     base = "mpi4py 100 blocking calls"
     if gloo is not None:
         hvt, torch, dist, group = gloo
@@ -598,7 +609,7 @@ def main() -> None:
     else:
         rep.say("\n[2] skipped: " + ("--no-torch" if args.no_torch else
                                      "torch (with torch.distributed Gloo) is not installed"))
-    batch_tables(args, comm, rep, gloo)
+    batch_tables(args, comm, rep, gloo, plane)
     if gpu_skip is None and not hvt.gpu_operations().startswith(("nccl", "rccl")):
         gpu_skip = f"device tensors take {hvt.gpu_operations()}"
     if gpu_skip is None:

@@ -131,3 +131,19 @@ def test_more_names_than_capacity_stay_on_the_coordinator_path() -> None:
                   env={"HVDCORE_CACHE_CAPACITY": "3"}, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("capacity ok: 3 cached") == 2
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_dropped_results_are_not_kept_alive_by_the_engine(np_: int) -> None:
+    res = run_mpi(np_, [program("core_cache.py"), "release"], timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("release ok") == np_, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("progress", ["caller", "thread"])
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_async_then_synchronize_of_cached_tensors_is_correct(np_: int, progress: str) -> None:
+    res = run_mpi(np_, [program("core_cache.py"), "async"],
+                  env={"HVDCORE_PROGRESS": progress}, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("async ok") == np_, res.stdout + res.stderr

@@ -18,13 +18,22 @@ __all__ = ["ResultPool"]
 
 
 class ResultPool:
-    """Pooled 1-d NumPy blocks of ``min_bytes`` ... ``max_bytes``; others are fresh arrays."""
+    """Pooled 1-d NumPy blocks of ``min_bytes`` ... ``max_bytes``; others are fresh arrays.
 
-    def __init__(self, min_bytes: int = 32 << 10, max_bytes: int = 16 << 20,
-                 blocks: int = 4) -> None:
+    At most ``blocks`` blocks per dtype and ``max_total`` bytes in all are kept. When a request
+    fits no free block and the pool is full, the smallest free block that is smaller than the
+    request gives way to the new one: otherwise a burst of small results (100 separate 64 KiB
+    allreduces) would fill the pool for good, and every later large result (a fused group)
+    would be fresh memory, page-faulted in on each call.
+    """
+
+    def __init__(self, min_bytes: int = 32 << 10, max_bytes: int = 64 << 20,
+                 blocks: int = 4, max_total: int = 256 << 20) -> None:
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
         self.blocks = blocks
+        self.max_total = max_total
+        self.kept_bytes = 0
         self._pool: dict[str, list[np.ndarray]] = {}
 
     def take(self, dtype: np.dtype, count: int) -> np.ndarray:
@@ -33,14 +42,23 @@ class ResultPool:
         if nbytes < self.min_bytes or nbytes > self.max_bytes:
             return np.empty(count, dtype=dtype)
         pool = self._pool.setdefault(dtype.str, [])
-        for blk in pool:
-            # references: the pool's list, the loop variable, getrefcount's argument
-            if blk.size >= count and sys.getrefcount(blk) <= 3:
-                return blk[:count]
+        victim, victim_size = -1, count
+        for i in range(len(pool)):  # (indexing, not enumerate: no extra reference to a block)
+            blk = pool[i]
+            # references: the pool's list, ``blk``, getrefcount's argument
+            if sys.getrefcount(blk) <= 3:
+                if blk.size >= count:
+                    return blk[:count]
+                if blk.size < victim_size:
+                    victim, victim_size = i, blk.size
         blk = (np.frombuffer(_mapped(nbytes), dtype=dtype) if nbytes >= _MAPPED_FROM
                else np.empty(count, dtype=dtype))
-        if len(pool) < self.blocks:
+        if len(pool) < self.blocks and self.kept_bytes + nbytes <= self.max_total:
             pool.append(blk)
+            self.kept_bytes += nbytes
+        elif victim >= 0 and self.kept_bytes - pool[victim].nbytes + nbytes <= self.max_total:
+            self.kept_bytes += nbytes - pool[victim].nbytes
+            pool[victim] = blk
         return blk[:count]
 
 

@@ -19,7 +19,7 @@ class Handle:
     """
 
     __slots__ = ("_event", "_done", "_values", "_left", "_error", "_result", "_finalize",
-                 "description")
+                 "description", "__weakref__")
 
     def __init__(self, parts: int, finalize: Callable[[list[Any]], Any], description: str) -> None:
         self._event: threading.Event | None = None

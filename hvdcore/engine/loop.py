@@ -30,7 +30,8 @@ from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.coordinator import Coordinator
 from hvdcore.engine.dispatch import Dispatcher
 from hvdcore.engine.executor import Executor, Request, SetState
-from hvdcore.engine.messages import ABORT, STALL_WARNING, Meta
+from hvdcore.engine.handle import Handle
+from hvdcore.engine.messages import ABORT, ALLREDUCE, STALL_WARNING, Meta
 from hvdcore.engine.progress import Progress, RunState
 from hvdcore.engine.rounds import RoundScheduler
 from hvdcore.engine.timeline import Timeline
@@ -52,7 +53,9 @@ class Engine:
     def __init__(self, plane: Any, cfg: Any, backend: Any, sets: dict[int, SetState],
                  caller_progress: bool = False) -> None:
         self.rank: int = plane.rank
-        # explicit names of this rank's data requests -> their handle (duplicate check)
+        # explicit names of this rank's data requests -> a weak reference to their handle
+        # (duplicate check; weak, so that a finished request's result is not kept alive here:
+        # that pinned the result pool's blocks, and every later result was fresh memory)
         self.names: dict[tuple[int, str], Any] = {}
         self.size: int = plane.size
         self.cfg = cfg
@@ -109,6 +112,39 @@ class Engine:
                 and not self.dispatcher.inflight and run.fatal is None and not run.stopped)
         return self.rounds.fast_allreduce(meta, arr, out, idle, make_request, self.executor,
                                           self.sets[0])
+
+    def fast_queued(self, handle: Any) -> bool:
+        """Complete ``handle`` through the fast path when it is the one request queued: an
+        ``allreduce_async`` + ``synchronize`` of a cached tensor on an idle engine then costs
+        what the blocking call does. The caller drives the engine (:meth:`begin_drive`).
+
+        True when the request left the queue (done, or now an ordinary pending hit: drive
+        it); False when nothing changed.
+        """
+        progress = self.progress
+        queue = progress.queue
+        if len(queue) != 1:
+            return False
+        req = queue[0]
+        meta = req.meta
+        if (req.handle is not handle or meta.kind != ALLREDUCE or meta.device
+                or meta.set_id != 0 or self.timeline is not None):
+            return False
+        run = self.run
+        if self.dispatcher.inflight or run.fatal is not None or run.stopped:
+            return False
+        with progress.hold_queue():
+            if len(queue) != 1 or queue[0] is not req:
+                return False
+            queue.clear()
+        got = self.rounds.fast_allreduce(meta, req.tensor, req.out, True, lambda: req,
+                                         self.executor, self.sets[0])
+        if got is None:  # (not a cache hit after all: announce it as the cycle would)
+            progress.requeue(req)
+            return False
+        if not isinstance(got, Handle):
+            req.handle.set_part(0, got)
+        return True
 
     def register_backend(self, device: str, backend: Any) -> None:
         """Add a data plane: requests whose ``Meta.device`` is ``device`` run on ``backend``.

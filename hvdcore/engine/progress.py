@@ -102,6 +102,17 @@ class Progress:
             batch, self.queue = self.queue, []
         return batch
 
+    @contextlib.contextmanager
+    def hold_queue(self) -> Iterator[None]:
+        """The queue's lock (for a driver that takes one request out of it)."""
+        with self._cv:
+            yield
+
+    def requeue(self, req: Any) -> None:
+        """Put a request taken by the driver back at the head of the queue."""
+        with self._cv:
+            self.queue.insert(0, req)
+
     # -- driving from a caller's thread -------------------------------------------------------
 
     def begin_drive(self) -> bool:

@@ -14,6 +14,7 @@ Example (what ``hvdcore.barrier()`` does)::
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -47,7 +48,8 @@ def check_names(engine: Any, metas: Sequence[Meta]) -> None:
         name = meta.name
         if "#" in name:
             continue
-        h = names.get((meta.set_id, name))
+        ref = names.get((meta.set_id, name))
+        h = ref() if ref is not None else None
         if h is not None and not h.done():
             where = "" if meta.set_id == 0 else f" in process set {meta.set_id}"
             raise errors.ArgumentError(
@@ -60,10 +62,11 @@ def check_names(engine: Any, metas: Sequence[Meta]) -> None:
 def _claim_names(engine: Any, reqs: list[Request], handle: Handle) -> None:
     check_names(engine, [r.meta for r in reqs])
     names = engine.names
+    ref = weakref.ref(handle)
     for r in reqs:
         meta = r.meta
         if meta.kind in DATA_KINDS and "#" not in meta.name:
-            names[(meta.set_id, meta.name)] = handle
+            names[(meta.set_id, meta.name)] = ref
 
 
 def submit(engine: Any, items: Sequence[Item], finalize: Callable[[list[Any]], Any],
@@ -128,10 +131,11 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
     if enqueue:
         if "#" not in meta.name:
             key = (meta.set_id, meta.name)
-            h = engine.names.get(key)
+            ref = engine.names.get(key)
+            h = ref() if ref is not None else None
             if h is not None and not h.done():
                 check_names(engine, (meta,))  # raises the duplicate-name error
-            engine.names[key] = req.handle
+            engine.names[key] = weakref.ref(req.handle)
         engine.enqueue([req])
     return req
 
@@ -141,7 +145,8 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
     ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``)."""
     names = engine.names
     if names:
-        h = names.get((meta.set_id, meta.name))
+        ref = names.get((meta.set_id, meta.name))
+        h = ref() if ref is not None else None
         if h is not None and not h.done():
             check_names(engine, (meta,))  # raises the duplicate-name error
     if meta.device or not engine.begin_drive():
@@ -162,8 +167,20 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
 
 
 def wait(engine: Any | None, handle: Handle) -> Any:
-    """Wait for ``handle`` (driving ``engine`` when free) and return its result."""
-    return handle.wait() if engine is None else engine.drive(handle)
+    """Wait for ``handle`` (driving ``engine`` when free) and return its result.
+
+    When ``handle`` is a cached allreduce still alone in the queue (``allreduce_async`` then
+    ``synchronize`` with nothing in between), it takes the blocking call's fast path."""
+    if engine is None or handle.done():
+        return handle.wait()
+    if not engine.progress.queue or not engine.begin_drive():
+        return engine.drive(handle)
+    try:
+        engine.fast_queued(handle)
+        engine.drive_until(handle)
+    finally:
+        engine.end_drive()
+    return handle.wait()
 
 
 def blocking(engine: Any | None, start: Callable[[], Handle]) -> Any:

@@ -103,6 +103,52 @@ elif case == "capacity":
             out = hvd.allreduce(np.full(2, float(R + k)), op=hvd.Sum, name=f"t{k}")
             check(out, np.full(2, float(sum(range(N)) + N * k)), f"t{k}")
     say(f"rank {R} capacity ok: {len(engine.cache)} cached")
+elif case == "async":
+    # allreduce_async + synchronize with nothing in between (the lone queued request takes
+    # the blocking fast path once cached), mixed with two requests in flight at once and
+    # with one synchronized out of submission order: every result against NumPy.
+    for step in range(40):
+        xs = {nm: value(step, R, (33,), salt) for salt, nm in enumerate(("p", "q", "r"))}
+        want = {nm: sum(value(step, r, (33,), salt) for r in range(N))
+                for salt, nm in enumerate(("p", "q", "r"))}
+        check(hvd.synchronize(hvd.allreduce_async(xs["p"], op=hvd.Sum, name="p")),
+              want["p"], f"async p step {step}")
+        hq = hvd.allreduce_async(xs["q"], op=hvd.Sum, name="q")
+        hr = hvd.allreduce_async(xs["r"], op=hvd.Sum, name="r")
+        first, second = (hr, hq) if step % 2 else (hq, hr)
+        got = {id(first): hvd.synchronize(first), id(second): hvd.synchronize(second)}
+        check(got[id(hq)], want["q"], f"async q step {step}")
+        check(got[id(hr)], want["r"], f"async r step {step}")
+        out = np.empty(33, np.float32)
+        h = hvd.allreduce_async(xs["p"], op=hvd.Average, name="pa", out=out)
+        res = hvd.synchronize(h)
+        check(out, want["p"] / N, f"async out= step {step}")
+        if res is not out:
+            raise AssertionError(f"rank {R}: synchronize did not return the out= array")
+    say(f"rank {R} async ok")
+elif case == "release":
+    # A finished request's result is the caller's alone: once dropped, nothing in hvdcore
+    # keeps it alive (a kept result pins its pooled block, and later results are fresh
+    # memory). Names on the coordinator path (step 0) and the cached path; blocking,
+    # async and grouped calls; 64 KiB, a pooled size.
+    import gc
+    import weakref
+
+    x = np.full(16384, float(R + 1), np.float32)
+    want = np.full(16384, N * (N + 1) / 2, np.float32)
+    for step in range(4):
+        got = [hvd.allreduce(x, op=hvd.Sum, name="rel.blocking"),
+               hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum, name="rel.async")),
+               *hvd.grouped_allreduce([x, x], op=hvd.Sum, name="rel.grouped")]
+        for g in got:
+            check(g, want, f"release step {step}")
+        refs = [weakref.ref(g) for g in got]
+        del got, g
+        gc.collect()
+        alive = sum(r() is not None for r in refs)
+        if alive:
+            raise AssertionError(f"rank {R}: step {step}: {alive} dropped results still alive")
+    say(f"rank {R} release ok")
 else:
     raise SystemExit(f"unknown case {case}")
 hvd.shutdown()
