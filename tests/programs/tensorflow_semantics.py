@@ -134,6 +134,34 @@ for mode, g in grad_of(lambda x: hvd.grouped_reducescatter([x], op=hvd.Sum)[0],
                        lambda y: tf.fill(tf.shape(y), float(R + 1))).items():
     check(f"gradient.grouped_reducescatter.{mode}", close(g, gathered_w * N), g)
 
+# allreduce (Sum) in eager mode records its gradient only when a tape watches the input: a
+# constant watched with tape.watch, a tensor derived from a variable, a second-order tape; an
+# unwatched tensor in a tape gets no gradient (None), and the values are the same either way.
+c = tf.constant([1.0, 2.0])
+with tf.GradientTape() as tape:
+    tape.watch(c)
+    y = hvd.allreduce(c * float(R + 1), op=hvd.Sum, name="eager.watched")
+    loss = tf.reduce_sum(y * float(R + 1))
+g = tape.gradient(loss, c)
+tot = sum(r + 1.0 for r in range(N))
+check("eager.allreduce.watched_constant", close(g, np.full(2, (R + 1.0) * tot)), g)
+check("eager.allreduce.value", close(y, np.array([1.0, 2.0]) * tot), y)
+other = tf.constant([3.0])
+with tf.GradientTape() as tape:
+    tape.watch(c)
+    z = hvd.allreduce(other, op=hvd.Sum, name="eager.unwatched")
+    loss = tf.reduce_sum(z) + tf.reduce_sum(c)
+check("eager.allreduce.unwatched", close(tape.gradient(loss, c), [1.0, 1.0])
+      and close(z, [3.0 * N]), z)
+v = tf.Variable([2.0])
+with tf.GradientTape() as outer:
+    with tf.GradientTape() as inner:
+        w = hvd.allreduce(v * v, op=hvd.Sum, name="eager.second")
+    dw = inner.gradient(w, v)  # allreduce's gradient is allreduce(dy) = N: 2 v N = 4 N
+d2 = outer.gradient(dw, v)  # dw = 2 v allreduce(1) = 2 v N, so d2 = 2 N
+check("eager.allreduce.second_order", close(dw, [4.0 * N]) and close(d2, [2.0 * N]),
+      (dw, d2))
+
 # --- alltoall return type ----------------------------------------------------------------------
 even = np.repeat(np.arange(N, dtype=np.float32)[:, None] + 10 * R, 2, axis=1)
 for mode, out in modes(lambda: hvd.alltoall(tf.constant(even))).items():
