@@ -85,6 +85,9 @@ def _reduction(tensor: torch.Tensor, op: Any, inplace: bool) -> tuple[Any, Any, 
     """(core input, core ``out=`` or None, finish(raw) -> result) for one reduced tensor."""
     plane = dataplanes.plane_for(tensor)
     if plane is None:
+        if not inplace and _plain_host(tensor):  # no staging: the NumPy view in, the result out
+            return (tensor.detach().numpy() if tensor.requires_grad else tensor.numpy(), None,
+                    _from_numpy)
         buf = reduce_buffer(tensor, op.name)
         if not inplace:  # the core's pooled result memory, zero-copy (fresh pages cost more)
             return buf.array(), None, lambda raw: result_tensor(buf, _from_numpy(raw))
@@ -106,6 +109,13 @@ def _moved(buf: HostBuffer, plane: TorchBackend | None, raw: Any) -> torch.Tenso
     """A data-moving collective's result (``raw`` from the core) as the caller's tensor."""
     t = _from_numpy(raw) if plane is None else plane.deliver(raw)
     return result_tensor(buf, t, first_dim=raw.shape[0] if raw.ndim else 1)
+
+
+def _plain_host(tensor: torch.Tensor) -> bool:
+    """True when a CPU tensor's own NumPy view is what the core reduces (a core dtype, strided,
+    no lazy conjugate/negative bit): nothing to stage, the result array is the result."""
+    return (tensor.is_cpu and tensor.dtype in CORE_DTYPES and tensor.layout == torch.strided
+            and not tensor.is_conj() and not tensor.is_neg())
 
 
 def _in_place_on_host(tensor: torch.Tensor) -> bool:
@@ -155,9 +165,17 @@ def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_fac
     """Blocking allreduce returning a new tensor: host tensors on MPI take the core's blocking
     call (and its cached fast path); the others wait on :func:`allreduce_async_impl`."""
     check_tensor(tensor, "allreduce")
-    if tensor.device.type != "cpu" or dataplanes.plane_for(tensor) is not None:
+    if not tensor.is_cpu or dataplanes.plane_for(tensor) is not None:
         return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                     process_set, False).wait()
+    if _plain_host(tensor):
+        # The common case, without the staging buffer's bookkeeping (what reduce_buffer and
+        # result_tensor would do for it: the tensor's NumPy view in, the result array out).
+        arr = tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
+        return _from_numpy(_core.allreduce(arr, name=name, op=op,
+                                           prescale_factor=prescale_factor,
+                                           postscale_factor=postscale_factor,
+                                           process_set=process_set))
     buf = reduce_buffer(tensor, op.name)
     raw = _core.allreduce(buf.array(), name=name, op=op, prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, process_set=process_set)
