@@ -4,6 +4,7 @@ document has its parts (no timing is asserted: the figures are the benchmark's b
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,10 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
         "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync"}
     assert {r["size"] for r in doc["allreduce"]} == {"4 KiB", "64 KiB"}
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
-    assert set(doc["batch_ms"]) == {  # table 3: flat NumPy rows and the hierarchical grouped one
+    assert set(doc["batch_ms"]) == {  # table 3's row names (which variants ran), not timings
         "mpi4py 100 blocking calls", "hvdcore fused (100 async)", "hvdcore grouped (1 call)",
         "hvdcore 100 blocking calls", "hier grouped (1 call)"}
-    assert all(r["median_us"] > 0 for r in doc["allreduce"] + doc["gloo"])
+    assert all(math.isfinite(r["median_us"]) for r in doc["allreduce"] + doc["gloo"])  # measured
     assert set(doc["targets"]["host"]) == {"NumPy 4 KiB time <= 3x raw",
                                            "torch 4 KiB time <= 4x raw"}
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:

@@ -5,6 +5,7 @@ judged."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -23,4 +24,4 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert doc["ranks"] == 2
     assert {(r["bytes"], r["peer"]) for r in doc["rows"]} == {
         (b, p) for b in (4096, 65536) for p in ("mpi4py", "hvdcore NumPy", "hvdcore TF")}
-    assert all(r["median_us"] > 0 for r in doc["rows"])
+    assert all(math.isfinite(r["median_us"]) for r in doc["rows"])  # every row was measured

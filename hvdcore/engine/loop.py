@@ -31,7 +31,7 @@ from hvdcore.engine.coordinator import Coordinator
 from hvdcore.engine.dispatch import Dispatcher
 from hvdcore.engine.executor import Executor, Request, SetState
 from hvdcore.engine.handle import Handle
-from hvdcore.engine.messages import ABORT, ALLREDUCE, STALL_WARNING, Meta
+from hvdcore.engine.messages import ABORT, STALL_WARNING, Meta
 from hvdcore.engine.progress import Progress, RunState
 from hvdcore.engine.rounds import RoundScheduler
 from hvdcore.engine.timeline import Timeline
@@ -126,20 +126,15 @@ class Engine:
         if len(queue) != 1:
             return False
         req = queue[0]
-        meta = req.meta
-        if (req.handle is not handle or meta.kind != ALLREDUCE or meta.device
-                or meta.set_id != 0 or self.timeline is not None):
-            return False
-        run = self.run
-        if self.dispatcher.inflight or run.fatal is not None or run.stopped:
+        if req.handle is not handle or req.meta.device:
             return False
         with progress.hold_queue():
             if len(queue) != 1 or queue[0] is not req:
                 return False
             queue.clear()
-        got = self.rounds.fast_allreduce(meta, req.tensor, req.out, True, lambda: req,
-                                         self.executor, self.sets[0])
-        if got is None:  # (not a cache hit after all: announce it as the cycle would)
+        # With the queue empty, fast_allreduce's own checks decide (idle engine, a cache hit).
+        got = self.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
+        if got is None:
             progress.requeue(req)
             return False
         if not isinstance(got, Handle):

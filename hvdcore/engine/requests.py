@@ -37,6 +37,14 @@ def first(values: list[Any]) -> Any:
     return values[0]
 
 
+def _pending(names: dict, key: tuple[int, str]) -> Handle | None:
+    """The unfinished handle that holds ``key`` in an engine's name table, if any (the table
+    keeps weak references: a finished result must not stay alive there)."""
+    ref = names.get(key)
+    h = ref() if ref is not None else None
+    return h if h is not None and not h.done() else None
+
+
 def check_names(engine: Any, metas: Sequence[Meta]) -> None:
     """Raise ArgumentError (a ValueError) if a data request of this rank still being
     processed has one of ``metas``' explicit names (Horovod raises at submission too).
@@ -48,9 +56,8 @@ def check_names(engine: Any, metas: Sequence[Meta]) -> None:
         name = meta.name
         if "#" in name:
             continue
-        ref = names.get((meta.set_id, name))
-        h = ref() if ref is not None else None
-        if h is not None and not h.done():
+        h = _pending(names, (meta.set_id, name))
+        if h is not None:
             where = "" if meta.set_id == 0 else f" in process set {meta.set_id}"
             raise errors.ArgumentError(
                 f"rank {engine.rank}: {meta.kind} '{name}'{where}: a tensor with the same "
@@ -131,9 +138,7 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
     if enqueue:
         if "#" not in meta.name:
             key = (meta.set_id, meta.name)
-            ref = engine.names.get(key)
-            h = ref() if ref is not None else None
-            if h is not None and not h.done():
+            if _pending(engine.names, key) is not None:
                 check_names(engine, (meta,))  # raises the duplicate-name error
             engine.names[key] = weakref.ref(req.handle)
         engine.enqueue([req])
@@ -144,11 +149,8 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
     """A blocking allreduce: driven on this thread, through the engine's fast path when the
     ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``)."""
     names = engine.names
-    if names:
-        ref = names.get((meta.set_id, meta.name))
-        h = ref() if ref is not None else None
-        if h is not None and not h.done():
-            check_names(engine, (meta,))  # raises the duplicate-name error
+    if names and _pending(names, (meta.set_id, meta.name)) is not None:
+        check_names(engine, (meta,))  # raises the duplicate-name error
     if meta.device or not engine.begin_drive():
         return engine.drive(single(engine, meta, arr, out).handle)
     try:

@@ -86,8 +86,7 @@ def _reduction(tensor: torch.Tensor, op: Any, inplace: bool) -> tuple[Any, Any, 
     plane = dataplanes.plane_for(tensor)
     if plane is None:
         if not inplace and _plain_host(tensor):  # no staging: the NumPy view in, the result out
-            return (tensor.detach().numpy() if tensor.requires_grad else tensor.numpy(), None,
-                    _from_numpy)
+            return _host_view(tensor), None, _from_numpy
         buf = reduce_buffer(tensor, op.name)
         if not inplace:  # the core's pooled result memory, zero-copy (fresh pages cost more)
             return buf.array(), None, lambda raw: result_tensor(buf, _from_numpy(raw))
@@ -118,11 +117,16 @@ def _plain_host(tensor: torch.Tensor) -> bool:
             and not tensor.is_conj() and not tensor.is_neg())
 
 
+def _host_view(tensor: torch.Tensor) -> np.ndarray:
+    """The NumPy view of a :func:`_plain_host` tensor (no copy)."""
+    return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
+
+
 def _in_place_on_host(tensor: torch.Tensor) -> bool:
-    """True when the engine can read and write ``tensor``'s own memory (a contiguous CPU
-    tensor of a core dtype on the MPI plane): nothing to stage or map back."""
-    return (tensor.is_cpu and tensor.dtype in CORE_DTYPES and tensor.layout == torch.strided
-            and tensor.is_contiguous() and dataplanes.plane_for(tensor) is None)
+    """True when the engine can read and write ``tensor``'s own memory (a contiguous
+    :func:`_plain_host` tensor on the MPI plane): nothing to stage or map back."""
+    return (_plain_host(tensor) and tensor.is_contiguous()
+            and dataplanes.plane_for(tensor) is None)
 
 
 def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
@@ -134,7 +138,7 @@ def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
     if not _in_place_on_host(tensor):
         return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                     process_set, True).wait()
-    arr = tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
+    arr = _host_view(tensor)
     _core.allreduce(arr, name=name, op=op, prescale_factor=prescale_factor,
                     postscale_factor=postscale_factor, process_set=process_set, out=arr)
     return tensor
@@ -148,7 +152,7 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
     if inplace and _in_place_on_host(tensor):
         # The DistributedOptimizer's case (a contiguous CPU gradient reduced in place): the
         # engine reads and writes the tensor's own memory, with nothing to map back.
-        arr = tensor.detach().numpy()
+        arr = _host_view(tensor)
         h = _core.allreduce_async(arr, name=name, op=op, prescale_factor=prescale_factor,
                                   postscale_factor=postscale_factor, process_set=process_set,
                                   out=arr)
@@ -171,8 +175,7 @@ def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_fac
     if _plain_host(tensor):
         # The common case, without the staging buffer's bookkeeping (what reduce_buffer and
         # result_tensor would do for it: the tensor's NumPy view in, the result array out).
-        arr = tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
-        return _from_numpy(_core.allreduce(arr, name=name, op=op,
+        return _from_numpy(_core.allreduce(_host_view(tensor), name=name, op=op,
                                            prescale_factor=prescale_factor,
                                            postscale_factor=postscale_factor,
                                            process_set=process_set))
