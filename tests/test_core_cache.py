@@ -57,6 +57,21 @@ def test_cached_responses_fuse_by_dtype_within_the_threshold() -> None:
     assert c.responses([1], 0)[0].names == ["b"]
 
 
+def test_reused_metas_and_fused_responses_follow_invalidation() -> None:
+    c = ResponseCache(8)
+    c.insert(_resp("a", "b"))
+    m = _meta("a")
+    assert c.lookup(m) == (HIT, 0) and c.lookup(m) == (HIT, 0)  # the matched object again
+    assert c.lookup(_meta("a", shape=(5,))) == (STALE, 0)
+    fused = c.responses([0, 1], 1 << 20)
+    assert [r.names for r in fused] == [["a", "b"]]
+    assert c.responses([0, 1], 1 << 20) is fused  # a recurring set: worked out once
+    c.invalidate(0)
+    assert c.lookup(m) == (MISS, -1)  # the remembered object does not outlive its id
+    c.insert(_resp("a"))  # id 2
+    assert c.lookup(m) == (HIT, 2)
+    assert [r.names for r in c.responses([1, 2], 1 << 20)] == [["b", "a"]]
+
 def test_round_vector_or_semantics() -> None:
     rv = RoundVector(130)
     a, b = rv.buffer(), rv.buffer()
@@ -147,3 +162,18 @@ def test_async_then_synchronize_of_cached_tensors_is_correct(np_: int, progress:
                   env={"HVDCORE_PROGRESS": progress}, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("async ok") == np_, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("progress", ["caller", "thread"])
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_repeated_allreduce_reuses_its_checks_and_stays_correct(np_: int, progress: str) -> None:
+    res = run_mpi(np_, [program("core_cache.py"), "repeated"],
+                  env={"HVDCORE_PROGRESS": progress}, timeout=90)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert out.count("repeated ok") == np_, out + res.stderr
+    assert out.count("refused non-contiguous") == np_ and "C-contiguous" in out, out
+    # a dtype that differs between ranks: every rank gets the mismatch (1 rank: nothing differs)
+    assert out.count("caught dtype mismatch") == (np_ if np_ > 1 else 0), out
+    if np_ > 1:
+        assert "mismatched dtype for allreduce 'g.c'" in out, out

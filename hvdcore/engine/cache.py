@@ -33,6 +33,8 @@ from hvdcore.engine.messages import ALLREDUCE, Meta, Response, itemsize
 #: A flag in a round's header: the sender called join(); every rank disables the cache.
 FLAG_JOINING = 1
 
+_FUSED_MEMO = 64  # fused response lists kept (a loop's steps offer a few distinct sets)
+
 HIT = 0
 MISS = 1
 STALE = 2
@@ -47,6 +49,11 @@ class ResponseCache:
         self._ids: dict[str, int] = {}
         self._metas: list[Meta | None] = []
         self._single: list[Response | None] = []
+        # the last meta object each id matched: a binding that reuses its checked meta every
+        # step (hvdcore.ops.RepeatedAllreduce) is then a hit without comparing every field
+        self._matched: list[Meta | None] = []
+        # fused responses of recurring sets of ready ids (a training loop's step)
+        self._fused: dict[tuple[tuple[int, ...], int], list[Response]] = {}
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -59,7 +66,12 @@ class ResponseCache:
         cid = self._ids.get(meta.name)
         if cid is None:
             return MISS, -1
-        return (HIT, cid) if self._metas[cid] == meta else (STALE, cid)
+        if self._matched[cid] is meta:
+            return HIT, cid
+        if self._metas[cid] == meta:
+            self._matched[cid] = meta
+            return HIT, cid
+        return STALE, cid
 
     def insert(self, resp: Response) -> None:
         """Cache each tensor of an executed allreduce response (in execution order)."""
@@ -69,6 +81,7 @@ class ResponseCache:
             if name in self._ids or len(self._metas) >= self.capacity or "#" in name:
                 continue  # (an automatic name is used once: caching it would only fill up)
             self._ids[name] = len(self._metas)
+            self._matched.append(None)
             self._metas.append(Meta(0, name, ALLREDUCE, resp.dtype, tuple(shape), resp.op,
                                     -1, resp.prescale, resp.postscale, device=resp.device))
             self._single.append(Response(kind=ALLREDUCE, set_id=0, names=[name],
@@ -82,6 +95,8 @@ class ResponseCache:
         if meta is not None:
             self._metas[cid] = None
             self._single[cid] = None
+            self._matched[cid] = None
+            self._fused.clear()
             if self._ids.get(meta.name) == cid:
                 del self._ids[meta.name]
 
@@ -106,6 +121,16 @@ class ResponseCache:
             single = self._single[cids[0]]
             assert single is not None, f"ready cache id {cids[0]} is not live"
             return [single]
+        key = (tuple(cids), fusion_threshold)
+        fused = self._fused.get(key)
+        if fused is None:
+            fused = self._fuse(cids, fusion_threshold)
+            if len(self._fused) >= _FUSED_MEMO:
+                self._fused.clear()
+            self._fused[key] = fused
+        return fused
+
+    def _fuse(self, cids: list[int], fusion_threshold: int) -> list[Response]:
         out: list[Response] = []
         open_resp: dict[tuple, tuple[Response, int]] = {}
         for cid in sorted(cids):

@@ -202,8 +202,11 @@ class Executor:
                 b.scale_into(out, out, post)
             r0.handle.set_part(r0.part, out)
             return
-        sizes = [math.prod(s) for s in resp.shapes]
-        total = sum(sizes)
+        layout = resp.layout
+        if layout is None:
+            counts = [math.prod(s) for s in resp.shapes]
+            layout = resp.layout = (counts, sum(counts))
+        sizes, total = layout
         nbytes = total * rdtype.itemsize
         t0 = tl.now_us() if tl else 0.0
         # Results that need no conversion and go to no caller-given array are handed out as

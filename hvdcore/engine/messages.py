@@ -109,6 +109,9 @@ class Response:
     value: int = -1  # join: last rank to join; add_process_set: the new set id
     ranks: tuple[int, ...] | None = None
     device: str = ""  # the data plane that runs it (see Meta.device)
+    # Not sent: the executor's element counts per tensor and their sum, worked out on first
+    # use (a cached response runs again every step).
+    layout: tuple[list[int], int] | None = None
 
     def wire(self) -> tuple:
         """Plain tuple for the control channel; ``Response(*t)`` rebuilds it."""

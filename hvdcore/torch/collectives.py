@@ -33,7 +33,7 @@ __all__ = [
     "allreduce_impl", "allreduce_inplace_impl", "allreduce_async_impl", "grouped_allreduce_async_impl",
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
-    "sparse_allreduce_async_impl", "check_tensor",
+    "sparse_allreduce_async_impl", "check_tensor", "inplace_host_array",
 ]
 
 
@@ -162,6 +162,13 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
                               postscale_factor=postscale_factor, process_set=process_set,
                               out=out)
     return Handle(h, finish, f"allreduce {name or ''}")
+
+
+def inplace_host_array(tensor: torch.Tensor) -> np.ndarray | None:
+    """The NumPy view the engine reduces in place for ``tensor`` (a contiguous CPU tensor of a
+    core dtype on the MPI plane: the DistributedOptimizer's gradients), or None when the tensor
+    needs staging (use :func:`allreduce_async_impl`)."""
+    return _host_view(tensor) if _in_place_on_host(tensor) else None
 
 
 def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,

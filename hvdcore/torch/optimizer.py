@@ -30,8 +30,10 @@ from typing import Any
 import torch
 
 import hvdcore as _core
+from hvdcore import basics
 from hvdcore.arguments import resolve_op
 from hvdcore.errors import ArgumentError, HvdcoreError, MismatchError, UnsupportedError
+from hvdcore.ops import RepeatedAllreduce, submit_repeated
 from hvdcore.torch import collectives as C
 from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
@@ -102,9 +104,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.process_set = process_set
         self._names = self._name_parameters(named_parameters)
         self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        self._delay = {p: backward_passes_per_step for p in self._params}
+        # Per-step state is keyed by id(p) (the parameters live as long as the optimizer):
+        # torch.Tensor.__hash__ is a Python-level call, and the hooks run for every gradient.
+        self._delay = {id(p): backward_passes_per_step for p in self._params}
         self._group_of, self._members = self._make_groups(groups or num_groups)
-        self._handles: dict[Any, tuple[Handle, list[tuple[torch.Tensor, torch.Tensor, Any]]]] = {}
+        self._handles: dict[Any, tuple[Any, list[tuple[torch.Tensor, torch.Tensor, Any]]]] = {}
+        self._repeated: dict[int, RepeatedAllreduce] = {}
+        # With caller progress nothing moves before synchronize() anyway: the hooks only note
+        # which gradients are ready, and synchronize() submits them together (one queue
+        # operation, one handle) instead of one by one between backward kernels.
+        st = basics.current()
+        self._defer = st is not None and st.engine.caller_progress
+        self._deferred: list[torch.Tensor] = []
         self._ready: dict[int, set[torch.Tensor]] = {}
         self._synchronized = False
         self._should_synchronize = True
@@ -207,20 +218,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return 1.0, 1.0
 
     def _on_grad(self, p: torch.Tensor) -> None:
-        if self._delay[p] <= 0:
+        left = self._delay[id(p)] - 1
+        if left < 0:
             raise HvdcoreError(
                 f"gradient of {self._names[p]!r} was computed more than "
                 f"backward_passes_per_step={self.backward_passes_per_step} times before "
                 "step()/synchronize(); raise backward_passes_per_step to accumulate more "
                 "passes locally, or call step() after each pass")
-        self._delay[p] -= 1
-        if self._delay[p] == 0:
+        self._delay[id(p)] = left
+        if left == 0:
             self._ready_param(p)
 
     def _ready_param(self, p: torch.Tensor) -> None:
-        gid = self._group_of.get(p)
+        gid = self._group_of.get(p) if self._group_of else None
         if gid is None:
-            self._submit(p, [p])
+            if self._defer:
+                self._deferred.append(p)
+            else:
+                self._submit(id(p), [p])
             return
         ready = self._ready.setdefault(gid, set())
         ready.add(p)
@@ -236,7 +251,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
             return p.grad.to_dense()
         return p.grad
 
-    def _submit(self, key: Any, params: list[torch.Tensor]) -> None:
+    def _submit(self, key: Any, params: list[torch.Tensor],
+                batch: list[tuple[RepeatedAllreduce, Any]] | None = None) -> None:
+        """Start the allreduce of ``params``' gradients (one parameter, or a group). With
+        ``batch``, a gradient the engine reduces in its own memory is appended there instead
+        (its handle is None: the caller submits the batch, see :meth:`_submit_deferred`)."""
         if self.process_set.size() == 1:
             for p in params:  # nothing to reduce; unused parameters still get a zero gradient
                 if p.grad is None:
@@ -262,14 +281,48 @@ class DistributedOptimizer(torch.optim.Optimizer):
             sent, ctx = self._compression.compress(grad)
             entries.append((p, sent, ctx))
         sent_tensors = [s for _, s, _ in entries]
-        if len(params) == 1 and key is params[0]:
-            h = C.allreduce_async_impl(sent_tensors[0], self.op, self._names[params[0]], pre,
-                                       post, self.process_set, inplace=True)
+        if len(params) == 1 and key == id(params[0]):
+            h = self._start_one(key, params[0], sent_tensors[0], pre, post, batch)
         else:
             h = C.grouped_allreduce_async_impl(
                 sent_tensors, self.op, f"allreduce.group.{key[1]}", pre, post,
                 self.process_set, inplace=True)
         self._handles[key] = (h, entries)
+
+    def _start_one(self, key: int, p: torch.Tensor, sent: torch.Tensor, pre: float,
+                   post: float, batch: list[tuple[RepeatedAllreduce, Any]] | None) -> Any:
+        """Start the in-place allreduce of one parameter's (compressed) dense gradient: its
+        handle, or None when it joined ``batch``."""
+        arr = C.inplace_host_array(sent)
+        if arr is None:
+            return C.allreduce_async_impl(sent, self.op, self._names[p], pre, post,
+                                          self.process_set, inplace=True)
+        rep = self._repeated.get(key)
+        if rep is None:
+            rep = self._repeated[key] = RepeatedAllreduce(self._names[p], self.op, pre, post,
+                                                          self.process_set)
+        if batch is None:
+            return rep.submit(arr)
+        batch.append((rep, arr))
+        return None
+
+    def _submit_deferred(self) -> list[Any]:
+        """Submit the gradients the hooks noted (caller progress); returns the handles of the
+        batched ones (their entries in ``_handles`` have None)."""
+        batch: list[tuple[RepeatedAllreduce, Any]] = []
+        pre, post = self._scales()
+        compress, handles = self._compression.compress, self._handles
+        local = self.process_set.size() == 1
+        for p in self._deferred:
+            grad = p.grad
+            if local or grad is None or grad.is_sparse:  # the general path decides
+                self._submit(id(p), [p], batch)
+                continue
+            sent, ctx = compress(grad)
+            key = id(p)
+            handles[key] = (self._start_one(key, p, sent, pre, post, batch), [(p, sent, ctx)])
+        self._deferred.clear()
+        return submit_repeated(batch) if batch else []
 
     def synchronize(self) -> None:
         """Finish every gradient allreduce of this step (zero gradients for unused parameters).
@@ -278,11 +331,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         :meth:`skip_synchronize`.
         """
         for p in self._params:
-            if self._delay[p] != 0:  # no gradient yet in this step, or fewer passes than set
-                self._delay[p] = 0
+            if self._delay[id(p)] != 0:  # no gradient yet in this step, or fewer passes than set
+                self._delay[id(p)] = 0
                 self._ready_param(p)
+        for handle in self._submit_deferred() if self._deferred else ():
+            _core.synchronize(handle)  # in place: the gradients hold the results
         for _key, (handle, entries) in list(self._handles.items()):
-            result = handle.wait()
+            # a torch handle; a core one (the in-place host path: its result is p.grad); None
+            # (part of a batch waited for above)
+            if handle is None:
+                result = None
+            elif type(handle) is Handle:
+                result = handle.wait()
+            else:
+                result = _core.synchronize(handle)
             for p, sent, ctx in entries:
                 if ctx == "sparse":
                     p.grad = result
@@ -294,8 +356,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                         p.grad.copy_(self._compression.decompress(sent, ctx))
         self._handles.clear()
         self._ready.clear()
-        for p in self._params:
-            self._delay[p] = self.backward_passes_per_step
+        self._deferred.clear()
+        passes = self.backward_passes_per_step
+        for k in self._delay:
+            self._delay[k] = passes
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -341,7 +405,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients; an error while allreduces of this step are still in flight."""
-        if self._handles:
+        if self._handles or self._deferred:
             raise HvdcoreError(
                 "optimizer.zero_grad() was called after loss.backward() but before "
                 "optimizer.step() or optimizer.synchronize(): the gradient allreduces in flight "
@@ -370,16 +434,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         gi = len(self.param_groups) - 1
         for j, p in enumerate(self.param_groups[-1]["params"]):
             self._names.setdefault(p, f"allreduce.noname.{gi}.{j}")
-            if p.requires_grad and p not in self._delay:
+            if p.requires_grad and id(p) not in self._delay:
                 self._params.append(p)
-                self._delay[p] = self.backward_passes_per_step
+                self._delay[id(p)] = self.backward_passes_per_step
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
 
     def set_backward_passes_per_step(self, passes: int) -> None:
         """Change ``backward_passes_per_step`` (between steps)."""
         self.backward_passes_per_step = passes
-        for p in self._delay:
-            self._delay[p] = passes
+        for k in self._delay:
+            self._delay[k] = passes
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("DistributedOptimizer cannot be pickled; save state_dict() instead")

@@ -3,7 +3,8 @@
 Cases: repeat (results vs a NumPy reference over many steps, submission order varying by rank),
 mismatch (a cached name submitted with another shape on one rank), reshape (every rank changes
 the shape), join (a rank joins while the others repeat cached allreduces), capacity (more names
-than the cache holds). Stalls of cached tensors: tests/programs/core_stall.py ... cached.
+than the cache holds), async, release, repeated (hvdcore.ops.RepeatedAllreduce and
+submit_repeated). Stalls of cached tensors: tests/programs/core_stall.py ... cached.
 """
 
 import os
@@ -149,6 +150,60 @@ elif case == "release":
         if alive:
             raise AssertionError(f"rank {R}: step {step}: {alive} dropped results still alive")
     say(f"rank {R} release ok")
+elif case == "repeated":
+    # hvdcore.ops.RepeatedAllreduce / submit_repeated (the DistributedOptimizer's path): the
+    # checked request is reused step after step; every change of an array goes back through
+    # the checks, and a bad one fails on every rank without harming the next step.
+    from hvdcore.ops import RepeatedAllreduce, submit_repeated
+
+    specs = {"g.a": ((7,), np.float32, dict(op=hvd.Average)),
+             "g.b": ((3, 5), np.float64, dict(op=hvd.Sum, prescale_factor=0.5,
+                                                postscale_factor=4.0)),
+             "g.c": ((1000,), np.float32, dict(op=hvd.Average))}
+    reps = {nm: RepeatedAllreduce(nm, **kw) for nm, (_, _, kw) in specs.items()}
+
+    def want(nm: str, step: int, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        parts = [value(step, r, shape, len(nm)).astype(dtype) for r in range(N)]
+        if nm == "g.b":
+            return sum(p * 0.5 for p in parts) * 4.0
+        return sum(parts) / N
+
+    for step in range(40):
+        shape_a = (8,) if step >= 20 else (7,)  # every rank reshapes g.a at step 20
+        arrays = {}
+        for nm, (shape, dtype, _) in specs.items():
+            shape = shape_a if nm == "g.a" else shape
+            arrays[nm] = value(step, R, shape, len(nm)).astype(dtype)
+        names = list(specs)
+        if (step + R) % 2:
+            names.reverse()  # ranks batch in different orders
+        if step % 3 == 2:
+            handles = [reps[nm].submit(arrays[nm]) for nm in names]
+        else:
+            handles = submit_repeated([(reps[nm], arrays[nm]) for nm in names])
+        for h in handles:
+            hvd.synchronize(h)
+        for nm, (shape, dtype, _) in specs.items():
+            shape = shape_a if nm == "g.a" else shape
+            check(arrays[nm], want(nm, step, shape, dtype), f"{nm} step {step}")
+        if step == 30:  # a non-contiguous array, on every rank: an error everywhere
+            bad = np.zeros((4, 6), np.float32)[:, ::2]
+            try:
+                hvd.synchronize(RepeatedAllreduce("g.bad").submit(bad))
+                raise AssertionError("a non-contiguous in-place array must be refused")
+            except hvd.ArgumentError as exc:
+                say(f"rank {R} refused non-contiguous: {exc}")
+        if step == 35:  # g.c in float64 on rank 0 only: a mismatch on every rank
+            arr = value(step, R, (1000,), 3).astype(np.float64 if R == 0 else np.float32)
+            try:
+                for h in submit_repeated([(reps["g.c"], arr)]):
+                    hvd.synchronize(h)
+                if N > 1:
+                    raise AssertionError("a dtype that differs between ranks must fail")
+            except hvd.MismatchError as exc:
+                say(f"rank {R} caught dtype mismatch: {exc}")
+    say(f"rank {R} repeated ok: {len(engine.cache)} cached")
+
 else:
     raise SystemExit(f"unknown case {case}")
 hvd.shutdown()
