@@ -177,3 +177,13 @@ def test_repeated_allreduce_reuses_its_checks_and_stays_correct(np_: int, progre
     assert out.count("caught dtype mismatch") == (np_ if np_ > 1 else 0), out
     if np_ > 1:
         assert "mismatched dtype for allreduce 'g.c'" in out, out
+
+
+@pytest.mark.parametrize("progress", ["caller", "thread"])
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_queued_cached_allreduces_synchronized_together_are_correct(np_: int,
+                                                                    progress: str) -> None:
+    res = run_mpi(np_, [program("core_cache.py"), "queued"],
+                  env={"HVDCORE_PROGRESS": progress}, timeout=90)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("queued ok") == np_, res.stdout + res.stderr

@@ -114,32 +114,40 @@ class Engine:
                                           self.sets[0])
 
     def fast_queued(self, handle: Any) -> bool:
-        """Complete ``handle`` through the fast path when it is the one request queued: an
-        ``allreduce_async`` + ``synchronize`` of a cached tensor on an idle engine then costs
-        what the blocking call does. The caller drives the engine (:meth:`begin_drive`).
+        """Run the queue through a fast path when it holds ``handle``'s requests and nothing
+        else is pending: a lone cached allreduce (``allreduce_async`` + ``synchronize``) then
+        costs what the blocking call does, and several cached host allreduces (a step's
+        gradients, a grouped call) skip the cycle's bookkeeping. The caller drives the
+        engine (:meth:`begin_drive`).
 
-        True when the request left the queue (done, or now an ordinary pending hit: drive
-        it); False when nothing changed.
+        True when the requests left the queue (done, or now ordinary pending hits: drive
+        them); False when nothing changed.
         """
         progress = self.progress
         queue = progress.queue
-        if len(queue) != 1:
-            return False
-        req = queue[0]
-        if req.handle is not handle or req.meta.device:
+        if not queue or self.timeline is not None:
             return False
         with progress.hold_queue():
-            if len(queue) != 1 or queue[0] is not req:
+            reqs = queue[:]
+            if not any(r.handle is handle for r in reqs):
                 return False
             queue.clear()
-        # With the queue empty, fast_allreduce's own checks decide (idle engine, a cache hit).
-        got = self.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
-        if got is None:
-            progress.requeue(req)
-            return False
-        if not isinstance(got, Handle):
-            req.handle.set_part(0, got)
-        return True
+        if len(reqs) == 1:
+            req = reqs[0]
+            if not req.meta.device:
+                # With the queue empty, fast_allreduce's own checks decide (idle engine, a hit).
+                got = self.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
+                if got is not None:
+                    if not isinstance(got, Handle):
+                        req.handle.set_part(0, got)
+                    return True
+        else:
+            run = self.run
+            idle = not self.dispatcher.inflight and run.fatal is None and not run.stopped
+            if self.rounds.fast_queued(reqs, idle, self.executor, self.sets[0]):
+                return True
+        progress.requeue(reqs)
+        return False
 
     def register_backend(self, device: str, backend: Any) -> None:
         """Add a data plane: requests whose ``Meta.device`` is ``device`` run on ``backend``.

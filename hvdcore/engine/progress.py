@@ -108,10 +108,10 @@ class Progress:
         with self._cv:
             yield
 
-    def requeue(self, req: Any) -> None:
-        """Put a request taken by the driver back at the head of the queue."""
+    def requeue(self, reqs: list[Any]) -> None:
+        """Put requests taken by the driver back at the head of the queue (in order)."""
         with self._cv:
-            self.queue.insert(0, req)
+            self.queue[:0] = reqs
 
     # -- driving from a caller's thread -------------------------------------------------------
 

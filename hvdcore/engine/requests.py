@@ -171,8 +171,9 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
 def wait(engine: Any | None, handle: Handle) -> Any:
     """Wait for ``handle`` (driving ``engine`` when free) and return its result.
 
-    When ``handle`` is a cached allreduce still alone in the queue (``allreduce_async`` then
-    ``synchronize`` with nothing in between), it takes the blocking call's fast path."""
+    When the queue holds ``handle``'s cached host allreduces and nothing else is pending
+    (``allreduce_async`` then ``synchronize``; a step's gradients), they skip the engine
+    cycle (:meth:`~hvdcore.engine.loop.Engine.fast_queued`)."""
     if engine is None or handle.done():
         return handle.wait()
     if not engine.progress.queue or not engine.begin_drive():
@@ -194,6 +195,7 @@ def blocking(engine: Any | None, start: Callable[[], Handle]) -> Any:
         return engine.drive(start())
     try:
         handle = start()
+        engine.fast_queued(handle)
         engine.drive_until(handle)
     finally:
         engine.end_drive()

@@ -247,7 +247,50 @@ class RoundScheduler:
         self._hit_reported.update(cid for cid, _ in late)
         self.control.report_waiting([(self._hits[cid].meta.name, age) for cid, age in late])
 
-    # -- the blocking fast path ---------------------------------------------------------------
+    # -- the fast paths -----------------------------------------------------------------------
+
+    def _can_skip_queue(self, idle: bool) -> bool:
+        """True when a round may be posted for a caller's hits alone, right now."""
+        return not (self._rv is None or not idle or self._hits or self._invalid
+                    or self._round_req is not None or self._rounds_ready or self._lists
+                    or self._join_flag or self._closing)
+
+    def _round_alone(self, cids: list[int]) -> tuple[int, int, list[int], list[int]] | None:
+        """Post a round offering just ``cids`` and poll it briefly: its result when it
+        completed with every id ready and nothing else to do (the caller executes them);
+        else None, and the caller registers its requests as ordinary hits of the round."""
+        assert self._rv is not None
+        m = self.posted + 1
+        self._round_hits = cids
+        self._rv.pack(self._round_send, self._lists_before(m), 0, cids, ())
+        req = self.plane.start_round(self._round_send, self._round_recv)
+        self.posted = m
+        done = req.Test()
+        if not done:
+            t_end = time.perf_counter() + _ROUND_SPIN_S
+            while not done and time.perf_counter() < t_end:
+                done = req.Test()
+        if not done:
+            self._round_req = req
+            return None
+        result = self._rv.unpack(self._round_recv, cids, self._round_send)
+        lists, flags, ready, invalid = result
+        if (len(ready) == len(cids) and not flags and not invalid
+                and self._lists_executed >= lists):
+            self._rounds_executed += 1
+            coord = self.coordinator
+            if coord is not None and coord.hit_waits:
+                for cid in cids:
+                    coord.hit_done(self.cache.name_of(cid))
+            return result
+        self._rounds_ready.append(result)
+        return None
+
+    def _pending_hit(self, cid: int, request: Request, now: float) -> None:
+        """Register a request whose round did not let it run at once as an ordinary hit."""
+        self.dispatcher.inflight[(0, request.meta.name)] = request
+        self._hits[cid] = request
+        self._hit_since[cid] = now
 
     def fast_allreduce(self, meta: Meta, arr: Any, out: Any, idle: bool,
                        make_request: Callable[[], Request], executor: Executor,
@@ -259,45 +302,52 @@ class RoundScheduler:
         or the round must wait for something: drive it); or None when the fast path does
         not apply.
         """
-        if (self._rv is None or not idle or self._hits or self._invalid
-                or self._round_req is not None or self._rounds_ready or self._lists
-                or self._join_flag or self._closing):
+        if not self._can_skip_queue(idle):
             return None
         state, cid = self.cache.lookup(meta)
         if state != HIT:
             return None
-        m = self.posted + 1
-        self._round_hits = [cid]
-        self._rv.pack(self._round_send, self._lists_before(m), 0, self._round_hits, ())
-        req = self.plane.start_round(self._round_send, self._round_recv)
-        self.posted = m
-        done = req.Test()
-        if not done:
-            t_end = time.perf_counter() + _ROUND_SPIN_S
-            while not done and time.perf_counter() < t_end:
-                done = req.Test()
-        if done:
-            result = self._rv.unpack(self._round_recv, self._round_hits, self._round_send)
-            lists, flags, ready, invalid = result
-            if ready and not flags and not invalid and self._lists_executed >= lists:
-                self._rounds_executed += 1
-                coord = self.coordinator
-                if coord is not None and coord.hit_waits:
-                    coord.hit_done(meta.name)
-                resp = self.cache.responses(ready, 0)[0]
-                value = executor.allreduce_single(resp, arr, out, world)
-                if value is not None:
-                    self.fast_count += 1
-                    return value
-                request = make_request()
-                executor.allreduce(resp, [request], world)
-                return request.handle
-            self._rounds_ready.append(result)
-        else:
-            self._round_req = req
+        if self._round_alone([cid]) is not None:
+            resp = self.cache.responses([cid], 0)[0]
+            value = executor.allreduce_single(resp, arr, out, world)
+            if value is not None:
+                self.fast_count += 1
+                return value
+            request = make_request()
+            executor.allreduce(resp, [request], world)
+            return request.handle
         # Not done at once: the request becomes an ordinary hit of the posted round.
         request = make_request()
-        self.dispatcher.inflight[(0, meta.name)] = request
-        self._hits[cid] = request
-        self._hit_since[cid] = time.perf_counter()
+        self._pending_hit(cid, request, time.perf_counter())
         return request.handle
+
+    def fast_queued(self, reqs: list[Request], idle: bool, executor: Executor,
+                    world: SetState) -> bool:
+        """Several queued host allreduces of cached tensors on an idle engine (a step's
+        gradients, a grouped call, async calls then synchronize), without the cycle: one
+        round offering just them, then their fused responses. False (nothing done) when
+        the path does not apply; True when the requests were executed or became ordinary
+        hits of the round (drive them)."""
+        if not self._can_skip_queue(idle):
+            return False
+        cids: list[int] = []
+        lookup = self.cache.lookup
+        for req in reqs:
+            meta = req.meta
+            if meta.kind != ALLREDUCE or meta.device:
+                return False
+            state, cid = lookup(meta)
+            if state != HIT:
+                return False
+            cids.append(cid)
+        if len(set(cids)) != len(cids):
+            return False
+        if self._round_alone(cids) is None:
+            now = time.perf_counter()
+            for cid, req in zip(cids, reqs, strict=True):
+                self._pending_hit(cid, req, now)
+            return True
+        by_name = {req.meta.name: req for req in reqs}
+        for resp in self.cache.responses(cids, self.cfg.fusion_threshold):
+            executor.allreduce(resp, [by_name[n] for n in resp.names], world)
+        return True

@@ -4,7 +4,7 @@ Cases: repeat (results vs a NumPy reference over many steps, submission order va
 mismatch (a cached name submitted with another shape on one rank), reshape (every rank changes
 the shape), join (a rank joins while the others repeat cached allreduces), capacity (more names
 than the cache holds), async, release, repeated (hvdcore.ops.RepeatedAllreduce and
-submit_repeated). Stalls of cached tensors: tests/programs/core_stall.py ... cached.
+submit_repeated), queued (several cached requests synchronized together). Stalls of cached tensors: tests/programs/core_stall.py ... cached.
 """
 
 import os
@@ -203,6 +203,45 @@ elif case == "repeated":
             except hvd.MismatchError as exc:
                 say(f"rank {R} caught dtype mismatch: {exc}")
     say(f"rank {R} repeated ok: {len(engine.cache)} cached")
+
+elif case == "queued":
+    # Several queued allreduces synchronized together (Engine.fast_queued): ranks submit in
+    # different orders, dtypes fuse into separate responses, a peer is late now and then (the
+    # round completes later), a new name (a miss) or a reshaped one (stale) shares the queue,
+    # and grouped calls, blocking and asynchronous, take the same path.
+    import time
+
+    names = [f"q{i}" for i in range(6)]
+    dtypes = {nm: (np.float64 if i % 3 == 0 else np.float32) for i, nm in enumerate(names)}
+    for step in range(40):
+        shapes = {nm: ((i + 2, 3) if nm == "q0" and step >= 20 else (10 * i + 1,))
+                  for i, nm in enumerate(names)}
+        order = names if (step + R) % 2 == 0 else names[::-1]
+        if R == N - 1 and step % 7 == 1:
+            time.sleep(0.03)  # a late peer: the others' rounds complete only later
+        arrays = {nm: value(step, R, shapes[nm], i).astype(dtypes[nm])
+                  for i, nm in enumerate(names)}
+        handles = {nm: hvd.allreduce_async(arrays[nm], name=nm, op=hvd.Sum) for nm in order}
+        if step % 5 == 3:  # a name never seen before shares the queue
+            handles[f"new{step}"] = hvd.allreduce_async(np.full(3, R, np.int32),
+                                                        name=f"new{step}", op=hvd.Sum)
+        for nm in sorted(handles, reverse=bool(step % 2)):
+            got = hvd.synchronize(handles[nm])
+            if nm.startswith("new"):
+                check(got, np.full(3, N * (N - 1) // 2, np.int32), f"{nm}")
+                continue
+            i = names.index(nm)
+            want = sum(value(step, r, shapes[nm], i).astype(dtypes[nm]) for r in range(N))
+            check(got, want, f"{nm} step {step}")
+        group = [value(step, R, (5,), 20 + k) for k in range(3)]
+        want_group = [sum(value(step, r, (5,), 20 + k) for r in range(N)) / N for k in range(3)]
+        if step % 2:
+            got_group = hvd.grouped_allreduce(group, name="grp")
+        else:
+            got_group = hvd.synchronize(hvd.grouped_allreduce_async(group, name="grp"))
+        for k in range(3):
+            check(got_group[k], want_group[k], f"group part {k} step {step}")
+    say(f"rank {R} queued ok: {len(engine.cache)} cached")
 
 else:
     raise SystemExit(f"unknown case {case}")
