@@ -63,6 +63,10 @@ def test_reused_metas_and_fused_responses_follow_invalidation() -> None:
     m = _meta("a")
     assert c.lookup(m) == (HIT, 0) and c.lookup(m) == (HIT, 0)  # the matched object again
     assert c.lookup(_meta("a", shape=(5,))) == (STALE, 0)
+    for other in (dict(dtype="float64"), dict(op=1), dict(prescale=2.0), dict(postscale=0.5),
+                  dict(device="gloo"), dict(error="bad input")):
+        assert c.lookup(Meta(0, "a", ALLREDUCE, **{"dtype": "float32", "shape": (4,),
+                                                     "op": 0, **other})) == (STALE, 0), other
     fused = c.responses([0, 1], 1 << 20)
     assert [r.names for r in fused] == [["a", "b"]]
     assert c.responses([0, 1], 1 << 20) is fused  # a recurring set: worked out once
