@@ -124,14 +124,11 @@ class Engine:
         them); False when nothing changed.
         """
         progress = self.progress
-        queue = progress.queue
-        if not queue or self.timeline is not None:
+        if not progress.queue or self.timeline is not None:
             return False
-        with progress.hold_queue():
-            reqs = queue[:]
-            if not any(r.handle is handle for r in reqs):
-                return False
-            queue.clear()
+        reqs = progress.take_for(handle)
+        if reqs is None:
+            return False
         if len(reqs) == 1:
             req = reqs[0]
             if not req.meta.device:

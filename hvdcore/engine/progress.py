@@ -102,11 +102,16 @@ class Progress:
             batch, self.queue = self.queue, []
         return batch
 
-    @contextlib.contextmanager
-    def hold_queue(self) -> Iterator[None]:
-        """The queue's lock (for a driver that takes one request out of it)."""
+    def take_for(self, handle: Any) -> list[Any] | None:
+        """The queued requests, leaving the queue empty, when one of them completes
+        ``handle`` (for a driver that runs them itself); else None, the queue untouched."""
         with self._cv:
-            yield
+            queue = self.queue
+            for r in queue:
+                if r.handle is handle:
+                    self.queue = []
+                    return queue
+        return None
 
     def requeue(self, reqs: list[Any]) -> None:
         """Put requests taken by the driver back at the head of the queue (in order)."""

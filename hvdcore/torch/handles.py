@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import hvdcore as _core
+from hvdcore.engine.handle import Handle as CoreHandle
 from hvdcore.errors import UnsupportedError
 
 __all__ = ["Handle", "poll", "synchronize"]
@@ -70,6 +71,8 @@ class Handle:
 
 
 def _poll_one(w: Any) -> bool:
+    if type(w) is CoreHandle:
+        return bool(_core.poll(w))
     if isinstance(w, Handle):
         return w.poll()
     if hasattr(w, "is_completed"):  # torch.distributed Work
@@ -78,6 +81,8 @@ def _poll_one(w: Any) -> bool:
 
 
 def _wait_one(w: Any) -> Any:
+    if type(w) is CoreHandle:  # the common case first (hasattr on it below is slow)
+        return _core.synchronize(w)
     if isinstance(w, Handle):
         return w.wait()
     if hasattr(w, "is_completed"):
