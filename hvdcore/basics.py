@@ -45,6 +45,9 @@ class ProcessState:
     comms: list[Any] = field(default_factory=list)
     watchdog: Any = None
     host_plane: Any = None  # the MPI data plane (closed at shutdown if it has close())
+    # allreduce name -> the arguments of its last checked call and their meta (see
+    # hvdcore.ops._allreduce_meta: a loop's repeated calls skip the checks)
+    checked: dict[str, tuple] = field(default_factory=dict)
 
     def request_name(self, kind: str, set_id: int, name: str | None) -> str:
         """``name`` (checked to be a str), or the next automatic name of ``kind`` in the set:

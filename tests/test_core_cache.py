@@ -191,3 +191,14 @@ def test_queued_cached_allreduces_synchronized_together_are_correct(np_: int,
                   env={"HVDCORE_PROGRESS": progress}, timeout=90)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("queued ok") == np_, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_a_remembered_argument_check_never_stands_in_for_another_call(np_: int) -> None:
+    res = run_mpi(np_, [program("core_cache.py"), "checked"], timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert out.count("checked ok") == np_, out + res.stderr
+    for what in ("prescale_factor", "op"):
+        assert out.count(f"refused {what}") == np_, out
+    assert out.count("refused removed set") == (1 if np_ > 1 else 0), out

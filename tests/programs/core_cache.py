@@ -4,7 +4,8 @@ Cases: repeat (results vs a NumPy reference over many steps, submission order va
 mismatch (a cached name submitted with another shape on one rank), reshape (every rank changes
 the shape), join (a rank joins while the others repeat cached allreduces), capacity (more names
 than the cache holds), async, release, repeated (hvdcore.ops.RepeatedAllreduce and
-submit_repeated), queued (several cached requests synchronized together). Stalls of cached tensors: tests/programs/core_stall.py ... cached.
+submit_repeated), queued (several cached requests synchronized together), checked (one name, changing
+arguments). Stalls of cached tensors: tests/programs/core_stall.py ... cached.
 """
 
 import os
@@ -242,6 +243,46 @@ elif case == "queued":
         for k in range(3):
             check(got_group[k], want_group[k], f"group part {k} step {step}")
     say(f"rank {R} queued ok: {len(engine.cache)} cached")
+
+elif case == "checked":
+    # One name called again with other arguments each time: a remembered check
+    # (hvdcore.ops._allreduce_meta) must never stand in for a call it does not describe.
+    x = value(0, R, (6,), 1)
+    xs = [value(0, r, (6,), 1) for r in range(N)]
+    total = sum(xs)
+    for _ in range(3):
+        check(hvd.allreduce(x, name="m", op=hvd.Sum), total, "sum")
+    check(hvd.allreduce(x, name="m", op=hvd.Average), total / N, "average after sum")
+    check(hvd.allreduce(x, name="m"), total / N, "default op")
+    check(hvd.allreduce(x, name="m", op=hvd.Sum, prescale_factor=2.0), 2 * total, "prescale")
+    check(hvd.allreduce(x, name="m", op=hvd.Sum, postscale_factor=0.5), total / 2, "postscale")
+    check(hvd.allreduce(x.astype(np.float64), name="m", op=hvd.Sum), total, "float64")
+    check(hvd.allreduce(x[:4], name="m", op=hvd.Sum), total[:4], "another shape")
+    wide = np.stack([x, x], axis=1)[:, 0]  # non-contiguous view of x's values
+    check(hvd.allreduce(wide, name="m", op=hvd.Sum), total, "non-contiguous")
+    ps = hvd.add_process_set([0]) if N > 1 else None  # (the world itself cannot be added)
+    if ps is not None and R == 0:
+        check(hvd.allreduce(x, name="m", op=hvd.Sum, process_set=ps), x, "process set")
+    for bad in (dict(prescale_factor=True), dict(op="sum")):
+        try:
+            hvd.allreduce(x, name="m", **bad)
+            raise AssertionError(f"{bad} must be refused")
+        except hvd.UnsupportedError as exc:
+            say(f"rank {R} refused {list(bad)[0]}: {exc}")
+    if ps is not None:
+        hvd.remove_process_set(ps)
+        if R == 0:  # (a local check: no peer takes part in a call on a removed set)
+            try:
+                hvd.allreduce(x, name="m", op=hvd.Sum, process_set=ps)
+                raise AssertionError("a removed process set must be refused")
+            except hvd.ArgumentError as exc:
+                say(f"rank {R} refused removed set: {exc}")
+    y = x.copy()
+    hvd.allreduce(y, name="m", op=hvd.Sum, out=y)
+    hvd.allreduce(y, name="m", op=hvd.Sum, out=y)
+    check(y, N * total, "in place twice")
+    check(hvd.allreduce(x, name="m", op=hvd.Sum), total, "healthy after")
+    say(f"rank {R} checked ok")
 
 else:
     raise SystemExit(f"unknown case {case}")
