@@ -10,7 +10,11 @@ and ``defaults`` are the wrapped optimizer's own objects, so learning-rate sched
 How it works: a post-accumulate-grad hook on every trainable parameter counts backward passes;
 on the ``backward_passes_per_step``-th one it starts an asynchronous in-place allreduce of
 ``p.grad`` (or of its group, see ``groups``), so communication overlaps the rest of the
-backward pass. ``step()`` (or ``synchronize()``) starts the allreduce of every parameter that
+backward pass. With caller progress (``HVDCORE_PROGRESS``; the default when a rank has one
+CPU) nothing would move before ``step()`` anyway: there the hook only notes the gradient, and
+``step()`` submits the noted gradients together, with the same names, requests and results.
+Each gradient's allreduce reuses its checked request from step to step
+(:class:`hvdcore.ops.RepeatedAllreduce`). ``step()`` (or ``synchronize()``) starts the allreduce of every parameter that
 got no gradient on this rank (a zero gradient, so ranks that did use it are not left waiting
 and the average counts this rank's zero contribution), waits for all of them, and then runs
 the wrapped optimizer's ``step``.
