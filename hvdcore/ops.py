@@ -97,14 +97,14 @@ def _allreduce_meta(
     reuses that call's meta: a training loop repeats the same calls every step.
     """
     st = basics.state()
-    if name is not None and average is None and (out is None or out is tensor):
+    if name is not None and average is None:
         last = st.checked.get(name)
         if (last is not None and type(tensor) is np.ndarray and last[0] is op
                 and type(prescale_factor) is float and prescale_factor == last[1]
                 and type(postscale_factor) is float and postscale_factor == last[2]
                 and last[3] is process_set and tensor.dtype is last[4]
                 and tensor.shape == last[5].shape and tensor.flags.c_contiguous
-                and (out is None or tensor.flags.writeable)):
+                and (out is None or _plain_output(out, tensor))):
             meta = last[5]
             if process_set.process_set_id == meta.set_id and meta.set_id in st.engine.sets:
                 st.request_name(ALLREDUCE, meta.set_id, name)
@@ -125,7 +125,7 @@ def _allreduce_meta(
     if type(arr) is not np.ndarray:
         meta.device = device_of(arr)
     elif (name is not None and average is None and arr is tensor
-          and (out is None or out is tensor)):
+          and (out is None or _plain_output(out, tensor))):
         checked = st.checked
         if len(checked) >= _CHECKED_NAMES:
             checked.clear()
@@ -134,6 +134,16 @@ def _allreduce_meta(
 
 
 _CHECKED_NAMES = 4096  # names whose last checked allreduce is remembered
+
+
+def _plain_output(out: Any, tensor: np.ndarray) -> bool:
+    """True when ``out=`` is ``tensor`` itself (in place, writeable) or an array like it that
+    does not overlap it: then the array to send is ``tensor`` itself (see ``output_for``)."""
+    if out is tensor:
+        return bool(tensor.flags.writeable)
+    return (type(out) is np.ndarray and out.dtype is tensor.dtype and out.shape == tensor.shape
+            and out.flags.c_contiguous and out.flags.writeable
+            and not np.may_share_memory(out, tensor))
 
 
 def allreduce_async(

@@ -199,6 +199,7 @@ def test_a_remembered_argument_check_never_stands_in_for_another_call(np_: int) 
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
     assert out.count("checked ok") == np_, out + res.stderr
-    for what in ("prescale_factor", "op"):
+    for what in ("prescale_factor", "op", "out= shape", "out= dtype", "out= read-only"):
         assert out.count(f"refused {what}") == np_, out
+    assert "not returned" not in out, out
     assert out.count("refused removed set") == (1 if np_ > 1 else 0), out

@@ -281,6 +281,24 @@ elif case == "checked":
     hvd.allreduce(y, name="m", op=hvd.Sum, out=y)
     hvd.allreduce(y, name="m", op=hvd.Sum, out=y)
     check(y, N * total, "in place twice")
+    out = np.zeros_like(x)
+    for _ in range(2):
+        got = hvd.allreduce(x, name="m", op=hvd.Sum, out=out)
+        check(got, total, "out=") if got is out else say("out= not returned")
+    big = np.concatenate([x, np.zeros(6, np.float32)])
+    for shift in (1, 3, 5):  # (MPI forbids aliased buffers: the input must be copied first)
+        big[:6] = x
+        check(hvd.allreduce(big[:6], name="m", op=hvd.Sum, out=big[shift:shift + 6]), total,
+              f"out= overlapping the input by {6 - shift}")
+    frozen = np.zeros_like(x)
+    frozen.flags.writeable = False
+    for label, bad_out in (("shape", np.zeros(5, np.float32)), ("dtype", np.zeros(6)),
+                           ("read-only", frozen)):
+        try:
+            hvd.allreduce(x, name="m", op=hvd.Sum, out=bad_out)
+            raise AssertionError(f"out= of another {label} must be refused")
+        except hvd.ArgumentError as exc:
+            say(f"rank {R} refused out= {label}: {exc}")
     check(hvd.allreduce(x, name="m", op=hvd.Sum), total, "healthy after")
     say(f"rank {R} checked ok")
 
