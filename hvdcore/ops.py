@@ -163,81 +163,35 @@ def allreduce_async(
     return requests.single(engine, meta, arr, out).handle
 
 
-class RepeatedAllreduce:
-    """The in-place allreduce a training loop repeats every step under one name (a gradient),
-    for bindings: ``submit(arr)`` is ``allreduce_async(arr, name=name, op=op, ..., out=arr)``,
-    but its arguments are checked only on the first call and again when the array's dtype or
-    shape, the process set or the runtime changed; otherwise the checked request is reused.
-    Same requests, same negotiation, same results: only the per-call checks are saved (a
-    Python engine's per-tensor cost is what small models' steps pay).
+def allreduce_batch_async(
+    arrays: Sequence[np.ndarray], names: Sequence[str], op: Any = None,
+    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+    process_set: ProcessSet = global_process_set,
+) -> Handle:
+    """Start one in-place allreduce per array, each under its own name, behind one handle.
 
-    >>> grad = RepeatedAllreduce("grad.w", hvd.Average)
-    >>> hvd.synchronize(grad.submit(w))          # w now holds the average over the ranks
+    The same requests as ``allreduce_async(a, name=n, op=op, ..., out=a)`` for each pair
+    (negotiated, cached and fused alike), entering the engine in one step: what a framework
+    binding submits for a training step's gradients. If an array fails its checks, the
+    arrays before it are still submitted (the other ranks wait for them) and the error is
+    raised; ``synchronize(handle)`` returns the list of arrays.
+
+    >>> hvd.synchronize(hvd.ops.allreduce_batch_async([w, b], ["grad.w", "grad.b"]))
     """
-
-    __slots__ = ("name", "op", "prescale", "postscale", "process_set", "_engine", "_meta",
-                 "_dtype", "_shape")
-
-    def __init__(self, name: str, op: Any = None, prescale_factor: float = 1.0,
-                 postscale_factor: float = 1.0,
-                 process_set: ProcessSet = global_process_set) -> None:
-        self.name = name
-        self.op = op
-        self.prescale = prescale_factor
-        self.postscale = postscale_factor
-        self.process_set = process_set
-        self._engine: Any = None
-        self._meta: Meta | None = None
-        self._dtype: np.dtype | None = None
-        self._shape: tuple[int, ...] = ()
-
-    def _checked(self, arr: np.ndarray, st: Any) -> Meta | None:
-        """The checked request's meta when it applies to ``arr`` unchanged, else None."""
-        meta = self._meta
-        if (meta is not None and st is not None and st.engine is self._engine
-                and type(arr) is np.ndarray and arr.dtype is self._dtype
-                and arr.shape == self._shape and arr.flags.c_contiguous
-                and arr.flags.writeable and self.process_set.process_set_id == meta.set_id
-                and meta.set_id in st.engine.sets):
-            return meta
-        return None
-
-    def submit(self, arr: np.ndarray) -> Handle:
-        """Start the allreduce of ``arr`` into ``arr`` itself; returns its handle."""
-        st = basics.current()
-        meta = self._checked(arr, st)
-        if meta is not None:
-            return requests.single(st.engine, meta, arr, arr).handle
-        engine, meta, checked, out = _allreduce_meta(arr, None, self.name, self.op,
-                                                     self.prescale, self.postscale,
-                                                     self.process_set, arr)
-        if checked is arr and out is arr and type(arr) is np.ndarray:  # reduced in place
-            self._engine, self._meta, self._dtype, self._shape = (engine, meta, arr.dtype,
-                                                                  arr.shape)
-        return requests.single(engine, meta, checked, out).handle
-
-
-def submit_repeated(pairs: Sequence[tuple[RepeatedAllreduce, np.ndarray]]) -> list[Handle]:
-    """Start several :class:`RepeatedAllreduce` s at once (``(allreduce, array)`` pairs): the
-    ones whose checked request still applies share one handle and enter the engine together;
-    the others go through :meth:`RepeatedAllreduce.submit`. Returns the handles (wait on each
-    with :func:`synchronize`); every array then holds its result.
-
-    >>> for h in submit_repeated([(grad_w, w), (grad_b, b)]): hvd.synchronize(h)
-    """
-    st = basics.current()
-    handles: list[Handle] = []
     items: list[requests.Item] = []
-    for rep, arr in pairs:
-        meta = rep._checked(arr, st)
-        if meta is None:
-            handles.append(rep.submit(arr))
-        else:
-            items.append((meta, arr, arr))
-    if items:
-        handles.append(requests.submit(st.engine, items, list,
-                                       f"{len(items)} repeated allreduces"))
-    return handles
+    engine = None
+    try:
+        for arr, name in zip(arrays, names, strict=True):
+            engine, meta, checked, out = _allreduce_meta(arr, None, name, op, prescale_factor,
+                                                         postscale_factor, process_set, arr)
+            items.append((meta, checked, out))
+    except BaseException:
+        if items:
+            requests.submit(engine, items, list, f"{len(items)} allreduces")
+        raise
+    if engine is None:
+        engine = basics.state().engine
+    return requests.submit(engine, items, list, f"{len(items)} allreduces")
 
 
 def allreduce(
@@ -312,7 +266,7 @@ def grouped_allreduce(
 __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "SUPPORTED_DTYPES",
     "allreduce", "allreduce_async", "grouped_allreduce", "grouped_allreduce_async",
-    "RepeatedAllreduce", "submit_repeated",
+    "allreduce_batch_async",
     "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
     "broadcast", "broadcast_async", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "grouped_reducescatter",

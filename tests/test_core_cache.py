@@ -170,12 +170,13 @@ def test_async_then_synchronize_of_cached_tensors_is_correct(np_: int, progress:
 
 @pytest.mark.parametrize("progress", ["caller", "thread"])
 @pytest.mark.parametrize("np_", [1, 2, 3])
-def test_repeated_allreduce_reuses_its_checks_and_stays_correct(np_: int, progress: str) -> None:
-    res = run_mpi(np_, [program("core_cache.py"), "repeated"],
+def test_batched_and_repeated_in_place_allreduces_stay_correct(np_: int,
+                                                               progress: str) -> None:
+    res = run_mpi(np_, [program("core_cache.py"), "batch"],
                   env={"HVDCORE_PROGRESS": progress}, timeout=90)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
-    assert out.count("repeated ok") == np_, out + res.stderr
+    assert out.count("batch ok") == np_, out + res.stderr
     assert out.count("refused non-contiguous") == np_ and "C-contiguous" in out, out
     # a dtype that differs between ranks: every rank gets the mismatch (1 rank: nothing differs)
     assert out.count("caught dtype mismatch") == (np_ if np_ > 1 else 0), out

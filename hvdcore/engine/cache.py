@@ -49,8 +49,8 @@ class ResponseCache:
         self._ids: dict[str, int] = {}
         self._metas: list[Meta | None] = []
         self._single: list[Response | None] = []
-        # the last meta object each id matched: a binding that reuses its checked meta every
-        # step (hvdcore.ops.RepeatedAllreduce) is then a hit without comparing every field
+        # the last meta object each id matched: a call that reuses its checked meta every
+        # step (hvdcore.ops remembers the checks per name) is then a hit without a compare
         self._matched: list[Meta | None] = []
         # fused responses of recurring sets of ready ids (a training loop's step)
         self._fused: dict[tuple[tuple[int, ...], int], list[Response]] = {}

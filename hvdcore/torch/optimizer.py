@@ -12,10 +12,9 @@ on the ``backward_passes_per_step``-th one it starts an asynchronous in-place al
 ``p.grad`` (or of its group, see ``groups``), so communication overlaps the rest of the
 backward pass. With caller progress (``HVDCORE_PROGRESS``; the default when a rank has one
 CPU) nothing would move before ``step()`` anyway: there the hook only notes the gradient, and
-``step()`` submits the noted gradients together, with the same names, requests and results.
-Each gradient's allreduce reuses its checked request from step to step
-(:class:`hvdcore.ops.RepeatedAllreduce`). ``step()`` (or ``synchronize()``) starts the allreduce of every parameter that
-got no gradient on this rank (a zero gradient, so ranks that did use it are not left waiting
+``step()`` submits the noted gradients together (:func:`hvdcore.ops.allreduce_batch_async`:
+the same names, requests and results). ``step()`` (or ``synchronize()``) also starts the
+allreduce of every parameter that got no gradient on this rank (a zero gradient, so ranks that did use it are not left waiting
 and the average counts this rank's zero contribution), waits for all of them, and then runs
 the wrapped optimizer's ``step``.
 
@@ -37,7 +36,7 @@ import hvdcore as _core
 from hvdcore import basics
 from hvdcore.arguments import resolve_op
 from hvdcore.errors import ArgumentError, HvdcoreError, MismatchError, UnsupportedError
-from hvdcore.ops import RepeatedAllreduce, submit_repeated
+from hvdcore.ops import allreduce_batch_async
 from hvdcore.torch import collectives as C
 from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
@@ -113,7 +112,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._delay = {id(p): backward_passes_per_step for p in self._params}
         self._group_of, self._members = self._make_groups(groups or num_groups)
         self._handles: dict[Any, tuple[Any, list[tuple[torch.Tensor, torch.Tensor, Any]]]] = {}
-        self._repeated: dict[int, RepeatedAllreduce] = {}
         # With caller progress nothing moves before synchronize() anyway: the hooks only note
         # which gradients are ready, and synchronize() submits them together (one queue
         # operation, one handle) instead of one by one between backward kernels.
@@ -256,7 +254,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return p.grad
 
     def _submit(self, key: Any, params: list[torch.Tensor],
-                batch: list[tuple[RepeatedAllreduce, Any]] | None = None) -> None:
+                batch: list[tuple[Any, str]] | None = None) -> None:
         """Start the allreduce of ``params``' gradients (one parameter, or a group). With
         ``batch``, a gradient the engine reduces in its own memory is appended there instead
         (its handle is None: the caller submits the batch, see :meth:`_submit_deferred`)."""
@@ -286,34 +284,34 @@ class DistributedOptimizer(torch.optim.Optimizer):
             entries.append((p, sent, ctx))
         sent_tensors = [s for _, s, _ in entries]
         if len(params) == 1 and key == id(params[0]):
-            h = self._start_one(key, params[0], sent_tensors[0], pre, post, batch)
+            h = self._start_one(params[0], sent_tensors[0], pre, post, batch)
         else:
             h = C.grouped_allreduce_async_impl(
                 sent_tensors, self.op, f"allreduce.group.{key[1]}", pre, post,
                 self.process_set, inplace=True)
         self._handles[key] = (h, entries)
 
-    def _start_one(self, key: int, p: torch.Tensor, sent: torch.Tensor, pre: float,
-                   post: float, batch: list[tuple[RepeatedAllreduce, Any]] | None) -> Any:
+    def _start_one(self, p: torch.Tensor, sent: torch.Tensor, pre: float, post: float,
+                   batch: list[tuple[Any, str]] | None) -> Any:
         """Start the in-place allreduce of one parameter's (compressed) dense gradient: its
-        handle, or None when it joined ``batch``."""
+        handle, or None when it joined ``batch``. A host gradient reduced in its own memory
+        goes to the core as its NumPy view: the core remembers the checks of the name's
+        last call, so a step costs no argument checks."""
         arr = C.inplace_host_array(sent)
         if arr is None:
             return C.allreduce_async_impl(sent, self.op, self._names[p], pre, post,
                                           self.process_set, inplace=True)
-        rep = self._repeated.get(key)
-        if rep is None:
-            rep = self._repeated[key] = RepeatedAllreduce(self._names[p], self.op, pre, post,
-                                                          self.process_set)
         if batch is None:
-            return rep.submit(arr)
-        batch.append((rep, arr))
+            return _core.allreduce_async(arr, name=self._names[p], op=self.op,
+                                         prescale_factor=pre, postscale_factor=post,
+                                         process_set=self.process_set, out=arr)
+        batch.append((arr, self._names[p]))
         return None
 
     def _submit_deferred(self) -> list[Any]:
         """Submit the gradients the hooks noted (caller progress); returns the handles of the
         batched ones (their entries in ``_handles`` have None)."""
-        batch: list[tuple[RepeatedAllreduce, Any]] = []
+        batch: list[tuple[Any, str]] = []
         pre, post = self._scales()
         compress, handles = self._compression.compress, self._handles
         local = self.process_set.size() == 1
@@ -323,10 +321,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._submit(id(p), [p], batch)
                 continue
             sent, ctx = compress(grad)
-            key = id(p)
-            handles[key] = (self._start_one(key, p, sent, pre, post, batch), [(p, sent, ctx)])
+            handles[id(p)] = (self._start_one(p, sent, pre, post, batch), [(p, sent, ctx)])
         self._deferred.clear()
-        return submit_repeated(batch) if batch else []
+        if not batch:
+            return []
+        return [allreduce_batch_async([a for a, _ in batch], [n for _, n in batch], self.op,
+                                      pre, post, self.process_set)]
 
     def synchronize(self) -> None:
         """Finish every gradient allreduce of this step (zero gradients for unused parameters).

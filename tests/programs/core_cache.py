@@ -3,8 +3,8 @@
 Cases: repeat (results vs a NumPy reference over many steps, submission order varying by rank),
 mismatch (a cached name submitted with another shape on one rank), reshape (every rank changes
 the shape), join (a rank joins while the others repeat cached allreduces), capacity (more names
-than the cache holds), async, release, repeated (hvdcore.ops.RepeatedAllreduce and
-submit_repeated), queued (several cached requests synchronized together), checked (one name, changing
+than the cache holds), async, release, batch (hvdcore.ops.allreduce_batch_async and repeated in-place calls),
+queued (several cached requests synchronized together), checked (one name, changing
 arguments). Stalls of cached tensors: tests/programs/core_stall.py ... cached.
 """
 
@@ -151,23 +151,31 @@ elif case == "release":
         if alive:
             raise AssertionError(f"rank {R}: step {step}: {alive} dropped results still alive")
     say(f"rank {R} release ok")
-elif case == "repeated":
-    # hvdcore.ops.RepeatedAllreduce / submit_repeated (the DistributedOptimizer's path): the
-    # checked request is reused step after step; every change of an array goes back through
-    # the checks, and a bad one fails on every rank without harming the next step.
-    from hvdcore.ops import RepeatedAllreduce, submit_repeated
+elif case == "batch":
+    # hvdcore.ops.allreduce_batch_async (the DistributedOptimizer's step) and repeated in-place
+    # allreduce_async calls: the remembered checks are reused step after step; every change
+    # of an array goes back through the checks, and a bad one fails on every rank without
+    # harming the next step.
+    from hvdcore.ops import allreduce_batch_async
 
     specs = {"g.a": ((7,), np.float32, dict(op=hvd.Average)),
              "g.b": ((3, 5), np.float64, dict(op=hvd.Sum, prescale_factor=0.5,
                                                 postscale_factor=4.0)),
              "g.c": ((1000,), np.float32, dict(op=hvd.Average))}
-    reps = {nm: RepeatedAllreduce(nm, **kw) for nm, (_, _, kw) in specs.items()}
 
     def want(nm: str, step: int, shape: tuple[int, ...], dtype: type) -> np.ndarray:
         parts = [value(step, r, shape, len(nm)).astype(dtype) for r in range(N)]
         if nm == "g.b":
             return sum(p * 0.5 for p in parts) * 4.0
         return sum(parts) / N
+
+    def batch(names: list[str], arrays: dict[str, np.ndarray]) -> list:
+        """One batch per distinct set of keyword arguments (a batch shares them)."""
+        groups: dict[str, list[str]] = {}
+        for nm in names:
+            groups.setdefault(repr(sorted(specs[nm][2].items())), []).append(nm)
+        return [allreduce_batch_async([arrays[nm] for nm in g], g, **specs[g[0]][2])
+                for g in groups.values()]
 
     for step in range(40):
         shape_a = (8,) if step >= 20 else (7,)  # every rank reshapes g.a at step 20
@@ -179,32 +187,36 @@ elif case == "repeated":
         if (step + R) % 2:
             names.reverse()  # ranks batch in different orders
         if step % 3 == 2:
-            handles = [reps[nm].submit(arrays[nm]) for nm in names]
+            handles = [hvd.allreduce_async(arrays[nm], name=nm, out=arrays[nm], **specs[nm][2])
+                       for nm in names]
         else:
-            handles = submit_repeated([(reps[nm], arrays[nm]) for nm in names])
+            handles = batch(names, arrays)
         for h in handles:
             hvd.synchronize(h)
         for nm, (shape, dtype, _) in specs.items():
             shape = shape_a if nm == "g.a" else shape
             check(arrays[nm], want(nm, step, shape, dtype), f"{nm} step {step}")
-        if step == 30:  # a non-contiguous array, on every rank: an error everywhere
+        if step == 30:  # a non-contiguous array in a batch, on every rank: an error everywhere
+            ok = value(step, R, (4,), 9)
             bad = np.zeros((4, 6), np.float32)[:, ::2]
             try:
-                hvd.synchronize(RepeatedAllreduce("g.bad").submit(bad))
+                hvd.synchronize(allreduce_batch_async([ok, bad], ["g.ok", "g.bad"], op=hvd.Sum))
                 raise AssertionError("a non-contiguous in-place array must be refused")
             except hvd.ArgumentError as exc:
                 say(f"rank {R} refused non-contiguous: {exc}")
+            # the array checked before the bad one was still submitted, and completed
+            check(hvd.allreduce(value(step, R, (2,), 9), name="after.bad", op=hvd.Sum),
+                  sum(value(step, r, (2,), 9) for r in range(N)), "after the bad batch")
+            check(ok, sum(value(step, r, (4,), 9) for r in range(N)), "the batch's good array")
         if step == 35:  # g.c in float64 on rank 0 only: a mismatch on every rank
             arr = value(step, R, (1000,), 3).astype(np.float64 if R == 0 else np.float32)
             try:
-                for h in submit_repeated([(reps["g.c"], arr)]):
-                    hvd.synchronize(h)
+                hvd.synchronize(allreduce_batch_async([arr], ["g.c"], op=hvd.Average))
                 if N > 1:
                     raise AssertionError("a dtype that differs between ranks must fail")
             except hvd.MismatchError as exc:
                 say(f"rank {R} caught dtype mismatch: {exc}")
-    say(f"rank {R} repeated ok: {len(engine.cache)} cached")
-
+    say(f"rank {R} batch ok: {len(engine.cache)} cached")
 elif case == "queued":
     # Several queued allreduces synchronized together (Engine.fast_queued): ranks submit in
     # different orders, dtypes fuse into separate responses, a peer is late now and then (the
