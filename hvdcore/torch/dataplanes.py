@@ -178,6 +178,11 @@ def shutdown() -> None:
         rendezvous.destroy()
 
 
+def cpu_plane() -> TorchBackend | None:
+    """The torch.distributed plane of CPU tensors, or None when they take the host (MPI) path."""
+    return _CPU
+
+
 def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
     """The torch.distributed plane ``tensor`` goes to, or None for the host (MPI) path."""
     if tensor.layout != torch.strided:

@@ -106,6 +106,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
         self._names = self._name_parameters(named_parameters)
+        self._id_names = {id(p): n for p, n in self._names.items()}
         self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
         # Per-step state is keyed by id(p) (the parameters live as long as the optimizer):
         # torch.Tensor.__hash__ is a Python-level call, and the hooks run for every gradient.
@@ -297,15 +298,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         handle, or None when it joined ``batch``. A host gradient reduced in its own memory
         goes to the core as its NumPy view: the core remembers the checks of the name's
         last call, so a step costs no argument checks."""
+        name = self._id_names[id(p)]
         arr = C.inplace_host_array(sent)
         if arr is None:
-            return C.allreduce_async_impl(sent, self.op, self._names[p], pre, post,
-                                          self.process_set, inplace=True)
+            return C.allreduce_async_impl(sent, self.op, name, pre, post, self.process_set,
+                                          inplace=True)
         if batch is None:
-            return _core.allreduce_async(arr, name=self._names[p], op=self.op,
-                                         prescale_factor=pre, postscale_factor=post,
-                                         process_set=self.process_set, out=arr)
-        batch.append((arr, self._names[p]))
+            return _core.allreduce_async(arr, name=name, op=self.op, prescale_factor=pre,
+                                         postscale_factor=post, process_set=self.process_set,
+                                         out=arr)
+        batch.append((arr, name))
         return None
 
     def _submit_deferred(self) -> list[Any]:
@@ -315,11 +317,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         pre, post = self._scales()
         compress, handles = self._compression.compress, self._handles
         local = self.process_set.size() == 1
+        plain = self._compression is Compression.none
+        names = self._id_names
         for p in self._deferred:
             grad = p.grad
             if local or grad is None or grad.is_sparse:  # the general path decides
                 self._submit(id(p), [p], batch)
                 continue
+            if plain:
+                # Uncompressed and reduced in its own memory (the common case): nothing to do
+                # for this gradient after the batch, so it needs no entry in _handles.
+                arr = C.inplace_host_array(grad)
+                if arr is not None:
+                    batch.append((arr, names[id(p)]))
+                    continue
             sent, ctx = compress(grad)
             handles[id(p)] = (self._start_one(p, sent, pre, post, batch), [(p, sent, ctx)])
         self._deferred.clear()
@@ -437,7 +448,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.wrapped_optimizer.add_param_group(param_group)
         gi = len(self.param_groups) - 1
         for j, p in enumerate(self.param_groups[-1]["params"]):
-            self._names.setdefault(p, f"allreduce.noname.{gi}.{j}")
+            self._id_names.setdefault(id(p), self._names.setdefault(p, f"allreduce.noname.{gi}.{j}"))
             if p.requires_grad and id(p) not in self._delay:
                 self._params.append(p)
                 self._delay[id(p)] = self.backward_passes_per_step

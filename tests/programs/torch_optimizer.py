@@ -169,6 +169,69 @@ def sparse_run(sparse_as_dense: bool) -> None:
 sparse_run(False)
 sparse_run(True)
 
+# ------------------------- gradients of several layouts and dtypes, and a late param group
+class Mixed(torch.nn.Module):
+    """A channels_last conv (its gradient is not C-contiguous: staged), a float64 linear layer
+    and a float32 vector (reduced in their own memory), in one step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 3, 3)
+        self.fc = torch.nn.Linear(12, 3).double()
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 3))
+        self.conv.to(memory_format=torch.channels_last)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.conv(x)).reshape(x.shape[0], -1)
+        return self.fc(h.double()) * self.scale.double()
+
+
+def mixed_run(create_graph: bool) -> None:
+    """Against one process on the whole batch; ``create_graph``: the gradients require grad.
+    After step 2 both optimizers get a new parameter group (its allreduce is named then)."""
+    label = f"mixed layouts create_graph={create_graph}"
+    torch.manual_seed(3)
+    ref, dist = Mixed(), Mixed()
+    dist.load_state_dict(ref.state_dict())
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.1),
+                                   named_parameters=dist.named_parameters())
+    shift_ref = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    shift = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    for step in range(5):
+        if step == 2:
+            ref_opt.add_param_group({"params": [shift_ref]})
+            opt.add_param_group({"params": [shift]})
+        g = torch.Generator().manual_seed(300 + step)
+        x = torch.randn(B * N, 2, 4, 4, generator=g).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 3, (B * N,), generator=g)
+        ref_opt.zero_grad()
+        out = ref(x) + (shift_ref if step >= 2 else 0)
+        torch.stack([F.cross_entropy(out[r * B:(r + 1) * B], y[r * B:(r + 1) * B])
+                     for r in range(N)]).mean().backward()
+        ref_opt.step()
+        opt.zero_grad()
+        sl = slice(ME * B, (ME + 1) * B)
+        loss = F.cross_entropy(dist(x[sl]) + (shift if step >= 2 else 0), y[sl])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # create_graph's reference-cycle warning
+            loss.backward(create_graph=create_graph)
+        grad = dist.conv.weight.grad
+        assert grad is not None and not grad.is_contiguous(), f"{label}: conv grad contiguous"
+        assert dist.fc.weight.grad.requires_grad == create_graph, label
+        opt.step()
+        for name, a, b in (("conv", dist.conv.weight, ref.conv.weight),
+                           ("fc", dist.fc.weight, ref.fc.weight),
+                           ("scale", dist.scale, ref.scale), ("shift", shift, shift_ref)):
+            same_on_all_ranks(a.detach().double(), f"{label}: {name} after step {step}")
+            close(a.detach().double(), b.detach().double(), 1e-5,
+                  f"{label}: {name} vs reference, step {step}")
+        dist.zero_grad(set_to_none=True)  # create_graph's gradients hold the graph
+
+
+mixed_run(False)
+mixed_run(True)
+
 # ----------------------------------------------- broadcast_parameters / optimizer state
 torch.manual_seed(100 + ME)                      # every rank starts from different weights
 model = Net()
