@@ -122,23 +122,16 @@ def _host_view(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
 
 
-def _in_place_on_host(tensor: torch.Tensor) -> bool:
-    """True when the engine can read and write ``tensor``'s own memory (a contiguous
-    :func:`_plain_host` tensor on the MPI plane): nothing to stage or map back."""
-    return (_plain_host(tensor) and tensor.is_contiguous()
-            and dataplanes.plane_for(tensor) is None)
-
-
 def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
                            prescale_factor: float, postscale_factor: float,
                            process_set: Any) -> torch.Tensor:
     """Blocking in-place allreduce: a host tensor on MPI takes the core's blocking call (and
     its cached fast path); the others wait on :func:`allreduce_async_impl`."""
     check_tensor(tensor, "allreduce")
-    if not _in_place_on_host(tensor):
+    arr = inplace_host_array(tensor)
+    if arr is None:
         return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                     process_set, True).wait()
-    arr = _host_view(tensor)
     _core.allreduce(arr, name=name, op=op, prescale_factor=prescale_factor,
                     postscale_factor=postscale_factor, process_set=process_set, out=arr)
     return tensor
@@ -149,10 +142,10 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
                          inplace: bool) -> Handle:
     """Start an allreduce of ``tensor``; in-place when ``inplace``."""
     check_tensor(tensor, "allreduce")
-    if inplace and _in_place_on_host(tensor):
-        # The DistributedOptimizer's case (a contiguous CPU gradient reduced in place): the
-        # engine reads and writes the tensor's own memory, with nothing to map back.
-        arr = _host_view(tensor)
+    arr = inplace_host_array(tensor) if inplace else None
+    if arr is not None:
+        # A contiguous CPU tensor reduced in place: the engine reads and writes the tensor's
+        # own memory, with nothing to map back.
         h = _core.allreduce_async(arr, name=name, op=op, prescale_factor=prescale_factor,
                                   postscale_factor=postscale_factor, process_set=process_set,
                                   out=arr)
@@ -167,8 +160,7 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
 def inplace_host_array(tensor: torch.Tensor) -> np.ndarray | None:
     """The NumPy view the engine reduces in place for ``tensor`` (a contiguous CPU tensor of a
     core dtype on the MPI plane: the DistributedOptimizer's gradients), or None when the tensor
-    needs staging (use :func:`allreduce_async_impl`). The same test as
-    :func:`_in_place_on_host`, in fewer torch calls: it runs for every gradient of every step."""
+    needs staging. Few torch calls: it runs for every gradient of every step."""
     if not tensor.is_cpu or tensor.dtype not in CORE_DTYPES or dataplanes.cpu_plane() is not None:
         return None
     try:  # numpy() refuses what has no plain view: a conjugate or negative bit, a sparse layout

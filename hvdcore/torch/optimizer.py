@@ -312,7 +312,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _submit_deferred(self) -> list[Any]:
         """Submit the gradients the hooks noted (caller progress); returns the handles of the
-        batched ones (their entries in ``_handles`` have None)."""
+        batched ones (in ``_handles`` a batched gradient has None, or no entry when nothing is
+        left to do for it after the wait)."""
         batch: list[tuple[Any, str]] = []
         pre, post = self._scales()
         compress, handles = self._compression.compress, self._handles
@@ -448,7 +449,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.wrapped_optimizer.add_param_group(param_group)
         gi = len(self.param_groups) - 1
         for j, p in enumerate(self.param_groups[-1]["params"]):
-            self._id_names.setdefault(id(p), self._names.setdefault(p, f"allreduce.noname.{gi}.{j}"))
+            name = self._names.setdefault(p, f"allreduce.noname.{gi}.{j}")
+            self._id_names.setdefault(id(p), name)
             if p.requires_grad and id(p) not in self._delay:
                 self._params.append(p)
                 self._delay[id(p)] = self.backward_passes_per_step
