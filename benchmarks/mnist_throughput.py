@@ -8,6 +8,10 @@ In one run, interleaved over ``--rounds`` rounds (medians reported, machines are
 * ``hvdcore xN`` : hvdcore.torch, N ranks (default 2);
 * ``DDP xN``     : torch.nn.parallel.DistributedDataParallel with the gloo backend, N ranks
   (launched by mpirun too, rendezvous over TCP on localhost);
+* ``mpi4py xN``  : plain torch with a hand-written synchronous step over raw mpi4py: the
+  gradients copied into one flat buffer, one in-place ``MPI_Allreduce``, averaged and copied
+  back. What a careful user would write by hand; any synchronous data-parallel step pays
+  its lockstep (each step waits for the slowest rank), which ``solo`` does not;
 * ``solo xN``    : N plain-torch processes launched together that never communicate: what the
   machine itself allows N ranks (shared caches, memory bandwidth, a VM's steal time). Its
   efficiency is the ceiling of any data-parallel run here; ``hvdcore vs solo`` is hvdcore's
@@ -49,8 +53,14 @@ def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
     torch.set_num_threads(1)
     rank, size = 0, 1
     hvd = dist = None
+    comm = None
     if kind == "solo":  # one of N independent processes: reports its own rate
         rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    if kind == "mpi":
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        rank, size = comm.Get_rank(), comm.Get_size()
     if kind == "hvdcore":
         import hvdcore.torch as hvd
 
@@ -73,6 +83,22 @@ def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     if dist is not None:
         model = torch.nn.parallel.DistributedDataParallel(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if comm is not None:
+        for p in params:
+            comm.Bcast(p.data.numpy(), root=0)
+
+    def reduce_grads() -> None:
+        """The raw mpi4py step: one fused in-place allreduce of every gradient, averaged."""
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)
+        flat.div_(size)
+        off = 0
+        for p in params:
+            n = p.grad.numel()
+            p.grad.copy_(flat[off:off + n].view_as(p.grad))
+            off += n
+
     model.train()
     mine = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(rank))
     batches = [(normalise(x[mine[i * batch:(i + 1) * batch]]), y[mine[i * batch:(i + 1) * batch]])
@@ -85,6 +111,8 @@ def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
             t = torch.tensor([value])
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             return float(t)
+        if comm is not None:
+            return float(comm.allreduce(value, op=MPI.MAX))
         return value
 
     def run(n: int) -> float:
@@ -94,6 +122,8 @@ def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
             xb, yb = batches[i % len(batches)]
             opt.zero_grad()
             F.nll_loss(model(xb), yb).backward()
+            if comm is not None:
+                reduce_grads()
             opt.step()
         return sync_time(time.perf_counter() - t0)
 
@@ -107,6 +137,8 @@ def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
         hvd.shutdown()
     if dist is not None:
         dist.destroy_process_group()
+    if comm is not None:
+        comm.Barrier()
 
 
 # ------------------------------------------------------------------------------- driver
@@ -154,14 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (median)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
     p.add_argument("--json", default=None, help="also write the results here")
-    p.add_argument("--worker", choices=("torch", "hvdcore", "ddp", "solo"),
+    p.add_argument("--worker", choices=("torch", "hvdcore", "ddp", "solo", "mpi"),
                    help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         _worker(args.worker, args.steps, args.warmup, args.batch_size, seed=1)
         return 0
     n = args.ranks
-    configs = [("torch", 1), ("hvdcore", 1), ("solo", n), ("hvdcore", n), ("ddp", n)]
+    configs = [("torch", 1), ("hvdcore", 1), ("solo", n), ("mpi", n), ("hvdcore", n),
+               ("ddp", n)]
     samples: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
     for r in range(args.rounds):
         for kind, ranks in configs:
@@ -171,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     med = {c: statistics.median(v) for c, v in samples.items()}
     base = med[("torch", 1)]
     names = {"torch": "plain torch", "hvdcore": "hvdcore", "ddp": "torch DDP (gloo)",
-             "solo": "independent torch (no communication)"}
+             "solo": "independent torch (no communication)",
+             "mpi": "hand-written mpi4py step (one fused allreduce)"}
     rows = [f"| config | ranks | images/s (median of {args.rounds}) | images/s per rank | "
             f"scaling efficiency vs torch x1 |", "|---|---|---|---|---|"]
     for kind, ranks in configs:
@@ -183,11 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     hv_self = med[("hvdcore", n)] / (n * med[("hvdcore", 1)])
     ceiling = med[("solo", n)] / (n * base)
     hv_solo = med[("hvdcore", n)] / med[("solo", n)]
+    raw_eff = med[("mpi", n)] / (n * base)
+    hv_raw = med[("hvdcore", n)] / med[("mpi", n)]
     print("\n".join(rows))
     print(f"\nscaling efficiency at {n} ranks (img/s / ({n} x torch x1)): hvdcore {hv_eff:.2f}, "
           f"DDP {ddp_eff:.2f}; the machine's ceiling ({n} independent processes) {ceiling:.2f}; "
           f"hvdcore vs that ceiling: {hv_solo:.2f}; hvdcore vs its own 1-rank run: "
           f"{hv_self:.2f}; hvdcore / DDP throughput: {med[('hvdcore', n)] / med[('ddp', n)]:.2f}")
+    print(f"the hand-written mpi4py step: efficiency {raw_eff:.2f} (what lockstep costs here: "
+          f"{raw_eff / ceiling:.2f} of the ceiling); hvdcore / mpi4py throughput: {hv_raw:.2f}")
     print(f"(batch {args.batch_size}/rank, 1 thread/rank, {args.steps} timed steps, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           "OMPI_MCA_mpi_yield_when_idle=1)")
@@ -197,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             "median": {f"{k}x{r}": v for (k, r), v in med.items()},
             "efficiency_hvdcore": hv_eff, "efficiency_ddp": ddp_eff,
             "efficiency_hvdcore_self": hv_self, "efficiency_ceiling": ceiling,
-            "hvdcore_vs_ceiling": hv_solo, "ranks": n, "batch_size": args.batch_size,
+            "hvdcore_vs_ceiling": hv_solo, "efficiency_mpi4py": raw_eff,
+            "hvdcore_vs_mpi4py": hv_raw, "ranks": n, "batch_size": args.batch_size,
             "steps": args.steps, "rounds": args.rounds}, indent=2))
     return 0
 

@@ -1,6 +1,7 @@
 """benchmarks/mnist_throughput.py in its quick form: every configuration runs for real (plain
-torch, hvdcore at 1 and 2 ranks under mpirun, 2 independent processes, DDP) and the JSON has
-each one's rate and the efficiencies (no figure is judged: that is the benchmark's business)."""
+torch, hvdcore at 1 and 2 ranks under mpirun, 2 independent processes, a hand-written mpi4py
+step, DDP) and the JSON has each one's rate and the efficiencies (no figure is judged: that is
+the benchmark's business)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ def test_quick_run_reports_every_configuration(tmp_path: Path) -> None:
         env=mpi_env(), capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     doc = json.loads(out.read_text())
-    assert set(doc["median"]) == {"torchx1", "hvdcorex1", "solox2", "hvdcorex2", "ddpx2"}
+    assert set(doc["median"]) == {"torchx1", "hvdcorex1", "solox2", "mpix2", "hvdcorex2",
+                                  "ddpx2"}
     assert all(v > 0 for v in doc["median"].values())
     for key in ("efficiency_hvdcore", "efficiency_ddp", "efficiency_ceiling",
-                "hvdcore_vs_ceiling"):
+                "hvdcore_vs_ceiling", "efficiency_mpi4py", "hvdcore_vs_mpi4py"):
         assert doc[key] > 0, key
     assert "independent torch (no communication)" in proc.stdout
+    assert "hand-written mpi4py step" in proc.stdout
