@@ -33,8 +33,8 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert doc["ranks"] == 2 and len(doc["load_avg_start"]) == 3
     assert doc["cpu_operations"].startswith("mpi")
     assert {r["peer"] for r in doc["allreduce"]} == {
-        "mpi4py", "hvdcore allreduce(x)", "hvdcore out=", "hier allreduce(x)", "hier out=",
-        "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync"}
+        "mpi4py", "mpi4py again", "hvdcore allreduce(x)", "hvdcore out=", "hier allreduce(x)",
+        "hier out=", "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync"}
     assert {r["size"] for r in doc["allreduce"]} == {"4 KiB", "64 KiB"}
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
     assert set(doc["batch_ms"]) == {  # table 3's row names (which variants ran), not timings
@@ -43,6 +43,8 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert all(math.isfinite(r["median_us"]) for r in doc["allreduce"] + doc["gloo"])  # measured
     assert set(doc["targets"]["host"]) == {"NumPy 4 KiB time <= 3x raw",
                                            "torch 4 KiB time <= 4x raw"}
+    # each target quotes how far the raw call lands from itself (the control row)
+    assert all(t["raw_against_itself"] >= 1.0 for t in doc["targets"]["host"].values())
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         assert {"busbw", "overhead", "batch_ms"} <= set(doc["gpu"]), doc["gpu"]
     else:  # no GPU, or one GPU for 2 ranks: the GPU tables say why they were skipped
@@ -57,8 +59,8 @@ def test_cpu_operations_gloo_puts_torch_rows_in_the_gloo_table(tmp_path: Path) -
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     doc = json.loads(out.read_text())
     assert doc["cpu_operations"].startswith("gloo")
-    assert {r["peer"] for r in doc["allreduce"]} == {"mpi4py", "hvdcore allreduce(x)",
-                                                     "hvdcore out="}
+    assert {r["peer"] for r in doc["allreduce"]} == {"mpi4py", "mpi4py again",
+                                                     "hvdcore allreduce(x)", "hvdcore out="}
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone", "allreduce(t)",
                                                  "allreduce_(t)", "async+sync"}
     assert "hvdcore-gloo grouped (1 call)" in doc["batch_ms"]
