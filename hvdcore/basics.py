@@ -48,6 +48,8 @@ class ProcessState:
     # allreduce name -> the arguments of its last checked call and their meta (see
     # hvdcore.ops._allreduce_meta: a loop's repeated calls skip the checks)
     checked: dict[str, tuple] = field(default_factory=dict)
+    # id(names tuple) -> that batch's arguments and metas (see hvdcore.ops.allreduce_batch_async)
+    batches: dict[int, tuple] = field(default_factory=dict)
 
     def request_name(self, kind: str, set_id: int, name: str | None) -> str:
         """``name`` (checked to be a str), or the next automatic name of ``kind`` in the set:

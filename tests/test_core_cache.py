@@ -178,6 +178,8 @@ def test_batched_and_repeated_in_place_allreduces_stay_correct(np_: int,
     out = res.stdout
     assert out.count("batch ok") == np_, out + res.stderr
     assert out.count("refused non-contiguous") == np_ and "C-contiguous" in out, out
+    assert out.count("refused read-only") == np_, out
+    assert out.count("refused removed set") == (1 if np_ > 1 else 0), out
     # a dtype that differs between ranks: every rank gets the mismatch (1 rank: nothing differs)
     assert out.count("caught dtype mismatch") == (np_ if np_ > 1 else 0), out
     if np_ > 1:

@@ -119,6 +119,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         st = basics.current()
         self._defer = st is not None and st.engine.caller_progress
         self._deferred: list[torch.Tensor] = []
+        self._batch_names: tuple[str, ...] = ()  # the names of the last batch submitted
         self._ready: dict[int, set[torch.Tensor]] = {}
         self._synchronized = False
         self._should_synchronize = True
@@ -337,7 +338,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._deferred.clear()
         if not batch:
             return []
-        return [allreduce_batch_async([a for a, _ in batch], [n for _, n in batch], self.op,
+        batch_names = tuple([n for _, n in batch])
+        if batch_names == self._batch_names:
+            # the same tuple object as last step: the core reuses that batch's checks
+            batch_names = self._batch_names
+        self._batch_names = batch_names
+        return [allreduce_batch_async([a for a, _ in batch], batch_names, self.op,
                                       pre, post, self.process_set)]
 
     def synchronize(self) -> None:

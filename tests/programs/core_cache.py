@@ -32,7 +32,9 @@ def value(step: int, rank: int, shape: tuple[int, ...], salt: int) -> np.ndarray
 
 
 def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+    # float64 against a float64 reference: exact enough to catch a reduction done in float32
+    tol = 1e-12 if got.dtype == want.dtype == np.float64 else 1e-5
+    if not np.allclose(got, want, rtol=tol, atol=tol / 10):
         raise AssertionError(f"rank {R}: {what}: got {got.ravel()[:4]}, want {want.ravel()[:4]}")
 
 
@@ -155,59 +157,86 @@ elif case == "batch":
     # hvdcore.ops.allreduce_batch_async (the DistributedOptimizer's step) and repeated in-place
     # allreduce_async calls: the remembered checks are reused step after step; every change
     # of an array goes back through the checks, and a bad one fails on every rank without
-    # harming the next step.
+    # harming the next step. Batches pass the same names tuple object step after step (the
+    # core remembers a tuple's whole batch), while the op, a scale factor, a shape and a dtype
+    # change under it.
     from hvdcore.ops import allreduce_batch_async
 
     specs = {"g.a": ((7,), np.float32, dict(op=hvd.Average)),
              "g.b": ((3, 5), np.float64, dict(op=hvd.Sum, prescale_factor=0.5,
                                                 postscale_factor=4.0)),
              "g.c": ((1000,), np.float32, dict(op=hvd.Average))}
+    tuples: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def kwargs(nm: str, step: int) -> dict:
+        kw = dict(specs[nm][2])
+        if nm == "g.b" and step % 5 == 4:
+            kw["postscale_factor"] = 2.0  # same names tuple, another scale factor
+        if nm != "g.b" and step % 7 == 6:
+            kw["op"] = hvd.Sum  # same names tuple, another op
+        return kw
 
     def want(nm: str, step: int, shape: tuple[int, ...], dtype: type) -> np.ndarray:
         parts = [value(step, r, shape, len(nm)).astype(dtype) for r in range(N)]
+        kw = kwargs(nm, step)
         if nm == "g.b":
-            return sum(p * 0.5 for p in parts) * 4.0
-        return sum(parts) / N
+            return sum(p * 0.5 for p in parts) * kw["postscale_factor"]
+        return sum(parts) / (1 if kw["op"] is hvd.Sum else N)
 
-    def batch(names: list[str], arrays: dict[str, np.ndarray]) -> list:
+    def batch(names: list[str], arrays: dict[str, np.ndarray], step: int) -> list:
         """One batch per distinct set of keyword arguments (a batch shares them)."""
         groups: dict[str, list[str]] = {}
         for nm in names:
             groups.setdefault(repr(sorted(specs[nm][2].items())), []).append(nm)
-        return [allreduce_batch_async([arrays[nm] for nm in g], g, **specs[g[0]][2])
+        return [allreduce_batch_async([arrays[nm] for nm in g],
+                                      tuples.setdefault(tuple(g), tuple(g)),
+                                      **kwargs(g[0], step))
                 for g in groups.values()]
 
+    def shape_dtype(nm: str, step: int) -> tuple[tuple[int, ...], type]:
+        shape, dtype, _ = specs[nm]
+        if nm == "g.a" and step >= 20:
+            shape = (8,)  # every rank reshapes g.a at step 20
+        if nm == "g.c" and step >= 25:
+            dtype = np.float64  # every rank changes g.c's dtype at step 25
+        return shape, dtype
+
+    okbad = ("g.ok", "g.bad")  # one tuple object: a remembered batch, then a bad array in it
     for step in range(40):
-        shape_a = (8,) if step >= 20 else (7,)  # every rank reshapes g.a at step 20
         arrays = {}
-        for nm, (shape, dtype, _) in specs.items():
-            shape = shape_a if nm == "g.a" else shape
+        for nm in specs:
+            shape, dtype = shape_dtype(nm, step)
             arrays[nm] = value(step, R, shape, len(nm)).astype(dtype)
         names = list(specs)
         if (step + R) % 2:
             names.reverse()  # ranks batch in different orders
         if step % 3 == 2:
-            handles = [hvd.allreduce_async(arrays[nm], name=nm, out=arrays[nm], **specs[nm][2])
-                       for nm in names]
+            handles = [hvd.allreduce_async(arrays[nm], name=nm, out=arrays[nm],
+                                           **kwargs(nm, step)) for nm in names]
         else:
-            handles = batch(names, arrays)
+            handles = batch(names, arrays, step)
         for h in handles:
             hvd.synchronize(h)
-        for nm, (shape, dtype, _) in specs.items():
-            shape = shape_a if nm == "g.a" else shape
-            check(arrays[nm], want(nm, step, shape, dtype), f"{nm} step {step}")
-        if step == 30:  # a non-contiguous array in a batch, on every rank: an error everywhere
-            ok = value(step, R, (4,), 9)
-            bad = np.zeros((4, 6), np.float32)[:, ::2]
+        for nm in specs:
+            check(arrays[nm], want(nm, step, *shape_dtype(nm, step)), f"{nm} step {step}")
+        ok = value(step, R, (4,), 9)
+        if step < 30 or step in (31, 32, 34):
+            second = value(step, R, (6,), 8)
+            hvd.synchronize(allreduce_batch_async([ok, second], okbad, op=hvd.Sum))
+            check(second, sum(value(step, r, (6,), 8) for r in range(N)), "g.bad, a good one")
+        elif step in (30, 33):  # non-contiguous, then read-only, in the remembered batch
+            second = np.zeros((6, 2), np.float32)[:, 0] if step == 30 else np.zeros(6, np.float32)
+            second.flags.writeable = step == 30
             try:
-                hvd.synchronize(allreduce_batch_async([ok, bad], ["g.ok", "g.bad"], op=hvd.Sum))
-                raise AssertionError("a non-contiguous in-place array must be refused")
+                hvd.synchronize(allreduce_batch_async([ok, second], okbad, op=hvd.Sum))
+                raise AssertionError("a non-contiguous or read-only in-place array must be refused")
             except hvd.ArgumentError as exc:
-                say(f"rank {R} refused non-contiguous: {exc}")
+                say(f"rank {R} refused {'non-contiguous' if step == 30 else 'read-only'}: {exc}")
             # the array checked before the bad one was still submitted, and completed
             check(hvd.allreduce(value(step, R, (2,), 9), name="after.bad", op=hvd.Sum),
                   sum(value(step, r, (2,), 9) for r in range(N)), "after the bad batch")
-            check(ok, sum(value(step, r, (4,), 9) for r in range(N)), "the batch's good array")
+        if step <= 34:
+            check(ok, sum(value(step, r, (4,), 9) for r in range(N)), "g.ok, the batch's first")
         if step == 35:  # g.c in float64 on rank 0 only: a mismatch on every rank
             arr = value(step, R, (1000,), 3).astype(np.float64 if R == 0 else np.float32)
             try:
@@ -216,7 +245,24 @@ elif case == "batch":
                     raise AssertionError("a dtype that differs between ranks must fail")
             except hvd.MismatchError as exc:
                 say(f"rank {R} caught dtype mismatch: {exc}")
-    say(f"rank {R} batch ok: {len(engine.cache)} cached")
+    if N > 1:  # a remembered batch on a process set that is then removed
+        ps = hvd.add_process_set([0])
+        for step in range(2):
+            if R == 0:
+                x = value(step, R, (5,), 4)
+                hvd.synchronize(allreduce_batch_async([x], ("p.x",), op=hvd.Sum, process_set=ps))
+                check(x, value(step, R, (5,), 4), "a batch on a process set of rank 0")
+            if step == 1:
+                hvd.remove_process_set(ps)
+                if R == 0:  # (a local check: no peer takes part in a call on a removed set)
+                    try:
+                        hvd.synchronize(allreduce_batch_async([x], ("p.x",), op=hvd.Sum,
+                                                              process_set=ps))
+                        raise AssertionError("a removed process set must be refused")
+                    except hvd.ArgumentError as exc:
+                        say(f"rank {R} refused removed set: {exc}")
+    say(f"rank {R} batch ok: {len(engine.cache)} cached, "
+        f"{len(basics.state().batches)} batches remembered")
 elif case == "queued":
     # Several queued allreduces synchronized together (Engine.fast_queued): ranks submit in
     # different orders, dtypes fuse into separate responses, a peer is late now and then (the
