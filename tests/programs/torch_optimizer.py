@@ -77,9 +77,11 @@ def state_tensors(opt: torch.optim.Optimizer) -> torch.Tensor:
 
 def train(kind: str, bpps: int = 1, compression=hvd.Compression.none, op=hvd.Average,
           groups=None, predivide: float = 1.0, extra_on: tuple[int, ...] = (),
-          clip: float | None = None, sparse: bool | None = None) -> None:
+          clip: float | None = None, sparse: bool | None = None, rotate: bool = False) -> None:
+    """``rotate``: step s uses ``extra`` on rank s % N only (the order in which gradients
+    become ready changes from step to step, not their number)."""
     label = (f"{kind} bpps={bpps} {compression.__name__} op={op.name} groups={groups} "
-             f"predivide={predivide} extra_on={extra_on} clip={clip}")
+             f"predivide={predivide} extra_on={extra_on} clip={clip} rotate={rotate}")
     torch.manual_seed(1)
     ref = Net().double()
     dist = Net().double()
@@ -97,6 +99,8 @@ def train(kind: str, bpps: int = 1, compression=hvd.Compression.none, op=hvd.Ave
     loss_scale = float(N) if op == hvd.Sum else 1.0  # Sum of per-rank means = N x global mean
     tol = 2e-2 if compression is hvd.Compression.fp16 else 1e-9
     for step in range(K):
+        if rotate:
+            extra_on = (step % N,)
         x, y = batch(step, B * N * bpps)
         x = x.double()
         # reference: one process, whole global batch; rank r's rows use `extra` if r in extra_on
@@ -140,6 +144,7 @@ train("adam", groups=2)
 train("sgd", groups="explicit", bpps=2)
 train("sgd", extra_on=(0,))            # parameter used on rank 0 only: zero grads elsewhere
 train("sgd", extra_on=())              # parameter unused everywhere
+train("sgd", rotate=True)              # used on one rank, another each step
 train("adam", clip=0.05)               # synchronize() + clip + skip_synchronize()
 
 
