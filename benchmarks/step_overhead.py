@@ -24,6 +24,8 @@ microseconds and per cent of the hand-written step.
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import json
 import os
 import statistics
@@ -35,13 +37,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@functools.cache
+def _example() -> Any:
+    """examples/pytorch_mnist.py as a module (its model and input normalisation)."""
+    spec = importlib.util.spec_from_file_location("pytorch_mnist",
+                                                  ROOT / "examples" / "pytorch_mnist.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def build(kind: str, layers: int, width: int) -> Any:
     """The model: the MNIST example's CNN, or an MLP of ``layers`` Linear(width, width)."""
     import torch
 
     if kind == "mnist":
-        from pytorch_mnist import Net
-        return Net()
+        return _example().Net()
     return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
 
 
@@ -50,9 +62,9 @@ def inputs(kind: str, rank: int, batch: int, width: int, count: int) -> list[tup
     import torch
 
     if kind == "mnist":
-        from pytorch_mnist import normalise
-
         from hvdcore.datasets import mnist
+
+        normalise = _example().normalise
         x, y, _, _ = mnist.load()
         x, y = torch.from_numpy(x), torch.from_numpy(y)
         mine = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(rank))
@@ -84,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     import hvdcore.torch as hvd
 
     torch.set_num_threads(1)
-    sys.path.insert(0, str(ROOT / "examples"))  # the MNIST example's model and normalisation
     hvd.init()
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
