@@ -218,9 +218,10 @@ def allreduce_batch_async(
             requests.submit(engine, items, list, f"{len(items)} allreduces")
         raise
     if (done < len(items) and type(names) is tuple and type(prescale_factor) is float
-            and type(postscale_factor) is float
+            and type(postscale_factor) is float and all(type(n) is str for n in names)
             and all(type(a) is np.ndarray and c is a and not m.device
                     for a, (m, c, _) in zip(arrays, items, strict=True))):
+        # (a None name is an automatic one, fresh on every call: never remembered)
         batches = st.batches
         if len(batches) >= _CHECKED_BATCHES:
             batches.clear()

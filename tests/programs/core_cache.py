@@ -245,6 +245,16 @@ elif case == "batch":
                     raise AssertionError("a dtype that differs between ranks must fail")
             except hvd.MismatchError as exc:
                 say(f"rank {R} caught dtype mismatch: {exc}")
+    unnamed = (None, None)  # automatic names are fresh on every call: never remembered
+    for step in range(4):  # rank 0 passes one tuple object every time, the others a new one
+        a, b = value(step, R, (3,), 5), value(step, R, (2,), 6)
+        hvd.synchronize(allreduce_batch_async([a, b], unnamed if R == 0 else tuple([None, None]),
+                                              op=hvd.Sum))
+        check(a, sum(value(step, r, (3,), 5) for r in range(N)), "unnamed batch, first")
+        check(b, sum(value(step, r, (2,), 6) for r in range(N)), "unnamed batch, second")
+        # an unnamed call after it pairs up only if every rank took the same automatic names
+        check(hvd.allreduce(value(step, R, (4,), 7), op=hvd.Sum),
+              sum(value(step, r, (4,), 7) for r in range(N)), "unnamed call after the batch")
     if N > 1:  # a remembered batch on a process set that is then removed
         ps = hvd.add_process_set([0])
         for step in range(2):
