@@ -174,7 +174,8 @@ def allreduce_batch_async(
     (negotiated, cached and fused alike), entering the engine in one step: what a framework
     binding submits for a training step's gradients. If an array fails its checks, the
     arrays before it are still submitted (the other ranks wait for them) and the error is
-    raised; ``synchronize(handle)`` returns the list of arrays.
+    raised, carrying their handle as ``exc.submitted``; ``synchronize(handle)`` returns the
+    list of arrays.
 
     Passing the same ``names`` *tuple* object as an earlier batch, with the same op, scale
     factors and process set, reuses that batch's checked requests for every array of the
@@ -213,9 +214,10 @@ def allreduce_batch_async(
                                                          prescale_factor, postscale_factor,
                                                          process_set, arr)
             items.append((meta, checked, out))
-    except BaseException:
-        if items:
-            requests.submit(engine, items, list, f"{len(items)} allreduces")
+    except BaseException as exc:
+        if items:  # the peers wait for these: submit them, and let the caller wait for them
+            exc.submitted = requests.submit(  # type: ignore[attr-defined]
+                engine, items, list, f"{len(items)} allreduces")
         raise
     if (done < len(items) and type(names) is tuple and type(prescale_factor) is float
             and type(postscale_factor) is float and all(type(n) is str for n in names)

@@ -232,6 +232,7 @@ elif case == "batch":
                 raise AssertionError("a non-contiguous or read-only in-place array must be refused")
             except hvd.ArgumentError as exc:
                 say(f"rank {R} refused {'non-contiguous' if step == 30 else 'read-only'}: {exc}")
+                hvd.synchronize(exc.submitted)  # the array before the bad one (in flight)
             # the array checked before the bad one was still submitted, and completed
             check(hvd.allreduce(value(step, R, (2,), 9), name="after.bad", op=hvd.Sum),
                   sum(value(step, r, (2,), 9) for r in range(N)), "after the bad batch")
