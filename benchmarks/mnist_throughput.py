@@ -85,19 +85,11 @@ def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
         model = torch.nn.parallel.DistributedDataParallel(model)
     params = [p for p in model.parameters() if p.requires_grad]
     if comm is not None:
+        from handwritten_step import averaging_step  # (benchmarks/, the script's directory)
+
         for p in params:
             comm.Bcast(p.data.numpy(), root=0)
-
-    def reduce_grads() -> None:
-        """The raw mpi4py step: one fused in-place allreduce of every gradient, averaged."""
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)
-        flat.div_(size)
-        off = 0
-        for p in params:
-            n = p.grad.numel()
-            p.grad.copy_(flat[off:off + n].view_as(p.grad))
-            off += n
+        reduce_grads = averaging_step(params, comm)
 
     model.train()
     mine = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(rank))

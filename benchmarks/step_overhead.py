@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import torch.nn.functional as F
+    from handwritten_step import averaging_step  # (benchmarks/, the script's directory)
     from mpi4py import MPI
 
     import hvdcore.torch as hvd
@@ -109,16 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         named_parameters=m_hvd.named_parameters())
     opt_raw = torch.optim.SGD(m_raw.parameters(), lr=0.01, momentum=0.9)
     params = [q for q in m_raw.parameters() if q.requires_grad]
-
-    def raw_sync() -> None:
-        flat = torch.cat([q.grad.reshape(-1) for q in params])
-        comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)
-        flat.div_(size)
-        off = 0
-        for q in params:
-            n = q.grad.numel()
-            q.grad.copy_(flat[off:off + n].view_as(q.grad))
-            off += n
+    raw_sync = averaging_step(params, comm)
 
     def loss_of(model: Any, xb: Any, yb: Any) -> Any:
         out = model(xb)
@@ -192,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                   for ph in phases) + f"); largest parameter difference between the two copies {diff:.1e}")
         if args.json:
             Path(args.json).write_text(json.dumps({
-                "model": args.model, "gradients": ngrads, "ranks": size,
+                "model": args.model, "gradients": ngrads, "ranks": size, "loops": list(recs),
                 "per_step_us": {k: statistics.median(v["chunk"]) * us for k, v in recs.items()},
                 "phases_mean_us": {k: {ph: statistics.mean(v[ph]) * us for ph in phases}
                                    for k, v in recs.items()},

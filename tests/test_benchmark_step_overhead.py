@@ -26,7 +26,7 @@ def test_quick_run(tmp_path: Path, np_: int, model: str) -> None:
     assert "hvdcore adds" in proc.stdout and "gradient sync" in proc.stdout, text[-4000:]
     doc = json.loads(out.read_text())
     assert doc["ranks"] == np_ and doc["gradients"] == (8 if model == "mnist" else 24)
-    assert set(doc["per_step_us"]) == {"hvdcore", "mpi4py"}
+    assert doc["loops"] == ["hvdcore", "mpi4py"]  # which loops ran (no figure is judged)
     assert all(set(v) == {"forward+backward", "gradient sync", "optimizer step"}
                for v in doc["phases_mean_us"].values())
     # the same steps on the same data: averaging by 1/n and by division may differ in the
