@@ -1,5 +1,6 @@
-"""What TensorFlow eager adds to an allreduce: raw mpi4py vs hvdcore on NumPy vs
-``hvdcore.tensorflow.allreduce`` on an eager tensor, in one job.
+"""What TensorFlow adds to an allreduce: raw mpi4py vs hvdcore on NumPy vs
+``hvdcore.tensorflow.allreduce`` on an eager tensor, eagerly and inside a ``tf.function``
+(the graph path compiled Keras training takes), in one job.
 
 Run under MPI with 2 (or more) ranks::
 
@@ -7,8 +8,9 @@ Run under MPI with 2 (or more) ranks::
     mpirun -np 2 python benchmarks/tensorflow_overhead.py --sizes 4KiB --reps 2000 --json out.json
 
 float32, op Sum, peers interleaved repetition by repetition after an MPI barrier, medians.
-``overhead us`` is the TF call's median minus the NumPy call's: the cost of the TensorFlow
-binding (eager tensor to host memory, the result back to a tensor) on top of the core.
+``overhead us`` is a TF call's median minus the NumPy call's: the cost of the TensorFlow
+binding on top of the core (eager: the tensor's buffer to the core, the result back to a
+tensor; graph: also calling the ``tf.function`` and its ``tf.numpy_function`` op).
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ def main() -> None:
     comm = MPI.COMM_WORLD.Dup()
     rows = []
     if comm.rank == 0:
-        print(f"allreduce, float32, {comm.size} ranks, TensorFlow {tf.__version__} eager, "
+        print(f"allreduce, float32, {comm.size} ranks, TensorFlow {tf.__version__}, "
               f"load average {os.getloadavg()[0]:.2f}")
-        print(f"{'size':>8} {'peer':>14} {'median us':>11} {'vs mpi4py':>10} {'overhead us':>12}")
+        print(f"{'size':>8} {'peer':>16} {'median us':>11} {'vs mpi4py':>10} {'overhead us':>12}")
     for nbytes in args.sizes:
         x = np.random.default_rng(comm.rank).standard_normal(nbytes // 4).astype(np.float32)
         out = np.empty_like(x)
@@ -66,9 +68,12 @@ def main() -> None:
             "mpi4py": lambda: comm.Allreduce(x, out, op=MPI.SUM),
             "hvdcore NumPy": lambda: hvd.allreduce(x, op=hvd.Sum, name=f"np.{nbytes}"),
             "hvdcore TF": lambda: hvt.allreduce(t, op=hvt.Sum, name=f"tf.{nbytes}"),
+            "hvdcore TF graph": tf.function(
+                lambda: hvt.allreduce(t, op=hvt.Sum, name=f"tfg.{nbytes}")),
         }
         want = hvd.allreduce(x, op=hvd.Sum, name=f"check.{nbytes}")
         assert np.array_equal(hvt.allreduce(t, op=hvt.Sum, name=f"tfc.{nbytes}").numpy(), want)
+        assert np.array_equal(peers["hvdcore TF graph"]().numpy(), want)
         reps = max(20, int(args.reps * 4096 / nbytes) if nbytes > 4096 else args.reps)
         samples: dict[str, list[float]] = {k: [] for k in peers}
         keys = list(peers)
@@ -76,19 +81,20 @@ def main() -> None:
             for _ in range(5):
                 fn()
         for i in range(reps):
-            for k in keys[i % 3:] + keys[:i % 3]:
+            for k in keys[i % len(keys):] + keys[:i % len(keys)]:
                 comm.Barrier()
                 t0 = time.perf_counter()
                 peers[k]()
                 samples[k].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) * 1e6 for k, v in samples.items()}
         for k, v in med.items():
-            over = v - med["hvdcore NumPy"] if k == "hvdcore TF" else 0.0
+            tf_row = k.startswith("hvdcore TF")
+            over = v - med["hvdcore NumPy"] if tf_row else 0.0
             rows.append({"bytes": nbytes, "peer": k, "median_us": v,
                          "ratio_to_mpi4py": v / med["mpi4py"], "overhead_us": over, "reps": reps})
             if comm.rank == 0:
-                print(f"{label:>8} {k:>14} {v:>11.1f} {v / med['mpi4py']:>9.2f}x "
-                      f"{(f'{over:.1f}' if k == 'hvdcore TF' else ''):>12}")
+                print(f"{label:>8} {k:>16} {v:>11.1f} {v / med['mpi4py']:>9.2f}x "
+                      f"{(f'{over:.1f}' if tf_row else ''):>12}")
     if args.json and comm.rank == 0:
         with open(args.json, "w") as fh:
             json.dump({"ranks": comm.size, "tensorflow": tf.__version__, "rows": rows}, fh,

@@ -89,3 +89,13 @@ def test_the_total_kept_bytes_are_capped() -> None:
     first = pool.take(F32, (6 << 20) // 4)
     second = pool.take(F32, (6 << 20) // 4)  # would make 12 MiB kept: not pooled
     assert not np.shares_memory(first, second) and pool.kept_bytes == 6 << 20
+
+
+@pytest.mark.parametrize("nbytes", [32 << 10, 100_004, 1 << 20, 8 << 20])
+def test_kept_blocks_start_on_64_byte_boundaries(nbytes: int) -> None:
+    # TensorFlow uses a result's memory for its tensor only when aligned like this
+    pool = ResultPool(min_bytes=32 << 10, max_bytes=16 << 20, blocks=2)
+    for dtype in (F32, np.dtype(np.float64), np.dtype(np.int8)):
+        a = pool.take(dtype, nbytes // dtype.itemsize)
+        assert a.ctypes.data % 64 == 0 and a.flags.writeable and a.flags.c_contiguous
+        assert a.nbytes == nbytes // dtype.itemsize * dtype.itemsize

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
 
 import pytest
-from conftest import program, run_mpi
+from conftest import mpi_env, program, run_mpi
 from keras_flavours import KERAS_FLAVOURS, flavour_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
@@ -77,3 +79,15 @@ def test_dead_rank_ends_the_job() -> None:
     named = "rank 1" in out.replace("rank 1 exiting now", "") or (
         re.search(r"\[\[\d+,\d+\],1\]", out) and "17" in out)
     assert named, out[-4000:]
+
+
+def test_eager_results_share_aligned_memory_and_copy_the_rest() -> None:
+    """hvdcore.tensorflow.host_arrays against real TensorFlow: read-only input views, results
+    shared through DLPack when 64-byte aligned, copied aligned otherwise (at every offset, each
+    dtype, 0-d, empty, read-only, strided), kernels run on them, and a tensor on a pooled block
+    keeps the block from being handed out again. A subprocess: a misaligned import aborts."""
+    proc = subprocess.run([sys.executable, program("tensorflow_host_arrays.py")],
+                          env=mpi_env(), capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{out[-6000:]}"
+    assert "HOST-ARRAYS-OK" in proc.stdout, out[-6000:]

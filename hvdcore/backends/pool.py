@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["ResultPool"]
+__all__ = ["ALIGNMENT", "ResultPool"]
 
 
 class ResultPool:
@@ -52,7 +52,7 @@ class ResultPool:
                 if blk.size < victim_size:
                     victim, victim_size = i, blk.size
         blk = (np.frombuffer(_mapped(nbytes), dtype=dtype) if nbytes >= _MAPPED_FROM
-               else np.empty(count, dtype=dtype))
+               else _aligned(nbytes, dtype))
         if len(pool) < self.blocks and self.kept_bytes + nbytes <= self.max_total:
             pool.append(blk)
             self.kept_bytes += nbytes
@@ -60,6 +60,22 @@ class ResultPool:
             self.kept_bytes += nbytes - pool[victim].nbytes
             pool[victim] = blk
         return blk[:count]
+
+
+#: Kept blocks start on a multiple of this many bytes: what TensorFlow's CPU kernels need to
+#: use a result's memory as a tensor's (see :mod:`hvdcore.tensorflow.host_arrays`).
+ALIGNMENT = 64
+
+
+def _aligned(nbytes: int, dtype: np.dtype) -> np.ndarray:
+    """A 1-d block of ``nbytes`` of heap memory starting on an ALIGNMENT boundary.
+
+    Made by ``np.frombuffer`` on a bytearray: its slices then reference the block itself (NumPy
+    collapses a view's base only through arrays), so the block's reference count keeps telling
+    whether a result still uses it."""
+    raw = bytearray(nbytes + ALIGNMENT)
+    start = -np.frombuffer(raw, np.uint8, 1).ctypes.data % ALIGNMENT
+    return np.frombuffer(raw, dtype=dtype, count=nbytes // dtype.itemsize, offset=start)
 
 
 #: Blocks from this size on get a mapping of their own (NumPy asks for huge pages from 4 MiB on

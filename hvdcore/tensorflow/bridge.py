@@ -1,6 +1,7 @@
 """Run a NumPy-level hvdcore call on TensorFlow tensors, eagerly or inside ``tf.function``.
 
-Eager mode hands ``Tensor.numpy()`` buffers to the core and wraps the results. In a graph
+Eager mode hands read-only views of the tensors' buffers to the core and gives the results
+back without a copy where TensorFlow allows (:mod:`hvdcore.tensorflow.host_arrays`). In a graph
 (``tf.function``, compiled ``model.fit``) the call becomes one ``tf.numpy_function`` op whose
 outputs get the static shapes the caller declares. Such ops are stateful, so ``tf.function``'s
 automatic control dependencies keep them in program order: every rank runs its collectives in the
@@ -27,6 +28,7 @@ import tensorflow as tf
 from hvdcore.errors import ArgumentError, MismatchError, UnsupportedError
 from hvdcore.tensorflow import device_path
 from hvdcore.tensorflow.errors import to_tf_error
+from hvdcore.tensorflow.host_arrays import host_view, to_eager
 
 __all__ = ["SUPPORTED_DTYPES", "check_dtype", "run_numpy", "to_tensor"]
 
@@ -125,8 +127,8 @@ def run_numpy(
         return [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays_out]
 
     if tf.executing_eagerly():
-        outs = _eager(call, [t.numpy() for t in inputs])
-        return [tf.convert_to_tensor(o) for o in outs]
+        outs = _eager(call, [host_view(t) for t in inputs])
+        return [to_eager(o) for o in outs]
     _refuse_xla(name)
 
     def call_in_graph(*arrays: np.ndarray) -> list[np.ndarray]:

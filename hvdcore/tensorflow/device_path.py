@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 import hvdcore as _core
+from hvdcore.tensorflow.host_arrays import host_view, to_eager
 
 __all__ = ["init", "shutdown", "path", "to_core", "to_tf", "active"]
 
@@ -108,7 +109,7 @@ def to_core(t: tf.Tensor) -> Any:
     or its host NumPy array when no plane takes it."""
     plane = _plane_of(t)
     if plane is None:
-        return t.numpy()
+        return host_view(t)
     import torch
 
     if plane.device.type == "cuda":
@@ -121,7 +122,7 @@ def to_tf(result: Any, dtype: tf.DType) -> tf.Tensor:
     """A core result (NumPy array, or a torch tensor from a plane) as a TF tensor of
     ``dtype``."""
     if isinstance(result, np.ndarray) or np.isscalar(result):
-        return tf.convert_to_tensor(np.asarray(result, dtype=dtype.as_numpy_dtype))
+        return to_eager(np.asarray(result, dtype=dtype.as_numpy_dtype))
     import torch
 
     t = _PLANES.backend_for_device(result.device.type).deliver(result).contiguous()

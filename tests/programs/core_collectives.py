@@ -26,12 +26,18 @@ checks = 0
 
 
 def data(rank: int, shape: tuple, dtype: type, salt: int = 0) -> np.ndarray:
+    """Rank ``rank``'s input, read-only: the core must never write into an input (the
+    TensorFlow binding hands it read-only views of tensors' own buffers); a write raises."""
     rng = np.random.default_rng(1000 * rank + salt)
     if dtype == np.bool_:
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if np.dtype(dtype).kind in "iu":
-        return rng.integers(0 if dtype == np.uint8 else -3, 4, size=shape).astype(dtype)
-    return (rng.standard_normal(size=shape) * 2).astype(dtype)
+        arr = rng.integers(0, 2, size=shape).astype(bool)
+    elif np.dtype(dtype).kind in "iu":
+        arr = rng.integers(0 if dtype == np.uint8 else -3, 4, size=shape).astype(dtype)
+    else:
+        arr = (rng.standard_normal(size=shape) * 2).astype(dtype)
+    if isinstance(arr, np.ndarray):  # (shape () gives a NumPy scalar, immutable anyway)
+        arr.flags.writeable = False
+    return arr
 
 
 def reference(op: int, arrays: list[np.ndarray], dtype: type) -> np.ndarray:
