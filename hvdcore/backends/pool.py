@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["ALIGNMENT", "ResultPool"]
+__all__ = ["ALIGNMENT", "ResultPool", "aligned_empty"]
 
 
 class ResultPool:
@@ -52,7 +52,7 @@ class ResultPool:
                 if blk.size < victim_size:
                     victim, victim_size = i, blk.size
         blk = (np.frombuffer(_mapped(nbytes), dtype=dtype) if nbytes >= _MAPPED_FROM
-               else _aligned(nbytes, dtype))
+               else aligned_empty(nbytes, dtype))
         if len(pool) < self.blocks and self.kept_bytes + nbytes <= self.max_total:
             pool.append(blk)
             self.kept_bytes += nbytes
@@ -67,8 +67,9 @@ class ResultPool:
 ALIGNMENT = 64
 
 
-def _aligned(nbytes: int, dtype: np.dtype) -> np.ndarray:
-    """A 1-d block of ``nbytes`` of heap memory starting on an ALIGNMENT boundary.
+def aligned_empty(nbytes: int, dtype: np.dtype) -> np.ndarray:
+    """A 1-d array of ``nbytes`` of heap memory (contents undefined) starting on an ALIGNMENT
+    boundary, e.g. ``aligned_empty(4096, np.dtype(np.float32))``.
 
     Made by ``np.frombuffer`` on a bytearray: its slices then reference the block itself (NumPy
     collapses a view's base only through arrays), so the block's reference count keeps telling

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from hvdcore.backends.pool import ALIGNMENT, aligned_empty
+
 __all__ = ["ALIGNMENT", "aligned_copy", "host_view", "to_eager"]
 
-ALIGNMENT = 64
-"""Bytes a buffer's address must be a multiple of for TensorFlow's CPU kernels."""
 
 try:
     _from_dlpack: Any = tf.experimental.dlpack.from_dlpack
@@ -70,8 +70,6 @@ def to_eager(array: np.ndarray) -> tf.Tensor:
 
 def aligned_copy(array: np.ndarray) -> np.ndarray:
     """A writeable C-contiguous copy of ``array`` whose data starts on an ALIGNMENT boundary."""
-    raw = np.empty(array.nbytes + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out = aligned_empty(array.nbytes, array.dtype).reshape(array.shape)
     np.copyto(out, array)
     return out
