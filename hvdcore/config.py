@@ -122,7 +122,8 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob("FUSION_THRESHOLD", "int (bytes)", 64 * 1024 * 1024,
          "Largest fusion buffer: ready tensors of the same dtype/op are packed into one "
-         "collective up to this many bytes. 0 disables fusion.",
+         "collective up to this many bytes, each starting on a 64-byte boundary (the gaps "
+         "count). 0 disables fusion.",
          horovod_alias=True, cli_flag="--fusion-threshold-mb", parse=_parse_nonneg_int),
     Knob("CYCLE_TIME", "float (ms)", 1.0,
          "Longest time the coordinator holds ready tensors to fuse them with tensors that "

@@ -1,6 +1,6 @@
 """benchmarks/tensorflow_overhead.py in its quick form under real mpirun: the TF calls' results
-(eager and in a tf.function) equal the NumPy call's (the script asserts it) and every row is
-reported; no figure is judged."""
+(eager and in a tf.function, single and grouped) equal the NumPy call's (the script asserts
+it) and every row is reported; no figure is judged."""
 
 from __future__ import annotations
 
@@ -23,5 +23,8 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["ranks"] == 2
     assert {(r["bytes"], r["peer"]) for r in doc["rows"]} == {
-        (b, p) for b in (4096, 65536) for p in ("mpi4py", "hvdcore NumPy", "hvdcore TF", "hvdcore TF graph")}
+        (b, p) for b in (4096, 65536)
+        for p in ("mpi4py", "hvdcore NumPy", "hvdcore TF", "hvdcore TF graph", "NumPy grouped",
+                  "TF grouped", "TF graph grouped")}
+    assert {r["tensors"] for r in doc["rows"] if r["peer"].endswith("grouped")} == {8}
     assert all(math.isfinite(r["median_us"]) for r in doc["rows"])  # every row was measured

@@ -28,6 +28,7 @@ import math
 import struct
 from collections.abc import Iterable
 
+from hvdcore.engine.fusion import slot_bytes
 from hvdcore.engine.messages import ALLREDUCE, Meta, Response, itemsize
 
 #: A flag in a round's header: the sender called join(); every rank disables the cache.
@@ -143,7 +144,7 @@ class ResponseCache:
         for cid in sorted(cids):
             meta = self._metas[cid]
             assert meta is not None, f"ready cache id {cid} is not live"
-            nbytes = math.prod(meta.shape) * itemsize(meta.dtype)
+            nbytes = slot_bytes(math.prod(meta.shape) * itemsize(meta.dtype))
             key = (meta.device, meta.dtype, meta.op, meta.prescale, meta.postscale)
             cur = open_resp.get(key)
             if cur is not None and cur[1] + nbytes <= fusion_threshold:

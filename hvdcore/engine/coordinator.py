@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable
 
+from hvdcore.engine.fusion import slot_bytes
 from hvdcore.engine.messages import (
     ABORT,
     ADD_SET,
@@ -320,7 +321,7 @@ class Coordinator:
             members = self.sets.get(set_id, ())
             # ranks that joined without submitting this tensor contribute neutral values
             joined = tuple(r for r in members if r in self.joined and r not in entry.metas)
-            nbytes = math.prod(ref.shape) * itemsize(ref.dtype)
+            nbytes = slot_bytes(math.prod(ref.shape) * itemsize(ref.dtype))
             key = (set_id, ref.device, ref.dtype, ref.op, ref.prescale, ref.postscale, joined)
             cur = open_resp.get(key)
             if cur is not None and cur[1] + nbytes <= self.fusion_threshold:

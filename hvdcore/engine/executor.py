@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from hvdcore.engine.fusion import fused_layout
 from hvdcore.engine.messages import ReduceOp, Response
 from hvdcore.engine.timeline import Timeline
 
@@ -109,6 +110,7 @@ class Executor:
         self._fusion: dict[str, Any] = {}
         self._sizes: dict[str, int] = {}
         self._plans: dict[tuple[str, int], ReducePlan] = {}
+        self._gaps: dict[tuple[str, int], Any] = {}
         self.timeline: Timeline | None = None
 
     def _buffer(self, dtype: np.dtype, count: int) -> Any:
@@ -119,6 +121,14 @@ class Executor:
             buf = self._fusion[dtype.str] = self.backend.empty(dtype, (size,))
             self._sizes[dtype.str] = size
         return buf[:count]
+
+    def _gap(self, dtype: np.dtype, count: int) -> Any:
+        """Zeros of ``dtype`` that fill a ``count``-element gap of a fusion buffer (kept)."""
+        gap = self._gaps.get((dtype.str, count))
+        if gap is None:
+            gap = self._gaps[(dtype.str, count)] = self.backend.empty(dtype, (count,))
+            self.backend.fill(gap, 0)
+        return gap
 
     def _plan(self, dtype: str, op: int) -> ReducePlan:
         plan = self._plans.get((dtype, op))
@@ -203,10 +213,9 @@ class Executor:
             r0.handle.set_part(r0.part, out)
             return
         layout = resp.layout
-        if layout is None:
-            counts = [math.prod(s) for s in resp.shapes]
-            layout = resp.layout = (counts, sum(counts))
-        sizes, total = layout
+        if layout is None:  # (a cached response runs again every step: worked out once)
+            layout = resp.layout = fused_layout(resp.shapes, rdtype.itemsize)
+        total = layout.total
         nbytes = total * rdtype.itemsize
         t0 = tl.now_us() if tl else 0.0
         # Results that need no conversion and go to no caller-given array are handed out as
@@ -217,10 +226,14 @@ class Executor:
         packing: list[Request | None] = reqs
         if same and pre == 1.0 and dtype != np.bool_ and None not in reqs:
             # One call copying every tensor instead of one per tensor.
-            b.concat_into([r.tensor.reshape(-1) for r in reqs if r is not None], buf)
+            srcs = [r.tensor.reshape(-1) for r in reqs if r is not None]
+            if layout.padded:
+                srcs = [part for src, gap in zip(srcs, layout.gaps, strict=True)
+                        for part in ((src, self._gap(rdtype, gap)) if gap else (src,))]
+            b.concat_into(srcs, buf)
             packing = []
-        off = 0
-        for req, n in zip(packing, sizes, strict=False):
+        # (elsewhere the gaps keep whatever the buffer held: reduced, never read)
+        for req, off, n in zip(packing, layout.offsets, layout.counts, strict=False):
             dst = buf[off:off + n]
             if req is None:
                 b.fill(dst, neutral(resp.op, dtype))
@@ -229,7 +242,6 @@ class Executor:
                 if is_bool:
                     src = b.as_uint8(src)
                 b.scale_into(dst, src, pre)
-            off += n
         if len(reqs) > 1 or rdtype != dtype or pre != 1.0:
             self._span(reqs, resp.names, "FUSE", t0, bytes=nbytes)
         t1 = tl.now_us() if tl else 0.0
@@ -237,17 +249,16 @@ class Executor:
         self._span(reqs, resp.names, f"{self.prefix}_ALLREDUCE", t1, bytes=nbytes,
                    tensors=len(reqs))
         t2 = tl.now_us() if tl else 0.0
-        off = 0
+        parts = zip(reqs, layout.offsets, layout.counts, resp.shapes, strict=True)
         if views:
             if post != 1.0:
                 b.scale_into(buf, buf, post)
-            for req, n, shape in zip(reqs, sizes, resp.shapes, strict=True):
+            for req, off, n, shape in parts:
                 if req is not None:
                     req.handle.set_part(req.part, buf[off:off + n].reshape(shape))
-                off += n
             self._span(reqs, resp.names, "UNFUSE", t2, bytes=0)
             return
-        for req, n, shape in zip(reqs, sizes, resp.shapes, strict=True):
+        for req, off, n, shape in parts:
             if req is not None:
                 out = req.out if req.out is not None else b.empty(dtype, shape)
                 flat = out.reshape(-1)
@@ -255,7 +266,6 @@ class Executor:
                     flat = b.as_uint8(flat)
                 b.scale_into(flat, buf[off:off + n], post)
                 req.handle.set_part(req.part, out)
-            off += n
         self._span(reqs, resp.names, "UNFUSE", t2, bytes=nbytes)
 
     # -- other collectives -------------------------------------------------------------------

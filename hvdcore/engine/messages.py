@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -109,9 +110,9 @@ class Response:
     value: int = -1  # join: last rank to join; add_process_set: the new set id
     ranks: tuple[int, ...] | None = None
     device: str = ""  # the data plane that runs it (see Meta.device)
-    # Not sent: the executor's element counts per tensor and their sum, worked out on first
-    # use (a cached response runs again every step).
-    layout: tuple[list[int], int] | None = None
+    # Not sent: the executor's fused layout (hvdcore.engine.fusion.FusedLayout), worked out
+    # on first use (a cached response runs again every step).
+    layout: Any = None
 
     def wire(self) -> tuple:
         """Plain tuple for the control channel; ``Response(*t)`` rebuilds it."""

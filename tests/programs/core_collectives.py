@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 import hvdcore as hvd
+from hvdcore.engine.fusion import ALIGNMENT, fused_layout, slot_bytes
 
 DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]
 OPS = {hvd.Sum: "sum", hvd.Average: "avg", hvd.Min: "min", hvd.Max: "max", hvd.Product: "prod"}
@@ -152,6 +153,23 @@ for i, (g, o) in enumerate(zip(group, outs, strict=True)):
     want = reference(hvd.Sum, [data(r, g.shape, g.dtype.type, i + 1) for r in range(N)],
                      g.dtype.type)
     check(o, want, f"grouped_allreduce[{i}]", g.dtype.type)
+# A fused group: each result is a view of one pooled buffer, starting on a 64-byte boundary
+# (what lets the TensorFlow binding hand results over without copies).
+threshold = int(os.environ.get("HVDCORE_FUSION_THRESHOLD",
+                               os.environ.get("HOROVOD_FUSION_THRESHOLD", 64 << 20)))
+for dtype in (np.float32, np.float64, np.int8):
+    shapes = [(10,), (5000,), (3, 7), (7001,), (33001,)]  # pooled: >= 32 KiB in all
+    group = [data(R, s, dtype, 20 + i) for i, s in enumerate(shapes)]
+    outs = hvd.grouped_allreduce(group, op=hvd.Sum)
+    for i, (s, o) in enumerate(zip(shapes, outs, strict=True)):
+        want = reference(hvd.Sum, [data(r, s, dtype, 20 + i) for r in range(N)], dtype)
+        check(o, want, f"fused group {np.dtype(dtype).name}[{i}]", dtype)
+    layout = fused_layout(shapes, np.dtype(dtype).itemsize)
+    if threshold >= sum(slot_bytes(o.nbytes) for o in outs):  # (fused into one buffer)
+        starts = [o.__array_interface__["data"][0] for o in outs]
+        assert all(a % ALIGNMENT == 0 for a in starts), (dtype, [a % ALIGNMENT for a in starts])
+        assert [a - starts[0] for a in starts] == [
+            off * np.dtype(dtype).itemsize for off in layout.offsets], (dtype, starts)
 handles = [hvd.allreduce_async(data(R, (64,), np.float32, 10 + i), op=hvd.Sum, name=f"async.{i}")
            for i in range(20)]
 for i, h in enumerate(handles):

@@ -17,8 +17,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import hvdcore.tensorflow as hvd  # noqa: E402
+from hvdcore.engine.fusion import ALIGNMENT, fused_layout  # noqa: E402
 from hvdcore.errors import MismatchError, UnsupportedError  # noqa: E402
 from hvdcore.tensorflow import device_path  # noqa: E402
+from hvdcore.tensorflow.host_arrays import host_view  # noqa: E402
 
 assert "torch" not in sys.modules, "import hvdcore.tensorflow must not import torch"
 tf.get_logger().setLevel("ERROR")
@@ -111,6 +113,21 @@ for label, out in zip(("eager", "graph"), both(lambda: hvd.grouped_allreduce(g_i
     check(f"grouped_allreduce.{label}", all(
         close(o, sum(data(r, np.asarray(i).dtype, tuple(i.shape)) for r in range(N)))
         for o, i in zip(out, g_in, strict=True)))
+
+# eager results of a fused group are the fused buffer itself (views at 64-byte aligned
+# offsets), not copies: the host MPI plane's pooled buffer
+shapes = [(10,), (5000,), (3, 7), (7001,), (33001,)]
+g_big = [tf.constant(data(R, np.float32, s)) for s in shapes]
+outs = hvd.grouped_allreduce(g_big, op=hvd.Sum)
+check("grouped_allreduce.eager_fused_values", all(
+    close(o, sum(data(r, np.float32, s) for r in range(N)), 1e-5)
+    for o, s in zip(outs, shapes, strict=True)))
+if not device_path.active():
+    starts = [host_view(o).__array_interface__["data"][0] for o in outs]
+    offsets = [off * 4 for off in fused_layout(shapes, 4).offsets]
+    check("grouped_allreduce.eager_fused_shares_one_buffer",
+          [a - starts[0] for a in starts] == offsets and starts[0] % ALIGNMENT == 0,
+          f"{[a - starts[0] for a in starts]} vs {offsets}")
 
 # --- allgather (ragged first dim) ---------------------------------------------------------
 rows = tf.constant(np.full((R + 1, 2), R, dtype=np.int32))
