@@ -4,6 +4,11 @@ All gradients of one step go to the core in ONE call (one ``tf.numpy_function`` 
 dense gradients as one grouped allreduce (the core fuses them), ``tf.IndexedSlices`` as
 allgathers of values and indices (Horovod's sparse path) unless ``sparse_as_dense``.
 
+The grouped allreduce is named after what it reduces (op, scale factors, dtypes and shapes:
+the same on every rank, and step after step), so from the second step on it takes the
+response cache's one round instead of a full negotiation (an automatic name is new on every
+call, and never cached).
+
 Example::
 
     with tf.GradientTape() as tape:
@@ -14,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -53,6 +59,20 @@ class GradientReducer:
         self.sparse_as_dense = sparse_as_dense
         self.gradient_predivide_factor = float(gradient_predivide_factor)
         self.process_set = process_set
+        self._names: dict[tuple, str] = {}
+
+    def request_name(self, arrays: list[np.ndarray], op: ReduceOp, pre: float,
+                     post: float) -> str:
+        """The grouped allreduce's name for ``arrays``: equal wherever the call is (ranks,
+        steps, reducers) and only there, barring a CRC-32 collision (which costs a
+        renegotiation, never a wrong result: the cache checks shapes and dtypes)."""
+        key = (int(op), pre, post, *((a.dtype.str, a.shape) for a in arrays))
+        name = self._names.get(key)
+        if name is None:
+            if len(self._names) >= 64:  # (a program reduces a few gradient structures)
+                self._names.clear()
+            name = self._names[key] = f"gradients.{zlib.crc32(repr(key).encode()):08x}"
+        return name
 
     def _scales(self) -> tuple[ReduceOp, float, float]:
         f = self.gradient_predivide_factor
@@ -93,9 +113,10 @@ class GradientReducer:
         def fn(*arrays: np.ndarray) -> list[np.ndarray]:
             outs: list[np.ndarray] = []
             if n_dense:
-                outs += _core.grouped_allreduce(list(arrays[:n_dense]), op=op,
-                                                prescale_factor=pre, postscale_factor=post,
-                                                process_set=process_set)
+                dense_in = list(arrays[:n_dense])
+                outs += _core.grouped_allreduce(dense_in, op=op, prescale_factor=pre,
+                                                postscale_factor=post, process_set=process_set,
+                                                name=self.request_name(dense_in, op, pre, post))
             rest = arrays[n_dense:]
             for k in range(0, len(rest), 2):
                 values, indices = _core.grouped_allgather([rest[k], rest[k + 1]],

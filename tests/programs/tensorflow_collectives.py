@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import hvdcore.tensorflow as hvd  # noqa: E402
+from hvdcore import basics  # noqa: E402
 from hvdcore.engine.fusion import ALIGNMENT, fused_layout  # noqa: E402
 from hvdcore.errors import MismatchError, UnsupportedError  # noqa: E402
 from hvdcore.tensorflow import device_path  # noqa: E402
@@ -259,6 +260,28 @@ with hvd.DistributedGradientTape(tf.GradientTape()) as ctx_tape:
     ctx_loss = tf.reduce_sum(W * float(R + 1))
 check("gradient_tape.context_manager",
       close(ctx_tape.gradient(ctx_loss, W), np.full((3, 2), np.mean(np.arange(1, N + 1)))))
+
+# a step's gradients keep their request names from step to step (eager and in a graph), so
+# they are cached after the first step: one entry per gradient, however many steps
+engine = basics.state().engine
+cached_before = len(engine.cache)
+V = tf.Variable(np.arange(5, dtype=np.float32))
+
+
+def v_step() -> tf.Tensor:
+    with tf.GradientTape() as tape:
+        vloss = tf.reduce_sum(V * V) * float(R + 1)
+    return hvd.DistributedGradientTape(tape).gradient(vloss, V)
+
+
+v_graph = tf.function(v_step)
+for step in range(4):
+    got = (v_step if step % 2 else v_graph)()
+    check(f"gradient_tape.repeated_step{step}",
+          close(got, 2 * np.arange(5) * np.mean(np.arange(1, N + 1)), 1e-5))
+# (one rank needs no agreement: its engine keeps no cache)
+check("gradient_tape.names_cached", len(engine.cache) == cached_before + (N > 1),
+      f"{len(engine.cache)} cached, {cached_before} before")
 
 # --- process sets ---------------------------------------------------------------------------
 if N >= 2:
