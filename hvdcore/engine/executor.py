@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hvdcore.engine.fusion import fused_layout
+from hvdcore.engine.fusion import FusedLayout, fused_layout
 from hvdcore.engine.messages import ReduceOp, Response
 from hvdcore.engine.timeline import Timeline
 
@@ -122,13 +122,22 @@ class Executor:
             self._sizes[dtype.str] = size
         return buf[:count]
 
-    def _gap(self, dtype: np.dtype, count: int) -> Any:
-        """Zeros of ``dtype`` that fill a ``count``-element gap of a fusion buffer (kept)."""
-        gap = self._gaps.get((dtype.str, count))
-        if gap is None:
-            gap = self._gaps[(dtype.str, count)] = self.backend.empty(dtype, (count,))
-            self.backend.fill(gap, 0)
-        return gap
+    def _fused_plan(self, shapes: list[tuple[int, ...]], rdtype: np.dtype
+                    ) -> tuple[FusedLayout, list[Any] | None]:
+        """The layout of a fused buffer of ``shapes`` in ``rdtype``, and when it has gaps the
+        list to concatenate into it: a slot for each tensor (even places), and zeros of the
+        backend for each gap after it (odd places; empty where there is none)."""
+        layout = fused_layout(shapes, rdtype.itemsize)
+        if not layout.padded:
+            return layout, None
+        pieces: list[Any] = []
+        for gap in layout.gaps[:-1]:
+            zeros = self._gaps.get((rdtype.str, gap))
+            if zeros is None:  # (kept: every fused call of that gap uses them)
+                zeros = self._gaps[(rdtype.str, gap)] = self.backend.empty(rdtype, (gap,))
+                self.backend.fill(zeros, 0)
+            pieces += [None, zeros]
+        return layout, [*pieces, None]
 
     def _plan(self, dtype: str, op: int) -> ReducePlan:
         plan = self._plans.get((dtype, op))
@@ -212,9 +221,10 @@ class Executor:
                 b.scale_into(out, out, post)
             r0.handle.set_part(r0.part, out)
             return
-        layout = resp.layout
-        if layout is None:  # (a cached response runs again every step: worked out once)
-            layout = resp.layout = fused_layout(resp.shapes, rdtype.itemsize)
+        planned = resp.layout
+        if planned is None:  # (a cached response runs again every step: worked out once)
+            planned = resp.layout = self._fused_plan(resp.shapes, rdtype)
+        layout, pieces = planned
         total = layout.total
         nbytes = total * rdtype.itemsize
         t0 = tl.now_us() if tl else 0.0
@@ -227,9 +237,10 @@ class Executor:
         if same and pre == 1.0 and dtype != np.bool_ and None not in reqs:
             # One call copying every tensor instead of one per tensor.
             srcs = [r.tensor.reshape(-1) for r in reqs if r is not None]
-            if layout.padded:
-                srcs = [part for src, gap in zip(srcs, layout.gaps, strict=True)
-                        for part in ((src, self._gap(rdtype, gap)) if gap else (src,))]
+            if pieces is not None:  # the tensors between the gaps' zeros
+                gapped = pieces.copy()
+                gapped[::2] = srcs
+                srcs = gapped
             b.concat_into(srcs, buf)
             packing = []
         # (elsewhere the gaps keep whatever the buffer held: reduced, never read)

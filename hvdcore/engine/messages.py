@@ -110,8 +110,8 @@ class Response:
     value: int = -1  # join: last rank to join; add_process_set: the new set id
     ranks: tuple[int, ...] | None = None
     device: str = ""  # the data plane that runs it (see Meta.device)
-    # Not sent: the executor's fused layout (hvdcore.engine.fusion.FusedLayout), worked out
-    # on first use (a cached response runs again every step).
+    # Not sent: the executor's fused layout (hvdcore.engine.fusion.FusedLayout, and what it
+    # concatenates), worked out on first use (a cached response runs again every step).
     layout: Any = None
 
     def wire(self) -> tuple:
