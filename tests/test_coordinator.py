@@ -33,12 +33,14 @@ def test_not_ready_until_every_rank_announced() -> None:
 
 
 def test_fusion_groups_by_dtype_and_respects_threshold() -> None:
-    c = make(2, threshold=40)
+    c = make(2, threshold=128)
     metas = [ar("a"), ar("b"), ar("c", dtype="float64"), ar("d"), ar("e", shape=(20,))]
     c.add(0, metas)
     c.add(1, metas)
     resps = c.poll()
-    # a+b = 32 bytes fit in 40; d would make 48: new buffer; e (80 bytes) alone; c other dtype
+    # A tensor counts its bytes rounded up to 64 (each starts on a 64-byte boundary): a+b (16
+    # bytes each) = 128 fit in 128; d would make 192: new buffer; e (80 bytes: 128) alone; c
+    # other dtype
     assert {tuple(r.names) for r in resps} == {("a", "b"), ("c",), ("d",), ("e",)}
     assert next(r for r in resps if r.names == ["c"]).dtype == "float64"
 
