@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hvdcore.engine.fusion import FusedLayout, fused_layout
+from hvdcore.engine.fusion import ALIGNMENT, FusedLayout, fused_layout
 from hvdcore.engine.messages import ReduceOp, Response
 from hvdcore.engine.timeline import Timeline
 
@@ -110,7 +110,7 @@ class Executor:
         self._fusion: dict[str, Any] = {}
         self._sizes: dict[str, int] = {}
         self._plans: dict[tuple[str, int], ReducePlan] = {}
-        self._gaps: dict[tuple[str, int], Any] = {}
+        self._zeros: dict[str, Any] = {}
         self.timeline: Timeline | None = None
 
     def _buffer(self, dtype: np.dtype, count: int) -> Any:
@@ -130,13 +130,13 @@ class Executor:
         layout = fused_layout(shapes, rdtype.itemsize)
         if not layout.padded:
             return layout, None
+        zeros = self._zeros.get(rdtype.str)
+        if zeros is None:  # (kept: longer than any gap, which is under ALIGNMENT elements)
+            zeros = self._zeros[rdtype.str] = self.backend.empty(rdtype, (ALIGNMENT,))
+            self.backend.fill(zeros, 0)
         pieces: list[Any] = []
         for gap in layout.gaps[:-1]:
-            zeros = self._gaps.get((rdtype.str, gap))
-            if zeros is None:  # (kept: every fused call of that gap uses them)
-                zeros = self._gaps[(rdtype.str, gap)] = self.backend.empty(rdtype, (gap,))
-                self.backend.fill(zeros, 0)
-            pieces += [None, zeros]
+            pieces += [None, zeros[:gap]]
         return layout, [*pieces, None]
 
     def _plan(self, dtype: str, op: int) -> ReducePlan:

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 import hvdcore as hvd
+from hvdcore import config
 from hvdcore.engine.fusion import ALIGNMENT, fused_layout, slot_bytes
 
 DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]
@@ -155,8 +156,7 @@ for i, (g, o) in enumerate(zip(group, outs, strict=True)):
     check(o, want, f"grouped_allreduce[{i}]", g.dtype.type)
 # A fused group: each result is a view of one pooled buffer, starting on a 64-byte boundary
 # (what lets the TensorFlow binding hand results over without copies).
-threshold = int(os.environ.get("HVDCORE_FUSION_THRESHOLD",
-                               os.environ.get("HOROVOD_FUSION_THRESHOLD", 64 << 20)))
+threshold = config.load().fusion_threshold
 for dtype in (np.float32, np.float64, np.int8):
     shapes = [(10,), (5000,), (3, 7), (7001,), (33001,)]  # pooled: >= 32 KiB in all
     group = [data(R, s, dtype, 20 + i) for i, s in enumerate(shapes)]
