@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmod_shell import LMOD_CMD, lmod_shell
-from reframe_helpers import CHECKS, ROOT, reframe_exe
+from reframe_helpers import CHECKS, ROOT, UNGUARDED_EFFICIENCY, reframe_exe
 
 CONFIG = ROOT / "tests" / "reframe_configs" / "lmod_modules.py"
 
@@ -52,7 +52,7 @@ def run_discovered(checks: list[str], modulepath: list[Path], workdir: Path,
         "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
     }
     args = [arg for check in checks for arg in ("-c", str(CHECKS / check))]
-    cmd = " ".join([*reframe_exe(), "-C", str(CONFIG), *args, "-r",
+    cmd = " ".join([*reframe_exe(), "-C", str(CONFIG), *args, "-r", *UNGUARDED_EFFICIENCY,
                     "--prefix", str(workdir / "rfm"), "--report-file", str(report)])
     t0 = time.monotonic()
     proc = lmod_shell(cmd, extra_env=env, timeout=timeout, cwd=workdir)

@@ -29,6 +29,13 @@ SITE_CONFIGS = {
 #: The MNIST check trains this example (from the torch channel).
 MNIST_EXAMPLE = ROOT / "examples" / "pytorch_mnist.py"
 
+#: ReFrame options for runs whose subject is not the MNIST measurement (discovery, modules,
+#: installs, launchers): the check's "efficiency above 105 % is invalid" sanity rule compares
+#: two separate timed runs, and on this 2-core VM one run's throughput varies by +-15 % from
+#: run to run (measured: 1-rank Keras MNIST 377-526 img/s on an idle machine), so the rule
+#: would make these tests depend on timing. test_reframe_degraded.py tests the rule itself.
+UNGUARDED_EFFICIENCY = ["-S", "HvdcoreMnistCheck.max_valid_efficiency=1000"]
+
 def reframe_exe() -> list[str]:
     """The reframe of the Python running the tests (its venv's console script)."""
     exe = Path(sys.executable).parent / "reframe"

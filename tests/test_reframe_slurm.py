@@ -9,7 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from reframe_helpers import CHECKS, CONFIGS, MNIST_EXAMPLE, ROOT, reframe_env, run_reframe
+from reframe_helpers import (
+    CHECKS,
+    CONFIGS,
+    MNIST_EXAMPLE,
+    ROOT,
+    UNGUARDED_EFFICIENCY,
+    reframe_env,
+    run_reframe,
+)
 
 from harness.slurm_localhost import SlurmCluster, missing_requirements
 
@@ -64,7 +72,7 @@ def test_suite_through_slurm_1_node_and_2_nodes(cluster: SlurmCluster, tmp_path:
     # The synthetic benchmark (ResNet-50) has its own quick run in test_synthetic_benchmark.py.
     res = run_reframe(["-C", str(CONFIGS / "slurm.py"), "--system", "generic:cpu", "-c",
                        str(CHECKS), "-x", "HvdcoreMnistCheck.*framework=tensorflow",
-                       "-x", "HvdcoreSyntheticCheck", "-r",
+                       "-x", "HvdcoreSyntheticCheck", "-r", *UNGUARDED_EFFICIENCY,
                        "--report-file", str(report)], tmp_path, env, timeout=900)
     seconds = time.monotonic() - t0
     out = res.stdout + res.stderr
