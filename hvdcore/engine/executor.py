@@ -23,6 +23,8 @@ from hvdcore.engine.fusion import ALIGNMENT, FusedLayout, fused_layout
 from hvdcore.engine.messages import ReduceOp, Response
 from hvdcore.engine.timeline import Timeline
 
+_FUSED_PLANS_KEPT = 256  # distinct uncached fused shapes remembered (then forgotten at once)
+
 
 @dataclass(slots=True)
 class Request:
@@ -111,6 +113,9 @@ class Executor:
         self._sizes: dict[str, int] = {}
         self._plans: dict[tuple[str, int], ReducePlan] = {}
         self._zeros: dict[str, Any] = {}
+        # Fused plans by (dtype, shapes), for responses that are not cached (unnamed grouped
+        # calls get a new response every time, with the same shapes step after step).
+        self._fused_plans: dict[tuple[str, tuple[tuple[int, ...], ...]], Any] = {}
         self.timeline: Timeline | None = None
 
     def _buffer(self, dtype: np.dtype, count: int) -> Any:
@@ -223,7 +228,13 @@ class Executor:
             return
         planned = resp.layout
         if planned is None:  # (a cached response runs again every step: worked out once)
-            planned = resp.layout = self._fused_plan(resp.shapes, rdtype)
+            key = (rdtype.str, tuple(resp.shapes))
+            planned = self._fused_plans.get(key)
+            if planned is None:
+                if len(self._fused_plans) >= _FUSED_PLANS_KEPT:
+                    self._fused_plans.clear()
+                planned = self._fused_plans[key] = self._fused_plan(resp.shapes, rdtype)
+            resp.layout = planned
         layout, pieces = planned
         total = layout.total
         nbytes = total * rdtype.itemsize
