@@ -36,6 +36,7 @@ MNIST_EXAMPLE = ROOT / "examples" / "pytorch_mnist.py"
 #: would make these tests depend on timing. test_reframe_degraded.py tests the rule itself.
 UNGUARDED_EFFICIENCY = ["-S", "HvdcoreMnistCheck.max_valid_efficiency=1000"]
 
+
 def reframe_exe() -> list[str]:
     """The reframe of the Python running the tests (its venv's console script)."""
     exe = Path(sys.executable).parent / "reframe"

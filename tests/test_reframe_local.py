@@ -156,7 +156,10 @@ def test_report_tool_summary_and_plot(local_run: dict, tmp_path: Path) -> None:
         assert float(rows[0][2]) == 100.0 and float(rows[1][2]) > 0
     for var in ("busbw_ratio", "latency_ratio", "ddp_ratio", "efficiency"):
         row = next(line for line in text.splitlines() if f"| {var} |" in line)
-        assert re.search(r"\| (pass|\*\*FAIL\*\*) \|$", row), row  # judged, with its verdict
+        # judged, with its verdict (the report tool calls an efficiency above 105 % invalid
+        # on its own; this run lifts the check's rule, so that verdict may appear here)
+        verdicts = r"pass|\*\*FAIL\*\*" + (r"|\*\*invalid\*\*" if var == "efficiency" else "")
+        assert re.search(rf"\| ({verdicts}) \|$", row), row
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
     # The perflogs give the same cases (what a nightly job keeps between runs).
