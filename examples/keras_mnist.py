@@ -19,12 +19,14 @@ Output: Keras' per-epoch lines, then from rank 0 (or the single process) ``test 
 and the result line shared with ``examples/pytorch_mnist.py`` (what the ReFrame MNIST check
 parses; see checks/README.md)::
 
-    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2 timed_steps=40 timed_seconds=6.312
+    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2 timed_steps=40 timed_seconds=6.312 timing_noise=0.0874
 
 Images/s count the images every rank trained in the timed steps: the first
 ``--timing-warmup-steps`` steps (graph tracing, warm-up) are left out, each epoch's timed part
 starts and ends on a barrier, and the slowest rank's time counts. ``--threads`` is part of the
-experiment: give runs you compare the same value.
+experiment: give runs you compare the same value. ``timing_noise`` is how unsteady the timed
+window was (relative SD of the throughput of 8 equal parts of the timed steps, the largest over
+ranks; :mod:`hvdcore.timing`): the scaling check widens its validity bound by it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import tensorflow as tf  # noqa: E402
 
 import hvdcore.tensorflow.keras as hvd  # noqa: E402
 from hvdcore.datasets import mnist  # noqa: E402
+from hvdcore.timing import timing_noise  # noqa: E402
 
 K = tf.keras  # Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
 
@@ -55,6 +58,8 @@ class TrainResult:
     images_per_sec: float
     timed_steps: int = 0
     timed_seconds: float = 0.0
+    #: Relative SD of the throughput of 8 equal parts of the timed steps (see hvdcore.timing).
+    timing_noise: float = 0.0
 
     def result_line(self) -> str:
         """The result line every MNIST example prints (parsed by checks/hvdcore_mnist.py)."""
@@ -62,7 +67,8 @@ class TrainResult:
                 f"test_accuracy={self.test_accuracy:.4f} "
                 f"images_per_sec={self.images_per_sec:.1f} "
                 f"images_per_sec_per_rank={self.images_per_sec / self.ranks:.1f} "
-                f"timed_steps={self.timed_steps} timed_seconds={self.timed_seconds:.3f}")
+                f"timed_steps={self.timed_steps} timed_seconds={self.timed_seconds:.3f} "
+                f"timing_noise={self.timing_noise:.4f}")
 
 
 class StepTimer(K.callbacks.Callback):
@@ -79,25 +85,36 @@ class StepTimer(K.callbacks.Callback):
         self.barrier = barrier
         self.seconds = 0.0
         self.steps = 0
+        #: This rank's time of each timed step (an epoch's last step ends on the barrier).
+        self.step_seconds: list[float] = []
         self._seen = 0
         self._t0: float | None = None
+        self._mark = 0.0
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._t0 is None and self._seen >= self.warmup:
             if self.barrier is not None:
                 self.barrier()
-            self._t0 = time.perf_counter()
+            self._t0 = self._mark = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
         self._seen += 1
         if self._t0 is None:
             return
         self.steps += 1
-        if batch == self.params["steps"] - 1:  # the epoch's last step: close its window
-            if self.barrier is not None:
-                self.barrier()
-            self.seconds += time.perf_counter() - self._t0
+        last = batch == self.params["steps"] - 1  # the epoch's last step: close its window
+        if last and self.barrier is not None:
+            self.barrier()
+        now = time.perf_counter()
+        self.step_seconds.append(now - self._mark)
+        self._mark = now
+        if last:
+            self.seconds += now - self._t0
             self._t0 = None
+
+    def noise(self) -> float:
+        """This rank's :func:`hvdcore.timing.timing_noise` of its timed steps."""
+        return timing_noise(self.step_seconds)
 
     def images_per_sec(self, images_per_step: int, seconds: float | None = None) -> float:
         """Images/s over the timed steps (0 when none was timed)."""
@@ -161,7 +178,7 @@ def train(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
               validation_data=(x_test, y_test), callbacks=callbacks)
     accuracy = float(model.evaluate(x_test, y_test, verbose=0)[1])
     return TrainResult(1, epochs, accuracy, timer.images_per_sec(batch_size), timer.steps,
-                       timer.seconds)
+                       timer.seconds, timer.noise())
 
 
 def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
@@ -221,9 +238,10 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     accuracy = float(model.evaluate(x_test, y_test, verbose=0)[1])
     # every rank trains batch_size images per step; the slowest rank's time is the job's
     slowest = max(hvd.allgather_object(timer.seconds))
+    noisiest = max(hvd.allgather_object(timer.noise()))
     return TrainResult(hvd.size(), epochs, accuracy,
                        timer.images_per_sec(batch_size, slowest) * hvd.size(),
-                       timer.steps, slowest)
+                       timer.steps, slowest, noisiest)
 
 
 def main() -> None:

@@ -21,12 +21,15 @@ is downloaded.
 
 Output: per-epoch lines from rank 0 with loss, accuracy and throughput, then one summary line::
 
-    hvdcore-mnist: ranks=2 epochs=3 test_accuracy=0.9871 images_per_sec=2345.6 images_per_sec_per_rank=1172.8 timed_steps=2790 timed_seconds=152.3
+    hvdcore-mnist: ranks=2 epochs=3 test_accuracy=0.9871 images_per_sec=2345.6 images_per_sec_per_rank=1172.8 timed_steps=2790 timed_seconds=152.3 timing_noise=0.0213
 
 Throughput (the summary line) is measured the way the ReFrame scaling check needs it: the first
 ``--timing-warmup-steps`` optimizer steps are left out; every epoch's timed part starts and ends
 on a barrier, and the slowest rank's time counts, so a 1-rank and an N-rank run measure the same
 thing (with ``--threads`` set equal in both: threads per rank are part of the experiment).
+``timing_noise`` is how unsteady the window was: the relative standard deviation of the
+throughput of 8 equal parts of the timed steps (the largest over ranks; see
+:mod:`hvdcore.timing`). The scaling check widens its validity bound by it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import torch.nn.functional as F
 
 import hvdcore.torch as hvd
 from hvdcore.datasets import mnist
+from hvdcore.timing import timing_noise
 
 MEAN, STD = 0.1307, 0.3081
 
@@ -138,12 +142,19 @@ class WindowTimer:
         self.warmup = warmup
         self.steps = 0
         self.seconds = 0.0
+        #: This rank's time of each timed step (its last step of an epoch ends on the barrier).
+        self.step_seconds: list[float] = []
         self._t0: float | None = None
+        self._mark = 0.0
 
     def before_step(self, global_step: int) -> None:
         if self._t0 is None and global_step >= self.warmup:
             hvd.barrier()
-            self._t0 = time.perf_counter()
+            self._t0 = self._mark = time.perf_counter()
+        elif self._t0 is not None:
+            now = time.perf_counter()
+            self.step_seconds.append(now - self._mark)
+            self._mark = now
         if self._t0 is not None:
             self.steps += 1
 
@@ -153,12 +164,20 @@ class WindowTimer:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         hvd.barrier()
-        self.seconds += time.perf_counter() - self._t0
+        now = time.perf_counter()
+        self.step_seconds.append(now - self._mark)
+        self.seconds += now - self._t0
         self._t0 = None
 
     def slowest_seconds(self) -> float:
         return float(hvd.allreduce(torch.tensor(self.seconds, dtype=torch.float64), op=hvd.Max,
                                    name="timed_seconds"))
+
+    def largest_noise(self) -> float:
+        """The largest of the ranks' :func:`hvdcore.timing.timing_noise` of their steps."""
+        return float(hvd.allreduce(torch.tensor(timing_noise(self.step_seconds),
+                                                dtype=torch.float64),
+                                   op=hvd.Max, name="timing_noise"))
 
 
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
@@ -265,13 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     if math.isnan(accuracy):  # nothing left to train (resumed at the last epoch): score anyway
         _, accuracy = evaluate(model, x_test, y_test)
     seconds = timer.slowest_seconds()
+    noise = timer.largest_noise()
     ips = timer.steps * args.batch_size * size / seconds if seconds else 0.0
     if not timer.steps:
         log(f"warning: no step was timed ({args.timing_warmup_steps} warm-up steps of "
             f"{steps * (args.epochs - start_epoch)}): images_per_sec is 0")
     log(f"hvdcore-mnist: ranks={size} epochs={args.epochs} test_accuracy={accuracy:.4f} "
         f"images_per_sec={ips:.1f} images_per_sec_per_rank={ips / size:.1f} "
-        f"timed_steps={timer.steps} timed_seconds={seconds:.3f}")
+        f"timed_steps={timer.steps} timed_seconds={seconds:.3f} timing_noise={noise:.4f}")
     hvd.shutdown()
     return 0
 

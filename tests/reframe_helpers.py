@@ -30,11 +30,13 @@ SITE_CONFIGS = {
 MNIST_EXAMPLE = ROOT / "examples" / "pytorch_mnist.py"
 
 #: ReFrame options for runs whose subject is not the MNIST measurement (discovery, modules,
-#: installs, launchers): the check's "efficiency above 105 % is invalid" sanity rule compares
-#: two separate timed runs, and on this 2-core VM one run's throughput varies by +-15 % from
-#: run to run (measured: 1-rank Keras MNIST 377-526 img/s on an idle machine), so the rule
-#: would make these tests depend on timing. test_reframe_degraded.py tests the rule itself.
-UNGUARDED_EFFICIENCY = ["-S", "HvdcoreMnistCheck.max_valid_efficiency=1000"]
+#: installs, launchers): the check's validity rule (efficiency above 105 % widened by 2 x the
+#: runs' timing noise, or noise above 0.3, is invalid) compares two separately timed runs; on
+#: this 2-core VM one run's throughput varies by +-15 % from run to run (1-rank Keras MNIST
+#: 377-526 img/s on an idle machine), and a 2-sigma bound still fails a few runs in a hundred,
+#: so the rule would make these tests depend on timing. test_reframe_degraded.py tests it.
+UNGUARDED_EFFICIENCY = ["-S", "HvdcoreMnistCheck.max_valid_efficiency=1000",
+                        "-S", "HvdcoreMnistCheck.max_timing_noise=1000"]
 
 
 def reframe_exe() -> list[str]:

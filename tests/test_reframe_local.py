@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
@@ -58,6 +59,15 @@ def _perf(case: dict) -> dict[str, list]:
     return {k.split(":")[-1]: v for k, v in (case["perfvalues"] or {}).items()}
 
 
+def _printed_noise(tc: dict) -> float:
+    """The ``timing_noise`` an MNIST example printed in this test case's job."""
+    where = tc["outputdir"] if tc["result"] == "pass" else tc["stagedir"]
+    text = (Path(where) / tc["job_stdout"]).read_text()
+    found = re.findall(r"^hvdcore-mnist: .* timing_noise=([0-9.]+)$", text, re.M)
+    assert found, text[-2000:]
+    return float(found[-1])
+
+
 def test_local_suite_passes(local_run: dict) -> None:
     """Every check runs and passes sanity; every performance variable is measured and judged.
 
@@ -100,6 +110,9 @@ def test_local_suite_passes(local_run: dict) -> None:
     assert perf["efficiency"][0] == pytest.approx(
         100 * perf["images_per_sec_per_rank"][0] / base_perf["images_per_sec"][0], abs=0.01)
     assert perf["efficiency"][0] > 0
+    # sanity recorded the two runs' combined timing noise, which widens the validity bound
+    assert mnist["timing_noise"] == pytest.approx(
+        math.hypot(_printed_noise(mnist), _printed_noise(base)), abs=1e-4), mnist["timing_noise"]
     # the same experiment: both runs got the same threads per rank, batch and timing
     def opts(tc: dict) -> set[str]:
         return {o for o in tc["executable_opts"] if o.startswith(

@@ -23,6 +23,7 @@ from hvdcore_checks.examples import (
     locate_examples,
 )
 from hvdcore_checks.scales import SCALES, layout
+from hvdcore_checks.validity import NOISE_PATTERN, efficiency_bound, invalid_efficiency_message
 
 
 def test_layout_of_each_scale() -> None:
@@ -131,6 +132,8 @@ def test_both_examples_print_the_result_line_the_check_parses() -> None:
         # the documented sample line in each example's docstring matches the check's pattern
         sample = re.search(r"^\s*(hvdcore-mnist: ranks=.*)$", text, re.M)
         assert sample and re.fullmatch(RESULT_PATTERN, sample[1].strip()), framework
+        noise = re.search(NOISE_PATTERN, sample[1])  # what the validity rule reads
+        assert noise and float(noise["noise"]) > 0, framework
         assert "--max-steps-per-epoch" in text and "--seed" in text, framework
 
 
@@ -547,6 +550,56 @@ def test_report_fail_on_failure_and_rows_from_reasons(tmp_path: Path) -> None:
     text = report.markdown_summary(cases)
     assert "| efficiency | 140.5 |  | - | - | **invalid** |" in text, text
     assert "| 4 | - | - | 140.5% (invalid) | **invalid**: efficiency 140.5% > 105% |" in text
+
+
+def test_validity_bound_widens_with_the_runs_noise() -> None:
+    assert efficiency_bound(105.0, [0.0, 0.0]) == 105.0
+    # root sum of squares: 0.03 and 0.04 combine to 0.05; 2 sigma -> 105 * 1.1
+    assert efficiency_bound(105.0, [0.03, 0.04]) == 115.5
+    assert efficiency_bound(105.0, [0.03, 0.04], sigmas=3) == 120.75
+    assert efficiency_bound(1000.0, [0.1]) == 1200.0
+    for bad in ([-0.1, 0.0], [float("nan"), 0.0], [float("inf")]):
+        with pytest.raises(ValueError, match="timing noise"):
+            efficiency_bound(105.0, bad)
+    msg = invalid_efficiency_message(105.0, 0.05, 2.0)
+    assert msg.startswith("invalid measurement: scaling efficiency {0}% is above {1}% (105% "
+                          "widened by 2 x the two runs' combined timing noise 0.050)"), msg
+
+
+def test_report_widens_the_validity_bound_by_the_recorded_noise(tmp_path: Path) -> None:
+    """An efficiency of 120 % is a measurement when the two runs' combined noise was 0.1
+    (bound 126 %), and invalid at the same value without noise (perflogs, older reports)."""
+    report, _ = _tools()
+    mnist = "HvdcoreMnistCheck %scale={} %baseline.framework=torch %baseline.hvdcore_module=env"
+    quiet = _testcase(mnist.format("2_ranks"), {
+        "images_per_sec": (2400.0, 0, None, None, "img/s"),
+        "efficiency": (120.0, 88.0, -0.15, None, "%")}, num_tasks=2)
+    noisy = dict(quiet, display_name=mnist.format("4_ranks"), num_tasks=4, timing_noise=0.1)
+    too_far = dict(noisy, display_name=mnist.format("1_node"), num_tasks=8, timing_noise=0.1,
+                   perfvalues={"site:cpu:efficiency": [130.0, 88.0, -0.15, None, "%", "pass"],
+                               "site:cpu:images_per_sec": [10400.0, 0, None, None, "img/s",
+                                                           None]})
+    base = _testcase(BASELINE, {"images_per_sec": (1000.0, 0, None, None, "img/s")},
+                     fixture=True)
+    cases = {c.num_tasks: c for c in report.load_report(
+        _write_report(tmp_path / "noise.json", [base, quiet, noisy, too_far]))}
+    assert (cases[2].efficiency_bound, cases[4].efficiency_bound) == (105.0, 126.0)
+    verdicts = {n: report.perf_verdict(c, c.perfvar("efficiency"))
+                for n, c in cases.items() if n > 1}
+    assert verdicts == {2: "**invalid**", 4: "pass", 8: "**invalid**"}
+    # noise above 0.3: no measurement, whatever the efficiency
+    cases[4].timing_noise = 0.31
+    assert report.perf_verdict(cases[4], cases[4].perfvar("efficiency")) == "**invalid**"
+    assert "**invalid**: timing noise 0.310 > 0.3" in report.markdown_summary([cases[4]])
+    cases[4].timing_noise = 0.1
+    text = report.markdown_summary(list(cases.values()))
+    series = "site:cpu+hvdcore-venv torch"
+    assert (f"| {series} | 4 | 2400.0 | 600.0 | 120.0% | pass (above 105% within the runs' "
+            "timing noise 0.100) |") in text, text
+    assert "| 8 | 10400.0 | 1300.0 | 130.0% (invalid) | **invalid**: efficiency 130.0% > 126% |" \
+        in text, text
+    assert "| 2 | 2400.0 | 1200.0 | 120.0% (invalid) | **invalid**: efficiency 120.0% > 105% |" \
+        in text, text
 
 
 def test_every_check_variable_is_documented() -> None:

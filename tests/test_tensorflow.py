@@ -61,7 +61,7 @@ def test_keras_mnist_example_two_ranks(tmp_path) -> None:
     # the result line shared with examples/pytorch_mnist.py (what the ReFrame check parses)
     result = re.findall(r"^hvdcore-mnist: ranks=2 epochs=1 test_accuracy=([0-9.]+) "
                         r"images_per_sec=([0-9.]+) images_per_sec_per_rank=([0-9.]+) "
-                        r"timed_steps=(\d+) timed_seconds=([0-9.]+)$",
+                        r"timed_steps=(\d+) timed_seconds=([0-9.]+) timing_noise=([0-9.]+)$",
                         proc.stdout, re.M)
     assert len(result) == 1, out[-6000:]
     assert float(result[0][0]) == accuracy and float(result[0][1]) > 0

@@ -15,13 +15,14 @@ EXAMPLE = str(ROOT / "examples" / "pytorch_mnist.py")
 SUMMARY = re.compile(
     r"^hvdcore-mnist: ranks=(\d+) epochs=(\d+) test_accuracy=([0-9.]+) "
     r"images_per_sec=([0-9.]+) images_per_sec_per_rank=([0-9.]+) "
-    r"timed_steps=(\d+) timed_seconds=([0-9.]+)$")
+    r"timed_steps=(\d+) timed_seconds=([0-9.]+) timing_noise=([0-9.]+)$")
 
 
 def _summary(stdout: str) -> tuple[int, int, float, float, float]:
     last = stdout.strip().splitlines()[-1]
     m = SUMMARY.match(last)
     assert m, f"last line is not the summary: {last!r}"
+    assert 0 <= float(m[8]) < 10, f"timing_noise is a relative spread: {last!r}"
     return int(m[1]), int(m[2]), float(m[3]), float(m[4]), float(m[5])
 
 

@@ -3,7 +3,7 @@
 Both examples (``examples/pytorch_mnist.py`` for ``torch``, ``examples/keras_mnist.py`` for
 ``tensorflow``) end with one line from rank 0 in the same format::
 
-    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2 timed_steps=70 timed_seconds=5.516
+    hvdcore-mnist: ranks=2 epochs=1 test_accuracy=0.9512 images_per_sec=812.3 images_per_sec_per_rank=406.2 timed_steps=70 timed_seconds=5.516 timing_noise=0.0874
 
 :data:`RESULT_PATTERN` parses it. Which copy of an example a job runs is decided in the job
 script (:func:`locate_examples`): the examples an installed hvdcore module ships
@@ -37,11 +37,12 @@ EXAMPLES_DIR = os.path.join(
 )
 
 #: The result line of every MNIST example (named groups: ranks, epochs, acc, ips, ipr, steps,
-#: secs: the timed steps and the slowest rank's timed seconds).
+#: secs: the timed steps and the slowest rank's timed seconds; noise: the largest rank's
+#: ``hvdcore.timing.timing_noise``, absent from examples older than it).
 RESULT_PATTERN = (r"hvdcore-mnist: ranks=(?P<ranks>\d+) epochs=(?P<epochs>\d+) "
                   r"test_accuracy=(?P<acc>\S+) images_per_sec=(?P<ips>\S+) "
                   r"images_per_sec_per_rank=(?P<ipr>\S+) timed_steps=(?P<steps>\d+) "
-                  r"timed_seconds=(?P<secs>\S+)")
+                  r"timed_seconds=(?P<secs>\S+)(?: timing_noise=(?P<noise>\S+))?")
 
 #: The result line of the torch DDP peer (``examples/pytorch_mnist_ddp.py``).
 PEER_PATTERN = (r"ddp-mnist: backend=(?P<backend>\S+) ranks=(?P<ranks>\d+) "

@@ -19,7 +19,8 @@ What is recorded
     ``images_per_sec``, ``images_per_sec_per_rank``, ``efficiency``): ratios to a peer measured
     in the same job (``*_ratio``) are machine-independent and the checks carry their references
     (``--include-ratios`` records them too, for a site that wants its own). An efficiency above
-    105 % is an invalid measurement and is never recorded.
+    105 % is never recorded, even where the run's timing noise made the check accept it: a
+    reference is taken from a run that needs no allowance for noise.
 Keys
     ``<CheckClassName>[@scale=<scale>][@framework=<framework>]`` from the test's display name
     (``%scale=``; ``%framework=`` or ``%baseline.framework=``), e.g.
