@@ -28,7 +28,7 @@ counts. A timed window shorter than ``min_window_s`` is an invalid measurement.
 Sanity: the launcher exited 0 (every rank finished; the job script records its status), rank 0
 reports the expected number of ranks, the final test accuracy is above ``min_accuracy``
 (chance is 0.1), the timed windows are long enough, and the scaling efficiency is at most
-``max_valid_efficiency`` (105 %) widened by ``noise_sigmas`` (2) x the two runs' combined
+``max_valid_efficiency`` (105 %) widened by ``noise_sigmas`` (3) x the two runs' combined
 ``timing_noise`` (``hvdcore_checks/validity.py``): more means the scaled run and its baseline
 were not the same experiment (threads, shared cores, load during one of them), so the figure is
 invalid, not a pass. The combined noise is recorded in the check's ``timing_noise`` variable

@@ -17,7 +17,7 @@ iteration at 224 px); every setting can be overridden alone (``-S image_size=224
 Sanity: every rank finished, rank 0's summary line reports the launched ranks and a
 per-rank line for each, every rate is positive, the timed window is at least
 ``min_window_s`` and the scaling efficiency is at most ``max_valid_efficiency`` (105 %) widened
-by ``noise_sigmas`` (2) x the two runs' combined timing noise, each run's noise being the
+by ``noise_sigmas`` (3) x the two runs' combined timing noise, each run's noise being the
 relative standard deviation of its per-iteration images/s (``images_per_sec_per_rank_conf`` /
 1.96 / images/s; ``hvdcore_checks/validity.py``). More is an invalid measurement: the scaled
 run and its baseline were not the same experiment.

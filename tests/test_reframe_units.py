@@ -554,21 +554,21 @@ def test_report_fail_on_failure_and_rows_from_reasons(tmp_path: Path) -> None:
 
 def test_validity_bound_widens_with_the_runs_noise() -> None:
     assert efficiency_bound(105.0, [0.0, 0.0]) == 105.0
-    # root sum of squares: 0.03 and 0.04 combine to 0.05; 2 sigma -> 105 * 1.1
-    assert efficiency_bound(105.0, [0.03, 0.04]) == 115.5
-    assert efficiency_bound(105.0, [0.03, 0.04], sigmas=3) == 120.75
-    assert efficiency_bound(1000.0, [0.1]) == 1200.0
+    # root sum of squares: 0.03 and 0.04 combine to 0.05; 3 sigma (the default) -> 105 * 1.15
+    assert efficiency_bound(105.0, [0.03, 0.04]) == 120.75
+    assert efficiency_bound(105.0, [0.03, 0.04], sigmas=2) == 115.5
+    assert efficiency_bound(1000.0, [0.1]) == 1300.0
     for bad in ([-0.1, 0.0], [float("nan"), 0.0], [float("inf")]):
         with pytest.raises(ValueError, match="timing noise"):
             efficiency_bound(105.0, bad)
-    msg = invalid_efficiency_message(105.0, 0.05, 2.0)
+    msg = invalid_efficiency_message(105.0, 0.05, 3.0)
     assert msg.startswith("invalid measurement: scaling efficiency {0}% is above {1}% (105% "
-                          "widened by 2 x the two runs' combined timing noise 0.050)"), msg
+                          "widened by 3 x the two runs' combined timing noise 0.050)"), msg
 
 
 def test_report_widens_the_validity_bound_by_the_recorded_noise(tmp_path: Path) -> None:
     """An efficiency of 120 % is a measurement when the two runs' combined noise was 0.1
-    (bound 126 %), and invalid at the same value without noise (perflogs, older reports)."""
+    (bound 136.5 %), and invalid at the same value without noise (perflogs, older reports)."""
     report, _ = _tools()
     mnist = "HvdcoreMnistCheck %scale={} %baseline.framework=torch %baseline.hvdcore_module=env"
     quiet = _testcase(mnist.format("2_ranks"), {
@@ -576,14 +576,14 @@ def test_report_widens_the_validity_bound_by_the_recorded_noise(tmp_path: Path) 
         "efficiency": (120.0, 88.0, -0.15, None, "%")}, num_tasks=2)
     noisy = dict(quiet, display_name=mnist.format("4_ranks"), num_tasks=4, timing_noise=0.1)
     too_far = dict(noisy, display_name=mnist.format("1_node"), num_tasks=8, timing_noise=0.1,
-                   perfvalues={"site:cpu:efficiency": [130.0, 88.0, -0.15, None, "%", "pass"],
-                               "site:cpu:images_per_sec": [10400.0, 0, None, None, "img/s",
+                   perfvalues={"site:cpu:efficiency": [140.0, 88.0, -0.15, None, "%", "pass"],
+                               "site:cpu:images_per_sec": [11200.0, 0, None, None, "img/s",
                                                            None]})
     base = _testcase(BASELINE, {"images_per_sec": (1000.0, 0, None, None, "img/s")},
                      fixture=True)
     cases = {c.num_tasks: c for c in report.load_report(
         _write_report(tmp_path / "noise.json", [base, quiet, noisy, too_far]))}
-    assert (cases[2].efficiency_bound, cases[4].efficiency_bound) == (105.0, 126.0)
+    assert (cases[2].efficiency_bound, cases[4].efficiency_bound) == (105.0, 136.5)
     verdicts = {n: report.perf_verdict(c, c.perfvar("efficiency"))
                 for n, c in cases.items() if n > 1}
     assert verdicts == {2: "**invalid**", 4: "pass", 8: "**invalid**"}
@@ -596,7 +596,7 @@ def test_report_widens_the_validity_bound_by_the_recorded_noise(tmp_path: Path) 
     series = "site:cpu+hvdcore-venv torch"
     assert (f"| {series} | 4 | 2400.0 | 600.0 | 120.0% | pass (above 105% within the runs' "
             "timing noise 0.100) |") in text, text
-    assert "| 8 | 10400.0 | 1300.0 | 130.0% (invalid) | **invalid**: efficiency 130.0% > 126% |" \
+    assert "| 8 | 11200.0 | 1400.0 | 140.0% (invalid) | **invalid**: efficiency 140.0% > 136.5% |" \
         in text, text
     assert "| 2 | 2400.0 | 1200.0 | 120.0% (invalid) | **invalid**: efficiency 120.0% > 105% |" \
         in text, text

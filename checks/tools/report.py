@@ -9,7 +9,7 @@ The nightly job publishes both::
 The summary has one row per check and partition (pass/fail/skip and the failure reason), then
 every performance variable of every test case, failed ones included, with its reference, its
 absolute bounds and a verdict: ``pass``, ``**FAIL**``, ``**invalid**`` (an efficiency above
-105 % widened by twice the case's recorded ``timing_noise``, or any efficiency of a case whose
+105 % widened by 3 x the case's recorded ``timing_noise``, or any efficiency of a case whose
 noise is above 0.3, as the checks' validity rule does; or a case whose sanity failure says
 "invalid"; an efficiency above 105 % but within the noise passes with a note saying so), ``not judged (no reference)`` (no
 reference, or ReFrame's 0 without bounds), ``not judged (no bounds)`` (a reference with both
@@ -61,7 +61,7 @@ MNIST_PREFIXES = ("HvdcoreMnist", "MnistBaseline")
 #: ``timing_noise`` (the checks' rule, checks/hvdcore_checks/validity.py), is an invalid
 #: measurement, never a result. Perflogs carry no noise: 105 % there.
 MAX_VALID_EFFICIENCY = 105.0
-NOISE_SIGMAS = 2.0
+NOISE_SIGMAS = 3.0
 #: Recorded timing noise above which the case's efficiency is no measurement (the checks' rule).
 MAX_TIMING_NOISE = 0.3
 #: Verdicts of a performance variable that mean it was not judged.
