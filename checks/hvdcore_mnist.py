@@ -75,10 +75,7 @@ from hvdcore_checks.validity import (
     MAX_TIMING_NOISE,
     NOISE_PATTERN,
     NOISE_SIGMAS,
-    combined_noise,
-    efficiency_bound,
-    invalid_efficiency_message,
-    too_noisy_message,
+    assert_valid_efficiency,
 )
 
 RESULT = RESULT_PATTERN
@@ -270,13 +267,7 @@ class HvdcoreMnistCheck(MnistTraining):
     def _efficiency_valid(self):
         """Sanity: the efficiency is within its noise-widened bound (records the noise)."""
         noises = [_last_noise(self.stdout), _last_noise(self._baseline_out())]
-        self.timing_noise = round(combined_noise(noises), 4)
-        bound = efficiency_bound(self.max_valid_efficiency, noises, self.noise_sigmas)
-        sn.evaluate(sn.assert_le(
-            self._efficiency(), bound, msg=invalid_efficiency_message(
-                self.max_valid_efficiency, self.timing_noise, self.noise_sigmas)))
-        return sn.evaluate(sn.assert_le(self.timing_noise, self.max_timing_noise,
-                                        msg=too_noisy_message()))
+        return assert_valid_efficiency(self, sn.evaluate(self._efficiency()), noises)
 
     @sanity_function
     def validate(self):

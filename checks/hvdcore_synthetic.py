@@ -54,10 +54,7 @@ from hvdcore_checks.examples import EXAMPLES_VAR
 from hvdcore_checks.validity import (
     MAX_TIMING_NOISE,
     NOISE_SIGMAS,
-    combined_noise,
-    efficiency_bound,
-    invalid_efficiency_message,
-    too_noisy_message,
+    assert_valid_efficiency,
 )
 
 #: Rank 0's summary line (``examples/*_synthetic_benchmark.py``).
@@ -243,13 +240,7 @@ class HvdcoreSyntheticCheck(SyntheticRun):
         noises = [sn.evaluate(conf / 1.96 / ipr) for conf, ipr in (
             (self._field("ipr_conf"), self._field("ipr")),
             (self._baseline_field("ipr_conf"), self._baseline_field("ipr")))]
-        self.timing_noise = round(combined_noise(noises), 4)
-        bound = efficiency_bound(self.max_valid_efficiency, noises, self.noise_sigmas)
-        sn.evaluate(sn.assert_le(
-            self._efficiency(), bound, msg=invalid_efficiency_message(
-                self.max_valid_efficiency, self.timing_noise, self.noise_sigmas)))
-        return sn.evaluate(sn.assert_le(self.timing_noise, self.max_timing_noise,
-                                        msg=too_noisy_message()))
+        return assert_valid_efficiency(self, sn.evaluate(self._efficiency()), noises)
 
     @sanity_function
     def validate(self):

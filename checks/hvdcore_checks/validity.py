@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["MAX_TIMING_NOISE", "NOISE_PATTERN", "NOISE_SIGMAS", "combined_noise",
-           "efficiency_bound", "invalid_efficiency_message", "too_noisy_message"]
+__all__ = ["MAX_TIMING_NOISE", "NOISE_PATTERN", "NOISE_SIGMAS", "assert_valid_efficiency",
+           "combined_noise", "efficiency_bound", "invalid_efficiency_message",
+           "too_noisy_message"]
 
 #: How many standard deviations of the combined timing noise the bound allows.
 NOISE_SIGMAS = 3.0
@@ -65,3 +67,19 @@ def too_noisy_message() -> str:
     return ("invalid measurement: the scaled run's and the baseline's combined timing noise {0} "
             "is above {1} (their throughput moved that much within each timed window): measure "
             "again on quiet nodes")
+
+
+def assert_valid_efficiency(test: Any, efficiency: float, noises: Sequence[float]) -> bool:
+    """Sanity of a scaling check: ``efficiency`` within its bound and the noise below
+    ``test.max_timing_noise``; records the combined noise in ``test.timing_noise``.
+
+    Call it from inside a deferred sanity expression (it raises ReFrame's ``SanityError``).
+    """
+    import reframe.utility.sanity as sn  # only where ReFrame runs the check
+
+    test.timing_noise = round(combined_noise(noises), 4)
+    bound = efficiency_bound(test.max_valid_efficiency, noises, test.noise_sigmas)
+    sn.evaluate(sn.assert_le(efficiency, bound, msg=invalid_efficiency_message(
+        test.max_valid_efficiency, test.timing_noise, test.noise_sigmas)))
+    return sn.evaluate(sn.assert_le(test.timing_noise, test.max_timing_noise,
+                                    msg=too_noisy_message()))
