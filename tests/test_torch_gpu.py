@@ -2,7 +2,8 @@
 
 On one GPU: np 1 on NCCL/RCCL (every collective on CUDA tensors against a CPU reference,
 fusion counted on the plane, a side-stream producer, NCCL_* timeline spans); np 2 on that one
-GPU: the duplicate-device error on every rank, and host staging with
+GPU: the shared-GPU error on every rank (at the first device tensor; at init when NCCL is
+forced) while CPU tensors still work, and host staging with
 ``HVDCORE_GPU_OPERATIONS=mpi``. With one GPU per rank on a bigger machine, every rank on NCCL.
 These skip, naming what is missing, on machines without a GPU or NCCL; the program's
 references still run everywhere through ``dryrun`` (the same checks on CPU tensors over Gloo).
@@ -51,14 +52,20 @@ def test_nccl_single_rank() -> None:
     ok_lines(proc, PLANE, 1)
 
 
-def test_duplicate_device_is_an_error_on_every_rank() -> None:
-    """np 2 on GPU 0: init raises CapabilityError on both ranks, naming ranks [0, 1], the GPU
-    and the host-staging knob (NCCL itself would refuse, naming neither)."""
+@pytest.mark.parametrize("knob", ["auto", "nccl"])
+def test_shared_gpu_is_an_error_on_every_rank(knob: str) -> None:
+    """np 2 on GPU 0. auto: init succeeds and CPU tensors work (as under Horovod), while an
+    allreduce and a broadcast of a device tensor raise CapabilityError on both ranks, naming
+    ranks [0, 1], the GPU and the host-staging knob (NCCL itself would refuse, naming neither),
+    and a CPU allreduce works afterwards. HVDCORE_GPU_OPERATIONS=nccl: init raises it."""
     need_gpu()
-    proc = run_mpi(2, [program("torch_gpu.py"), "duplicate"], timeout=180)
+    env = {"HVDCORE_GPU_OPERATIONS": "nccl"} if knob == "nccl" else None
+    proc = run_mpi(2, [program("torch_gpu.py"), "duplicate"], env=env, timeout=180)
     ok_lines(proc, "duplicate", 2)
     errors = [ln for ln in proc.stdout.splitlines() if " error: " in ln]
-    assert sorted(ln.split()[1] for ln in errors) == ["0", "1"], proc.stdout
+    per_rank = 1 if knob == "nccl" else 2
+    assert sorted(ln.split()[1] for ln in errors) == ["0"] * per_rank + ["1"] * per_rank, \
+        proc.stdout
 
 
 @pytest.mark.parametrize("np", [1, 2])

@@ -101,6 +101,8 @@ def _plane_of(t: tf.Tensor) -> Any:
     if _PLANES is None or t.dtype == tf.bool:
         return None
     kind = "cuda" if "GPU" in (t.device or "").upper() else "cpu"
+    if kind == "cuda":
+        _PLANES.refuse_device_tensors(t.device)  # ranks share a GPU: as the torch binding does
     return _PLANES.backend_for_device(kind)
 
 

@@ -92,7 +92,9 @@ def nccl_built() -> bool:
 
 
 def gpu_operations() -> str:
-    """The active path for device tensors: ``nccl``, ``rccl`` or ``mpi-host-staging (<why>)``."""
+    """The active path for device tensors: ``nccl``, ``rccl``, ``mpi-cuda-aware (<why>)``,
+    ``mpi-host-staging (<why>)``, or ``refused (<why>)`` when ranks share a GPU (device tensors
+    then raise CapabilityError; HVDCORE_GPU_OPERATIONS=mpi stages them instead)."""
     return dataplanes.gpu_path()
 
 

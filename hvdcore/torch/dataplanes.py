@@ -9,6 +9,11 @@ timeline); what differs is the transport that moves the bytes:
   (``HVDCORE_GPU_OPERATIONS`` auto or nccl); otherwise, or with ``HVDCORE_GPU_OPERATIONS=mpi``,
   handed to MPI directly where every rank's MPI is CUDA-aware, else staged through host memory
   and reduced by MPI. ``nccl`` makes a missing NCCL an error (:func:`choose_gpu_path`).
+- **Ranks that share a GPU** (more ranks than GPUs on a node): NCCL cannot take them. With the
+  default (auto), ``init()`` still succeeds, so CPU work on a GPU node runs as it does under
+  Horovod; the first device tensor any rank submits raises :class:`CapabilityError` naming the
+  ranks and the GPU (every rank knows, from the same vote, so every rank raises). With
+  ``HVDCORE_GPU_OPERATIONS=nccl`` the clash is an error at ``init()``.
 
 The ranks decide together (a vote over MPI), create torch.distributed's process group through
 :mod:`hvdcore.torch.rendezvous` (an address every rank can reach, a bounded timeout), and
@@ -31,8 +36,8 @@ from hvdcore.errors import CapabilityError
 from hvdcore.torch import rendezvous
 from hvdcore.torch.backends import TORCH_DTYPES, CudaAwareMPIBackend, TorchBackend
 
-__all__ = ["setup", "shutdown", "plane_for", "wrap", "backend", "backend_for_device",
-           "gpu_path", "cpu_path",
+__all__ = ["setup", "shutdown", "plane_for", "refuse_device_tensors", "wrap", "backend",
+           "backend_for_device", "gpu_path", "cpu_path",
            "choose_gpu_path"]
 
 _log = logging.getLogger("hvdcore")
@@ -42,6 +47,7 @@ _GPU: TorchBackend | None = None
 _OWN_PG = False
 _GPU_WHY = "not initialised"
 _CPU_WHY = "not initialised"
+_GPU_REFUSED: str | None = None  # why device tensors are refused (ranks share a GPU), else None
 
 
 def _gpu_local_status(setting: str) -> tuple[bool, str, bool]:
@@ -98,7 +104,7 @@ def setup() -> None:
     Collective (every rank calls it, from ``hvdcore.torch.init()``); a no-op when the planes
     are already up.
     """
-    global _CPU, _GPU, _OWN_PG, _GPU_WHY, _CPU_WHY
+    global _CPU, _GPU, _OWN_PG, _GPU_WHY, _CPU_WHY, _GPU_REFUSED
     engine = _basics.state().engine
     if _CPU is not None or _GPU is not None:
         return
@@ -114,6 +120,7 @@ def setup() -> None:
                               "backend; unset it to reduce CPU tensors with MPI")
     votes = _core.allgather_object(_gpu_local_status(cfg.gpu_operations))
     path, _GPU_WHY = choose_gpu_path(cfg.gpu_operations, votes)
+    _GPU_REFUSED = None
     if path == "error":
         raise CapabilityError(
             f"HVDCORE_GPU_OPERATIONS=nccl but NCCL cannot be used ({_GPU_WHY}); unset it "
@@ -123,12 +130,19 @@ def setup() -> None:
     if path == "mpi-cuda-aware":
         _GPU = CudaAwareMPIBackend("mpi", _pick_device())
         engine.register_backend(_GPU.key, _GPU)
-    if not want_gloo and not nccl:
-        return
     device = None
     if nccl:
         device = _pick_device()
-        rendezvous.check_distinct_devices(device)
+        clash = rendezvous.shared_devices_message(device)  # the same answer on every rank
+        if clash is not None:
+            if cfg.gpu_operations == "nccl":
+                raise CapabilityError(clash)
+            # auto: CPU work must still run (Horovod inits fine here); device tensors are
+            # refused when submitted (plane_for), on every rank alike
+            _GPU_REFUSED = _GPU_WHY = clash
+            nccl, device = False, None
+    if not want_gloo and not nccl:
+        return
     parts = (["cpu:gloo"] if want_gloo else []) + (["cuda:nccl"] if nccl else [])
     spec = parts[0].split(":")[1] if len(parts) == 1 else ",".join(parts)
     if dist.is_initialized():
@@ -171,8 +185,8 @@ def _adopt_user_group(dist: Any, spec: str) -> None:
 
 def shutdown() -> None:
     """Forget the planes (after the engine stopped) and destroy the group hvdcore created."""
-    global _CPU, _GPU, _OWN_PG
-    _CPU = _GPU = None
+    global _CPU, _GPU, _OWN_PG, _GPU_REFUSED
+    _CPU = _GPU = _GPU_REFUSED = None
     if _OWN_PG:
         _OWN_PG = False
         rendezvous.destroy()
@@ -193,7 +207,17 @@ def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
         if tensor.device == _GPU.device:
             return _GPU
         _warn_other_device(tensor.device)
+    elif _GPU_REFUSED is not None and tensor.is_cuda:
+        refuse_device_tensors(str(tensor.device))
     return None
+
+
+def refuse_device_tensors(device: str) -> None:
+    """Raise CapabilityError for a tensor on ``device`` when init found ranks sharing a GPU
+    (HVDCORE_GPU_OPERATIONS auto); return otherwise."""
+    if _GPU_REFUSED is not None:
+        raise CapabilityError(f"rank {_core.rank()}: cannot reduce a tensor on {device}: "
+                              f"{_GPU_REFUSED}")
 
 
 _WARNED: set[str] = set()
@@ -232,8 +256,10 @@ def backend_for_device(kind: str) -> TorchBackend | None:
 
 
 def gpu_path() -> str:
-    """Which path device tensors take: ``nccl``, ``rccl``, ``mpi-cuda-aware (<why>)`` or
-    ``mpi-host-staging (<why>)``."""
+    """Which path device tensors take: ``nccl``, ``rccl``, ``mpi-cuda-aware (<why>)``,
+    ``mpi-host-staging (<why>)``, or ``refused (<why>)`` when ranks share a GPU."""
+    if _GPU_REFUSED is not None:
+        return f"refused ({_GPU_REFUSED})"
     if isinstance(_GPU, CudaAwareMPIBackend):
         return f"mpi-cuda-aware ({_GPU_WHY})"
     if _GPU is not None:

@@ -4,7 +4,7 @@ NCCL refuses two ranks of one communicator on one GPU, with an error that names 
 ranks nor the fix. :func:`check_distinct_devices` gathers every rank's GPU (its uuid where torch
 reports one, else its physical index after ``CUDA_VISIBLE_DEVICES``) and raises
 :class:`~hvdcore.errors.CapabilityError` on every rank, naming the ranks, the host and the GPU,
-when two ranks share one. :func:`duplicate_devices` is the decision alone, testable without GPUs.
+when two ranks share one (:func:`shared_devices_message` gives that text without raising). :func:`duplicate_devices` is the decision alone, testable without GPUs.
 Re-exported by :mod:`hvdcore.torch.rendezvous`.
 """
 
@@ -20,7 +20,7 @@ import hvdcore as _core
 from hvdcore.errors import CapabilityError
 from hvdcore.netaddr import local_host
 
-__all__ = ["DeviceReport", "duplicate_devices", "check_distinct_devices"]
+__all__ = ["DeviceReport", "duplicate_devices", "shared_devices_message", "check_distinct_devices"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,18 @@ def duplicate_devices(reports: Sequence[DeviceReport | None]) -> dict[str, list[
             for reps in groups.values() if len(reps) > 1}
 
 
+def shared_devices_message(device: torch.device | None) -> str | None:
+    """Collective: the error text naming the ranks that share a GPU, or None when every rank
+    drives its own. ``device`` is the GPU this rank uses, or None without one."""
+    dups = duplicate_devices(_core.allgather_object(_device_report(device)))
+    if not dups:
+        return None
+    what = "; ".join(f"ranks {ranks} all drive {gpu}" for gpu, ranks in dups.items())
+    return (f"{what}: NCCL needs one GPU per rank. Call torch.cuda.set_device(hvd.local_rank()) "
+            "before using the GPU (with at least as many GPUs per node as ranks), or set "
+            "HVDCORE_GPU_OPERATIONS=mpi to stage device tensors through host memory")
+
+
 def check_distinct_devices(device: torch.device | None) -> None:
     """Collective: raise CapabilityError on every rank when two ranks drive the same GPU.
 
@@ -77,10 +89,6 @@ def check_distinct_devices(device: torch.device | None) -> None:
 
     >>> check_distinct_devices(torch.device("cuda", hvd.local_rank()))  # doctest: +SKIP
     """
-    dups = duplicate_devices(_core.allgather_object(_device_report(device)))
-    if dups:
-        what = "; ".join(f"ranks {ranks} all drive {gpu}" for gpu, ranks in dups.items())
-        raise CapabilityError(
-            f"{what}: NCCL needs one GPU per rank. Call torch.cuda.set_device(hvd.local_rank()) "
-            "before using the GPU (with at least as many GPUs per node as ranks), or set "
-            "HVDCORE_GPU_OPERATIONS=mpi to stage device tensors through host memory")
+    msg = shared_devices_message(device)
+    if msg:
+        raise CapabilityError(msg)

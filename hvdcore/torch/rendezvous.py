@@ -71,10 +71,15 @@ from hvdcore.netaddr import (
     local_host,
     local_interfaces,
 )
-from hvdcore.torch.device_check import DeviceReport, check_distinct_devices, duplicate_devices
+from hvdcore.torch.device_check import (
+    DeviceReport,
+    check_distinct_devices,
+    duplicate_devices,
+    shared_devices_message,
+)
 
 __all__ = ["init_process_group", "new_group", "destroy", "check_distinct_devices",
-           "duplicate_devices", "DeviceReport", "describe", "is_owned"]
+           "shared_devices_message", "duplicate_devices", "DeviceReport", "describe", "is_owned"]
 
 _MIN_STEP_S = 2.0
 _HINT = ("set MASTER_ADDR to an address of rank 0's node that every node reaches (or unset it), "

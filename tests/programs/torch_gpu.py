@@ -10,8 +10,9 @@ argv[1] picks what this run expects:
 - ``staging`` (run with ``HVDCORE_GPU_OPERATIONS=mpi``; any number of ranks on one GPU):
   ``gpu_operations()`` starts with ``mpi-host-staging`` (``mpi-cuda-aware`` where every rank's
   MPI is CUDA-aware); the same checks, MPI_* spans.
-- ``duplicate`` (np >= 2 on one GPU, no knob): ``hvd.init()`` raises CapabilityError on every
-  rank, naming the ranks, the GPU and ``HVDCORE_GPU_OPERATIONS=mpi``.
+- ``duplicate`` (np >= 2 on one GPU): no knob, ``hvd.init()`` succeeds and CPU tensors work;
+  a device tensor raises CapabilityError on every rank, naming the ranks, the GPU and
+  ``HVDCORE_GPU_OPERATIONS=mpi``. With ``HVDCORE_GPU_OPERATIONS=nccl``, ``init()`` raises it.
 - ``dryrun`` (run with ``HVDCORE_CPU_OPERATIONS=gloo``; no GPU needed): the same collective
   checks on CPU tensors through the Gloo plane, so CI keeps this program's references honest.
 
@@ -203,29 +204,57 @@ def device_name(dev: torch.device) -> list[str]:
     return [v for v in (uuid, f"GPU {dev.index}", str(dev)) if v]
 
 
-def main() -> None:
-    if MODE == "duplicate":
-        from mpi4py import MPI  # ranks from MPI: hvdcore may be down after a failed init
+def clash_named(msg: str, n: int, dev: torch.device) -> None:
+    """The shared-GPU error names every rank, the GPU and the host-staging knob."""
+    check(str(list(range(n))) in msg, f"the error does not name ranks {list(range(n))}: {msg}")
+    check(any(v in msg for v in device_name(dev)),
+          f"the error does not name the GPU ({device_name(dev)}): {msg}")
+    check("HVDCORE_GPU_OPERATIONS=mpi" in msg, f"no host-staging hint: {msg}")
 
-        me, n = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
-        torch.cuda.set_device(0)  # every rank on GPU 0, before init picks the NCCL device
-        dev = torch.device("cuda", 0)
-        try:
-            hvd.init()
-        except hvdcore.CapabilityError as exc:
-            msg = str(exc)
-            print(f"rank {me} error: {msg}", flush=True)
-            check(str(list(range(n))) in msg, f"the error does not name ranks {list(range(n))}: "
-                  f"{msg}")
-            check(any(v in msg for v in device_name(dev)), f"the error does not name the GPU "
-                  f"({device_name(dev)}): {msg}")
-            check("HVDCORE_GPU_OPERATIONS=mpi" in msg, f"no host-staging hint: {msg}")
-        else:
-            check(False, f"two ranks on one GPU went through (plane {hvd.gpu_operations()})")
+
+def duplicate() -> None:
+    """Every rank on GPU 0. Forced NCCL (HVDCORE_GPU_OPERATIONS=nccl): init raises on every
+    rank. Default (auto): init succeeds and CPU tensors work, as under Horovod; a device tensor
+    raises CapabilityError on every rank, and the runtime stays healthy afterwards."""
+    from mpi4py import MPI  # ranks from MPI: hvdcore may be down after a failed init
+
+    me, n = MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
+    torch.cuda.set_device(0)  # every rank on GPU 0, before init picks the NCCL device
+    dev = torch.device("cuda", 0)
+    forced = os.environ.get("HVDCORE_GPU_OPERATIONS") == "nccl"
+    try:
+        hvd.init()
+    except hvdcore.CapabilityError as exc:
+        print(f"rank {me} error: {exc}", flush=True)
+        check(forced, f"init refused ranks on one GPU without HVDCORE_GPU_OPERATIONS=nccl: {exc}")
+        clash_named(str(exc), n, dev)
         print(f"torch-gpu {MODE} rank={me} size={n} checks={CHECKS} OK", flush=True)
         hvd.shutdown()  # a no-op if init already shut hvdcore down
         return
+    check(not forced, f"forced NCCL with ranks on one GPU went through ({hvd.gpu_operations()})")
+    check(hvd.gpu_operations().startswith("refused ("), hvd.gpu_operations())
+    xs = [data(r, (5,)) for r in range(n)]
+    same(hvd.allreduce(xs[me], op=hvd.Sum, name="dup.cpu"), sum(xs), torch.device("cpu"),
+         "CPU allreduce beside a shared GPU")
+    for what, call in (("allreduce", lambda: hvd.allreduce(xs[me].to(dev), name="dup.gpu")),
+                       ("broadcast", lambda: hvd.broadcast(xs[me].to(dev), 0, name="dup.b"))):
+        try:
+            call()
+        except hvdcore.CapabilityError as exc:
+            print(f"rank {me} error: {what}: {exc}", flush=True)
+            clash_named(str(exc), n, dev)
+        else:
+            check(False, f"{what} of a tensor on the shared GPU went through")
+    same(hvd.allreduce(xs[me], op=hvd.Sum, name="dup.cpu.after"), sum(xs),
+         torch.device("cpu"), "CPU allreduce after the refused device tensors")
+    print(f"torch-gpu {MODE} rank={me} size={n} checks={CHECKS} OK", flush=True)
+    hvd.shutdown()
 
+
+def main() -> None:
+    if MODE == "duplicate":
+        duplicate()
+        return
     hvd.init()
     if MODE == "dryrun":
         dev, plane, prefix = torch.device("cpu"), "gloo", "GLOO"
