@@ -35,6 +35,8 @@ def test_layout_of_each_scale() -> None:
     assert "needs 4 nodes" in layout("4_nodes", 4, 2)
     assert "repeat 1_node" in layout("2_ranks", 2, 2)
     assert "repeat 1_node" in layout("4_ranks", 4, 2)
+    assert "baseline itself" in layout("1_node", 1, 1)  # one GPU per node, one node
+    assert layout("2_nodes", 1, 2) == (2, 1, 2)
     assert list(SCALES)[0] == "1_rank"
     with pytest.raises(KeyError, match="unknown scale"):
         layout("3_nodes", 4, 8)

@@ -55,7 +55,7 @@ class HvdcoreJobMixin(_Plugin):
     def request_node_resources(self, tasks_per_node: int) -> None:
         """CPUs per rank and GPUs per node for ``tasks_per_node`` ranks on each node."""
         cpus = self.current_partition.processor.num_cpus or self.ranks_per_node()
-        self.num_cpus_per_task = max(1, cpus // max(1, self.ranks_per_node()))
+        self.num_cpus_per_task = max(1, cpus // max(1, self.ranks_per_node(), tasks_per_node))
         gpus = self.gpus_per_node()
         if gpus:
             want = min(gpus, tasks_per_node)

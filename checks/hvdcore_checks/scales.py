@@ -3,7 +3,8 @@
 A scale is either a fraction of one node (``1_rank``, ``2_ranks``, ``4_ranks``: that many ranks
 on one node) or whole nodes (``1_node``, ``2_nodes``, ...: ``ranks_per_node`` ranks on each).
 A partition offers a scale when it fits: sub-node scales below its ``ranks_per_node``, node
-scales up to its ``max_nodes`` (partition ``extras``).
+scales up to its ``max_nodes`` (partition ``extras``), except a node scale of one rank in all
+(one GPU per node, one node), which would only measure the baseline again.
 
     >>> layout("2_nodes", ranks_per_node=4, max_nodes=2)
     (8, 4, 2)
@@ -58,4 +59,6 @@ def layout(name: str, ranks_per_node: int, max_nodes: int) -> tuple[int, int, in
         return scale.ranks, scale.ranks, 1
     if scale.nodes > max_nodes:
         return f"scale {name} needs {scale.nodes} nodes, the partition offers {max_nodes}"
+    if scale.nodes * ranks_per_node == 1:  # a 1-GPU node: nothing to compare with the baseline
+        return f"scale {name} is one rank ({ranks_per_node} per node): the {BASELINE} baseline itself"
     return scale.nodes * ranks_per_node, ranks_per_node, scale.nodes
