@@ -180,17 +180,20 @@ class WindowTimer:
                                    op=hvd.Max, name="timing_noise"))
 
 
-def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    """Test loss and accuracy over the whole test set (each rank scores its shard)."""
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+             device: torch.device) -> tuple[float, float]:
+    """Test loss and accuracy over the whole test set (each rank scores its shard on
+    ``device``, the model's)."""
     model.eval()
     idx = torch.arange(hvd.rank(), x.shape[0], hvd.size())
     loss_sum = torch.zeros((), dtype=torch.float64)
     correct = torch.zeros((), dtype=torch.float64)
     with torch.no_grad():
         for chunk in idx.split(1000):
-            out = model(normalise(x[chunk]))
-            loss_sum += F.nll_loss(out, y[chunk], reduction="sum").double()
-            correct += (out.argmax(1) == y[chunk]).sum().double()
+            xb, yb = normalise(x[chunk]).to(device), y[chunk].to(device)
+            out = model(xb)
+            loss_sum += F.nll_loss(out, yb, reduction="sum").double().cpu()
+            correct += (out.argmax(1) == yb).sum().double().cpu()
     totals = hvd.allreduce(torch.stack([loss_sum, correct,
                                         torch.tensor(float(idx.numel()), dtype=torch.float64)]),
                            op=hvd.Sum, name="test_metrics")
@@ -274,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - t0
         epoch_images = steps * args.batch_size * size
         train_loss = float(hvd.allreduce(loss_sum / max(steps, 1), name="train_loss"))
-        test_loss, accuracy = evaluate(model, x_test, y_test)
+        test_loss, accuracy = evaluate(model, x_test, y_test, device)
         log(f"epoch {epoch + 1}/{args.epochs}: train_loss={train_loss:.4f} "
             f"test_loss={test_loss:.4f} test_accuracy={accuracy:.4f} "
             f"images_per_sec={epoch_images / elapsed:.1f} "
@@ -282,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         if ckpt is not None and rank == 0:
             save_checkpoint(ckpt, model, opt, epoch + 1, args)
     if math.isnan(accuracy):  # nothing left to train (resumed at the last epoch): score anyway
-        _, accuracy = evaluate(model, x_test, y_test)
+        _, accuracy = evaluate(model, x_test, y_test, device)
     seconds = timer.slowest_seconds()
     noise = timer.largest_noise()
     ips = timer.steps * args.batch_size * size / seconds if seconds else 0.0
