@@ -50,6 +50,9 @@ class ProcessState:
     checked: dict[str, tuple] = field(default_factory=dict)
     # id(names tuple) -> that batch's arguments and metas (see hvdcore.ops.allreduce_batch_async)
     batches: dict[int, tuple] = field(default_factory=dict)
+    # grouped allreduce name -> its last checked call's arguments and metas (see
+    # hvdcore.ops.grouped_allreduce_async: a training step's named group skips the checks)
+    groups: dict[str, tuple] = field(default_factory=dict)
 
     def request_name(self, kind: str, set_id: int, name: str | None) -> str:
         """``name`` (checked to be a str), or the next automatic name of ``kind`` in the set:

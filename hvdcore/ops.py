@@ -256,9 +256,18 @@ def grouped_allreduce_async(
 ) -> Handle:
     """Start allreduces of several tensors as one group; the handle yields a list.
 
+    A named call whose arguments are those of the name's last call (same op, scale factors
+    and process set objects, as many C-contiguous arrays of the same dtypes and shapes, no
+    ``out=``) reuses that call's checked requests: a training step repeats the same group.
+
     >>> h = hvd.grouped_allreduce_async([np.ones(2), np.zeros(3)], op=hvd.Sum)
     """
     st = basics.state()
+    if name is not None and average is None and out is None:
+        items = _grouped_memo(st, tensors, name, op, prescale_factor, postscale_factor,
+                              process_set)
+        if items is not None:
+            return requests.submit(st.engine, items, list, f"grouped_allreduce '{name}'")
     rank = st.rank
     sid = process_set_id(process_set, st.engine.sets, ALLREDUCE, rank)
     base = st.request_name(ALLREDUCE, sid, name)
@@ -285,7 +294,43 @@ def grouped_allreduce_async(
                                int(rop), -1, pre, post, device=device_of(arr)), arr, o))
     except Exception as exc:  # the peers' matching calls must fail too, not wait
         requests.reject(st.engine, sid, ALLREDUCE, names, exc)
+    if (name is not None and average is None and out is None and items
+            and type(prescale_factor) is float and type(postscale_factor) is float
+            and all(a is t and type(a) is np.ndarray
+                    for (_, a, _), t in zip(items, tensors, strict=True))):
+        groups = st.groups
+        if len(groups) >= _CHECKED_GROUPS:
+            groups.clear()
+        groups[name] = (op, prescale_factor, postscale_factor, process_set,
+                        [m for m, _, _ in items], [a.dtype for _, a, _ in items])
     return requests.submit(st.engine, items, list, f"grouped_allreduce '{base}'")
+
+
+_CHECKED_GROUPS = 256  # grouped allreduce names whose last checked call is remembered
+
+
+def _grouped_memo(st: Any, tensors: Any, name: str, op: Any, prescale_factor: Any,
+                  postscale_factor: Any, process_set: Any) -> list | None:
+    """The submission items of a named grouped allreduce that repeats the name's last checked
+    call (see ``grouped_allreduce_async``), or None when it does not: then the full checks."""
+    memo = st.groups.get(name)
+    if (memo is None or memo[0] is not op or type(prescale_factor) is not float
+            or prescale_factor != memo[1] or type(postscale_factor) is not float
+            or postscale_factor != memo[2] or memo[3] is not process_set
+            or type(tensors) not in (list, tuple) or len(tensors) != len(memo[4])):
+        return None
+    metas, dtypes = memo[4], memo[5]
+    sid = metas[0].set_id
+    if process_set.process_set_id != sid or sid not in st.engine.sets:
+        return None
+    items = []
+    for t, meta, dtype in zip(tensors, metas, dtypes, strict=True):
+        if not (type(t) is np.ndarray and t.dtype is dtype and t.shape == meta.shape
+                and t.flags.c_contiguous):
+            return None
+        items.append((meta, t, None))
+    st.request_name(ALLREDUCE, sid, name)  # (the call reached the core)
+    return items
 
 
 def grouped_allreduce(

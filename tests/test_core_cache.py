@@ -206,3 +206,18 @@ def test_a_remembered_argument_check_never_stands_in_for_another_call(np_: int) 
         assert out.count(f"refused {what}") == np_, out
     assert "not returned" not in out, out
     assert out.count("refused removed set") == (1 if np_ > 1 else 0), out
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_a_remembered_group_check_never_stands_in_for_another_call(np_: int) -> None:
+    """A named grouped allreduce repeated with another op, scale, dtype, shape, part count,
+    layout, out=, process set or a bad argument: every result right, every bad one refused
+    on every rank, and the name still works afterwards."""
+    res = run_mpi(np_, [program("core_cache.py"), "grouped_checked"], timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert out.count("grouped checked ok") == np_, out + res.stderr
+    for what in ("prescale_factor", "op", "dtype"):
+        assert out.count(f"refused {what}") == np_, out
+    assert "not returned" not in out, out
+    assert out.count("refused removed set") == (1 if np_ > 1 else 0), out

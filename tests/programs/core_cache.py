@@ -371,6 +371,72 @@ elif case == "checked":
     check(hvd.allreduce(x, name="m", op=hvd.Sum), total, "healthy after")
     say(f"rank {R} checked ok")
 
+elif case == "grouped_checked":
+    # One grouped name called again with other arguments each time: the remembered checks of
+    # a named group (hvdcore.ops.grouped_allreduce_async) must never stand in for another call.
+    xs = [[value(1, r, (6,), k) for k in range(3)] for r in range(N)]
+    mine = xs[R]
+    total = [sum(xs[r][k] for r in range(N)) for k in range(3)]
+
+    def grouped(arrays, want, what, **kw):
+        got = hvd.grouped_allreduce(arrays, name="g", **kw)
+        if len(got) != len(want):
+            raise AssertionError(f"rank {R}: {what}: {len(got)} results, {len(want)} expected")
+        for k, (a, w) in enumerate(zip(got, want, strict=True)):
+            if a.dtype != w.dtype:
+                raise AssertionError(f"rank {R}: {what} part {k}: dtype {a.dtype}, not {w.dtype}")
+            check(a, w, f"{what} part {k}")
+
+    for _ in range(3):
+        grouped(mine, total, "sum", op=hvd.Sum)
+    grouped(tuple(mine), total, "a tuple", op=hvd.Sum)
+    grouped(mine, [t / N for t in total], "average after sum", op=hvd.Average)
+    grouped(mine, [t / N for t in total], "default op")
+    grouped(mine, total, "sum again", op=hvd.Sum)
+    grouped(mine, [2 * t for t in total], "prescale", op=hvd.Sum, prescale_factor=2.0)
+    grouped(mine, total, "sum after prescale", op=hvd.Sum)
+    grouped(mine, [t / 2 for t in total], "postscale", op=hvd.Sum, postscale_factor=0.5)
+    grouped(mine, total, "sum after postscale", op=hvd.Sum)
+    total64 = [sum(xs[r][k].astype(np.float64) for r in range(N)) for k in range(3)]
+    grouped([a.astype(np.float64) for a in mine], total64, "float64", op=hvd.Sum)
+    grouped([mine[0][:4], *mine[1:]], [total[0][:4], *total[1:]], "another shape", op=hvd.Sum)
+    grouped(mine[:2], total[:2], "fewer parts", op=hvd.Sum)
+    wide = [np.stack([a, a], axis=1)[:, 0] for a in mine]  # non-contiguous views
+    grouped(wide, total, "non-contiguous", op=hvd.Sum)
+    grouped(mine[:1], total[:1], "one part", op=hvd.Sum)
+    grouped(wide[:1], total[:1], "one non-contiguous part", op=hvd.Sum)
+    outs = [np.zeros_like(a) for a in mine]
+    got = hvd.grouped_allreduce(mine, name="g", op=hvd.Sum, out=outs)
+    for k in range(3):
+        check(outs[k], total[k], f"out= part {k}")
+        if got[k] is not outs[k]:
+            say(f"out= part {k} not returned")
+    ps = hvd.add_process_set([0]) if N > 1 else None
+    if ps is not None and R == 0:
+        grouped(mine, mine, "process set", op=hvd.Sum, process_set=ps)
+    for bad in (dict(prescale_factor=True), dict(op="sum")):
+        try:
+            hvd.grouped_allreduce(mine, name="g", **bad)
+            raise AssertionError(f"{bad} must be refused")
+        except hvd.UnsupportedError as exc:
+            say(f"rank {R} refused {list(bad)[0]}: {exc}")
+    try:
+        hvd.grouped_allreduce([mine[0], mine[1].astype(np.complex64)], name="g", op=hvd.Sum)
+        raise AssertionError("a complex part must be refused")
+    except hvd.ArgumentError as exc:
+        say(f"rank {R} refused dtype: {exc}")
+    if ps is not None:
+        hvd.remove_process_set(ps)
+        if R == 0:
+            try:
+                hvd.grouped_allreduce(mine, name="g", op=hvd.Sum, process_set=ps)
+                raise AssertionError("a removed process set must be refused")
+            except hvd.ArgumentError as exc:
+                say(f"rank {R} refused removed set: {exc}")
+    grouped(mine, total, "healthy after", op=hvd.Sum)
+    grouped(mine, total, "healthy again", op=hvd.Sum)
+    say(f"rank {R} grouped checked ok")
+
 else:
     raise SystemExit(f"unknown case {case}")
 hvd.shutdown()
