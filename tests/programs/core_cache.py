@@ -38,6 +38,16 @@ def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
         raise AssertionError(f"rank {R}: {what}: got {got.ravel()[:4]}, want {want.ravel()[:4]}")
 
 
+def refuses_bad_arguments(call) -> None:
+    """``call(**bad)`` raises UnsupportedError for a bool scale factor and for a str op."""
+    for bad in (dict(prescale_factor=True), dict(op="sum")):
+        try:
+            call(**bad)
+            raise AssertionError(f"{bad} must be refused")
+        except hvd.UnsupportedError as exc:
+            say(f"rank {R} refused {list(bad)[0]}: {exc}")
+
+
 case = sys.argv[1]
 shapes = {"a": (7,), "b": (3, 5), "c": (1000,)}
 if case == "repeat":
@@ -332,12 +342,7 @@ elif case == "checked":
     ps = hvd.add_process_set([0]) if N > 1 else None  # (the world itself cannot be added)
     if ps is not None and R == 0:
         check(hvd.allreduce(x, name="m", op=hvd.Sum, process_set=ps), x, "process set")
-    for bad in (dict(prescale_factor=True), dict(op="sum")):
-        try:
-            hvd.allreduce(x, name="m", **bad)
-            raise AssertionError(f"{bad} must be refused")
-        except hvd.UnsupportedError as exc:
-            say(f"rank {R} refused {list(bad)[0]}: {exc}")
+    refuses_bad_arguments(lambda **bad: hvd.allreduce(x, name="m", **bad))
     if ps is not None:
         hvd.remove_process_set(ps)
         if R == 0:  # (a local check: no peer takes part in a call on a removed set)
@@ -414,12 +419,7 @@ elif case == "grouped_checked":
     ps = hvd.add_process_set([0]) if N > 1 else None
     if ps is not None and R == 0:
         grouped(mine, mine, "process set", op=hvd.Sum, process_set=ps)
-    for bad in (dict(prescale_factor=True), dict(op="sum")):
-        try:
-            hvd.grouped_allreduce(mine, name="g", **bad)
-            raise AssertionError(f"{bad} must be refused")
-        except hvd.UnsupportedError as exc:
-            say(f"rank {R} refused {list(bad)[0]}: {exc}")
+    refuses_bad_arguments(lambda **bad: hvd.grouped_allreduce(mine, name="g", **bad))
     try:
         hvd.grouped_allreduce([mine[0], mine[1].astype(np.complex64)], name="g", op=hvd.Sum)
         raise AssertionError("a complex part must be refused")
