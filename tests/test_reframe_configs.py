@@ -160,3 +160,33 @@ def test_one_host_slurm_reports_every_figure_unjudged(tmp_path: Path) -> None:
     refs = json.loads(res.stdout[res.stdout.index("{"):])["references"]
     assert list(refs) == ["HvdcoreMnistCheck@scale=2_nodes@framework=torch"]
     assert refs["HvdcoreMnistCheck@scale=2_nodes@framework=torch"]["efficiency"][1] == -0.2
+
+
+def test_local_gpu_config(tmp_path: Path) -> None:
+    """checks/config/local_gpu.py (run on a GPU host for real: see checks/README.md): one rank
+    per GPU (CHECKS_LOCAL_GPUS here, where no GPU exists), features gpu + vendor + mpi; on one
+    GPU the scaling checks have nothing to compare and are not listed, and the collectives
+    job still runs 2 ranks; with no GPU at all the config refuses and says what to set."""
+    base = ["-C", str(CONFIGS / "local_gpu.py"), "--system", "localgpu"]
+    one = reframe_env({"CHECKS_LOCAL_GPUS": "1"})
+    shown = run_reframe([*base, "--show-config"], tmp_path, one)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert '"gpu"' in shown.stdout and '"mpi"' in shown.stdout, shown.stdout
+    listed = run_reframe([*base, "-c", str(CHECKS), "--list"], tmp_path, one)
+    out = listed.stdout + listed.stderr
+    assert listed.returncode == 0, out
+    assert "HvdcoreCapabilitiesCheck" in out and "HvdcoreCollectivesCheck" in out, out
+    assert "HvdcoreMnistCheck" not in out and "HvdcoreSyntheticCheck" not in out, out
+    two = run_reframe([*base, "-c", str(CHECKS), "--list"], tmp_path,
+                      reframe_env({"CHECKS_LOCAL_GPUS": "2"}))
+    assert "HvdcoreMnistCheck %scale=1_node" in two.stdout, two.stdout + two.stderr
+
+    dry = run_reframe([*base, "-c", str(CHECKS), "-n", "HvdcoreCollectivesCheck", "--dry-run"],
+                      tmp_path, one)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-5000:]
+    script = next((tmp_path / "rfm" / "stage").rglob("rfm_job.sh")).read_text()
+    assert "-np 2" in script and "hvdcore_collectives.py" in script, script
+
+    none = run_reframe([*base, "--show-config"], tmp_path, reframe_env({"CHECKS_LOCAL_GPUS": "0"}))
+    assert none.returncode != 0
+    assert "CHECKS_LOCAL_GPUS" in none.stdout + none.stderr, none.stdout + none.stderr
