@@ -10,6 +10,7 @@ import pytest
 from hvdcore.backends.pool import ResultPool
 
 F32 = np.dtype(np.float32)
+SLACK = 64  # bytes at the end of each kept block (pool._SLACK): room to match any alignment
 
 
 @pytest.mark.parametrize("nbytes", [64 << 10, 8 << 20], ids=["heap-64KiB", "mapped-8MiB"])
@@ -72,7 +73,8 @@ def test_a_larger_request_replaces_a_free_smaller_block_when_the_pool_is_full() 
     del big
     again = pool.take(F32, 1 << 20)
     assert again.__array_interface__["data"][0] == addr
-    assert sorted(b.nbytes for b in pool._pool[F32.str]) == [64 << 10, 4 << 20]
+    assert sorted(b.nbytes for b in pool._pool[F32.str]) == [(64 << 10) + SLACK,
+                                                             (4 << 20) + SLACK]
 
 
 def test_a_block_in_use_is_never_replaced() -> None:
@@ -81,14 +83,14 @@ def test_a_block_in_use_is_never_replaced() -> None:
     held[:] = 9.0
     big = pool.take(F32, 1 << 20)  # the one block is in use: big is fresh and not kept
     big[:] = 0.0
-    assert (held == 9.0).all() and pool._pool[F32.str][0].size == 1 << 14
+    assert (held == 9.0).all() and pool._pool[F32.str][0].size == (1 << 14) + SLACK // 4
 
 
 def test_the_total_kept_bytes_are_capped() -> None:
     pool = ResultPool(min_bytes=32 << 10, max_bytes=16 << 20, blocks=4, max_total=8 << 20)
     first = pool.take(F32, (6 << 20) // 4)
     second = pool.take(F32, (6 << 20) // 4)  # would make 12 MiB kept: not pooled
-    assert not np.shares_memory(first, second) and pool.kept_bytes == 6 << 20
+    assert not np.shares_memory(first, second) and pool.kept_bytes == (6 << 20) + SLACK
 
 
 @pytest.mark.parametrize("nbytes", [32 << 10, 100_004, 1 << 20, 8 << 20])
@@ -99,3 +101,25 @@ def test_kept_blocks_start_on_64_byte_boundaries(nbytes: int) -> None:
         a = pool.take(dtype, nbytes // dtype.itemsize)
         assert a.ctypes.data % 64 == 0 and a.flags.writeable and a.flags.c_contiguous
         assert a.nbytes == nbytes // dtype.itemsize * dtype.itemsize
+
+
+@pytest.mark.parametrize("nbytes", [64 << 10, 8 << 20], ids=["heap-64KiB", "mapped-8MiB"])
+def test_a_result_shares_the_alignment_it_is_asked_for(nbytes: int) -> None:
+    """take(..., like=address) starts like % 64 bytes past a 64-byte boundary (an MPI result
+    aligned as its input is runs faster), rounded down to the item size; the block still
+    serves any shift, and a result never runs past its block."""
+    pool = ResultPool(min_bytes=32 << 10, max_bytes=16 << 20, blocks=1)
+    for like, dtype, want in ((0, F32, 0), (16, F32, 16), (4096 + 48, F32, 48),
+                              (12, np.dtype(np.float64), 8), (63, np.dtype(np.uint8), 63)):
+        count = nbytes // dtype.itemsize
+        a = pool.take(dtype, count, like)
+        assert a.__array_interface__["data"][0] % 64 == want, (like, dtype)
+        assert a.size == count and a.flags.writeable
+        a[:] = 7  # the whole view is writable memory of the block
+        assert (a == 7).all()
+        block = a.base.__array_interface__["data"][0]
+        del a
+        b = pool.take(dtype, count, 0)  # the same block again, at another shift
+        assert b.base.__array_interface__["data"][0] == block
+        assert b.__array_interface__["data"][0] % 64 == 0
+        del b

@@ -88,8 +88,9 @@ class Backend(Protocol):
     def empty(self, dtype: np.dtype, shape: tuple[int, ...]) -> Any:
         """An uninitialised buffer on this backend's device."""
 
-    def result_block(self, dtype: np.dtype, count: int) -> Any:
-        """A 1-d buffer of ``count`` elements whose views are handed to callers as results."""
+    def result_block(self, dtype: np.dtype, count: int, like: Any = None) -> Any:
+        """A 1-d buffer of ``count`` elements whose views are handed to callers as results;
+        ``like``: the input it is the result of (a backend may match its alignment)."""
 
     def scale_into(self, dst: Any, src: Any, factor: float) -> None:
         """``dst[...] = src * factor`` in ``dst``'s dtype (integers truncate toward zero)."""

@@ -16,6 +16,7 @@ from hvdcore.backends.base import displacements
 from hvdcore.backends.pool import ResultPool
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
+_MATCH_FROM = 1 << 20  # results from this size on share their input's alignment
 
 
 class MPIBackend:
@@ -75,9 +76,12 @@ class MPIBackend:
         """See :meth:`Backend.empty`."""
         return np.empty(shape, dtype=dtype)
 
-    def result_block(self, dtype: np.dtype, count: int) -> np.ndarray:
+    def result_block(self, dtype: np.dtype, count: int, like: Any = None) -> np.ndarray:
         """A 1-d array of ``count`` elements for results handed to the caller (pooled: see
-        :class:`~hvdcore.backends.pool.ResultPool`)."""
+        :class:`~hvdcore.backends.pool.ResultPool`); from 1 MiB on it shares the alignment of
+        ``like`` (the input array), which Open MPI's copies and adds run faster on."""
+        if like is not None and like.nbytes >= _MATCH_FROM:
+            return self._pool.take(dtype, count, like.ctypes.data)
         return self._pool.take(dtype, count)
 
     @staticmethod

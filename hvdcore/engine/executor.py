@@ -181,7 +181,7 @@ class Executor:
         if plan is None or plan.is_bool or not plan.same:
             return None  # (the first call of a dtype/op builds its plan on the general path)
         if out is None:
-            out = self.backend.result_block(plan.dtype, arr.size).reshape(arr.shape)
+            out = self.backend.result_block(plan.dtype, arr.size, arr).reshape(arr.shape)
         self.backend.allreduce(pset, arr, out, plan.op)
         post = resp.postscale
         if resp.op == ReduceOp.AVERAGE:
@@ -214,7 +214,7 @@ class Executor:
         if len(reqs) == 1 and r0 is not None and same and pre == 1.0:
             src = r0.tensor
             out = r0.out if r0.out is not None else b.result_block(
-                dtype, math.prod(src.shape)).reshape(src.shape)
+                dtype, math.prod(src.shape), src).reshape(src.shape)
             if tl is None:
                 b.allreduce(pset, src, out, op)
             else:

@@ -192,7 +192,7 @@ class TorchBackend:
         with self._on_stream():
             return torch.empty(shape, dtype=TORCH_DTYPES[dtype], device=self.device)
 
-    def result_block(self, dtype: np.dtype, count: int) -> torch.Tensor:
+    def result_block(self, dtype: np.dtype, count: int, like: Any = None) -> torch.Tensor:
         """See :meth:`Backend.result_block`: torch's caching allocator pools device memory;
         host memory comes from a :class:`~hvdcore.backends.pool.ResultPool`."""
         if self._pool is not None and dtype != np.bool_:
