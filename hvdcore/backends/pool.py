@@ -38,12 +38,12 @@ class ResultPool:
 
     def take(self, dtype: np.dtype, count: int, like: int = 0) -> np.ndarray:
         """A 1-d array of ``count`` elements of ``dtype`` (contents undefined) that starts
-        ``like % ALIGNMENT`` bytes past an ALIGNMENT boundary (rounded down to the item size):
+        ``ALIGNMENT + like % ALIGNMENT`` bytes into its block (rounded down to the item size):
         pass an input's address so that the result shares its alignment."""
         nbytes = count * dtype.itemsize
         if nbytes < self.min_bytes or nbytes > self.max_bytes:
             return np.empty(count, dtype=dtype)
-        shift = (like % ALIGNMENT) // dtype.itemsize
+        shift = (ALIGNMENT + like % ALIGNMENT) // dtype.itemsize
         need = count + _SLACK // dtype.itemsize  # every block has room for any shift
         pool = self._pool.setdefault(dtype.str, [])
         victim, victim_size = -1, need
@@ -71,11 +71,13 @@ class ResultPool:
 #: use a result's memory as a tensor's (see :mod:`hvdcore.tensorflow.host_arrays`).
 ALIGNMENT = 64
 
-#: Room at the end of every kept block, so that a result can start up to ALIGNMENT - 1 bytes
-#: into it: an MPI result whose alignment differs from its input's took ~1.3x as long at
-#: 64 MiB on the 2-core VM (63-68 ms against 47-52 ms, the input 16 bytes past a boundary),
-#: Open MPI copying and adding between buffers that can never both be aligned.
-_SLACK = ALIGNMENT
+#: Room in every kept block: a result starts ALIGNMENT bytes in, plus its input's offset from
+#: an ALIGNMENT boundary. Open MPI's 64 MiB Allreduce on the 2-core VM (input 16 bytes past a
+#: page) took 63-68 ms into a page-aligned result (a mapped block's start) against 47-52 ms
+#: into one 16 bytes past a page; a page-aligned input into a result 16 bytes off was slow
+#: too, and 64, 128 or 2048 bytes past a page were fast for every input (no 4 KiB aliasing
+#: between the copies' loads and stores, and the input's alignment kept).
+_SLACK = 2 * ALIGNMENT
 
 
 def aligned_empty(nbytes: int, dtype: np.dtype) -> np.ndarray:
