@@ -216,7 +216,7 @@ def refuse_device_tensors(device: str) -> None:
     """Raise CapabilityError for a tensor on ``device`` when init found ranks sharing a GPU
     (HVDCORE_GPU_OPERATIONS auto); return otherwise."""
     if _GPU_REFUSED is not None:
-        raise CapabilityError(f"rank {_core.rank()}: cannot reduce a tensor on {device}: "
+        raise CapabilityError(f"rank {_core.rank()}: cannot take a tensor on {device}: "
                               f"{_GPU_REFUSED}")
 
 
