@@ -25,7 +25,12 @@ Tables (rank 0 prints them as each part finishes):
    hvdcore. Each repetition is one call after an MPI barrier; ``vs mpi4py`` is the ratio of
    median times (1.00x = as fast as raw MPI, smaller is faster), ``busbw vs raw`` its inverse.
    The ``mpi4py again`` row is the raw call a second time, into its own memory: how far apart
-   two identical calls land in this run, so a ratio within that spread is noise.
+   two identical calls land in this run, so a ratio within that spread is noise. The
+   ``floor: round + data`` row is the two MPI calls a cached blocking hvdcore call cannot
+   avoid (the response cache's round, a non-blocking bitwise-or allreduce of 272 bytes at
+   the default cache capacity, polled to completion, then the data's ``Allreduce``), in raw
+   mpi4py: no hvdcore path can beat it, and the ``floor at`` lines say how far above it the
+   NumPy call lands.
    Lines under the table check issue 16's targets: flat busbw >= 1.0x raw at >= 1 MiB,
    hierarchical >= 1.3x at >= 16 MiB, 4 KiB NumPy within 3x and torch within 4x of raw; each
    also quotes the control row's spread at the same sizes.
@@ -84,6 +89,10 @@ from hvdcore import basics  # noqa: E402
 MIB = 1 << 20
 RAW_AGAIN = "mpi4py again"
 """Table 1's control row: the raw call a second time, into its own output array."""
+FLOOR = "floor: round + data"
+"""Table 1's floor row: the two MPI calls a cached blocking hvdcore call makes, in raw mpi4py
+(a non-blocking bitwise-or allreduce of the cache round's vector, polled to completion, then
+the data's ``Allreduce``), with none of hvdcore's Python around them."""
 CPU_SIZES = "4KiB,64KiB,1MiB,16MiB,64MiB"
 GPU_SIZES = "1MiB,4MiB,16MiB,64MiB,256MiB,1GiB"
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": MIB, "GIB": 1 << 30}
@@ -192,6 +201,19 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
     """Table 1: raw mpi4py vs hvdcore on NumPy (and torch tensors when they take MPI), flat
     and, when ``plane`` is the hierarchical host plane, hierarchical."""
     n, rows = comm.size, []
+    rounds = comm.Dup()  # the floor row's round, apart from the data (as hvdcore keeps it)
+    rv = getattr(basics.state().engine.rounds, "_rv", None)  # None: the cache is off
+    nround = rv.nbytes if rv is not None else 272  # 272: the default HVDCORE_CACHE_CAPACITY
+    round_msgs = ([bytearray(nround), MPI.UINT64_T], [bytearray(nround), MPI.UINT64_T])
+
+    def round_then(data: Callable[[], object]) -> Callable[[], object]:
+        def call() -> object:
+            req = rounds.Iallreduce(*round_msgs, op=MPI.BOR)
+            while not req.Test():
+                pass
+            return data()
+        return call
+
     rep.say(f"\n[1] allreduce on the host MPI plane, float32, {n} ranks")
     rep.say(f"{'size':>8} {'peer':>26} {'median us':>11} {'busbw GB/s':>11} {'vs mpi4py':>10}"
             f" {'busbw vs raw':>13}")
@@ -211,12 +233,13 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
         # Each peer writes into memory of its own (filled once, so no page is faulted in
         # while timed): at sizes near the last-level cache, a peer whose output another peer
         # had just written would find it cached and look faster than it is.
-        raw_out, raw_out2, out, hout = (np.zeros_like(buf) for _ in range(4))
+        raw_out, raw_out2, floor_out, out, hout = (np.zeros_like(buf) for _ in range(5))
         peers: dict[str, Callable[[], object]] = {
             "mpi4py": lambda: comm.Allreduce(buf, raw_out, op=MPI.SUM),
             # The same raw call again, into its own memory: how far two identical calls differ
             # in this run (the target lines quote it; a ratio inside it is noise).
             RAW_AGAIN: lambda: comm.Allreduce(buf, raw_out2, op=MPI.SUM),
+            FLOOR: round_then(lambda: comm.Allreduce(buf, floor_out, op=MPI.SUM)),
             "hvdcore allreduce(x)": on(False, lambda: hvd.allreduce(
                 buf, op=hvd.Sum, name=f"bench.new.{size}")),
             "hvdcore out=": on(False, lambda: hvd.allreduce(
@@ -238,6 +261,7 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
             rows.append(row)
             rep.say(f"{size:>8} {peer:>26} {t * 1e6:>11.1f} {fmt_bw(n, row['busbw_GBps'])} "
                     f"{row['ratio_to_mpi4py']:>9.2f}x {row['busbw_ratio_to_raw']:>12.2f}x")
+    rounds.Free()
     if plane is not None:
         plane.enabled_allreduce = False  # table 3 is flat (Horovod's default) but its hier row
     rep.doc["allreduce"] = rows
@@ -276,6 +300,24 @@ def host_targets(rep: Report, rows: list[dict], n: int) -> None:
         rep.say(f"issue 16 target, {text}: worst {w:.2f}x ({'met' if ok else 'NOT met'}; "
                 f"raw against itself at these sizes: up to {spread:.2f}x apart)")
     rep.doc.setdefault("targets", {})["host"] = found
+    floor_lines(rep, rows)
+
+
+def floor_lines(rep: Report, rows: list[dict]) -> None:
+    """Per size: the floor row's time against raw's, and the NumPy call's against the floor
+    (what hvdcore's Python and scheduling add to the two MPI calls it cannot avoid)."""
+    by = {(r["bytes"], r["peer"]): r["median_us"] for r in rows}
+    found = {}
+    for nbytes in sorted({r["bytes"] for r in rows}):
+        floor, raw = by.get((nbytes, FLOOR)), by.get((nbytes, "mpi4py"))
+        new = by.get((nbytes, "hvdcore allreduce(x)"))
+        if floor is None or raw is None or new is None:
+            continue
+        found[label(nbytes)] = {"floor_vs_raw": floor / raw, "numpy_vs_floor": new / floor,
+                                "numpy_minus_floor_us": new - floor}
+        rep.say(f"floor at {label(nbytes)}: round + data take {floor / raw:.2f}x raw's time; "
+                f"hvd.allreduce(x) takes {new / floor:.2f}x the floor ({new - floor:+.1f} us)")
+    rep.doc.setdefault("targets", {})["floor"] = found
 
 
 def torch_user_calls(hvt: Any, torch: Any, prefix: str) -> Callable[[int, str], dict]:

@@ -33,8 +33,9 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert doc["ranks"] == 2 and len(doc["load_avg_start"]) == 3
     assert doc["cpu_operations"].startswith("mpi")
     assert {r["peer"] for r in doc["allreduce"]} == {
-        "mpi4py", "mpi4py again", "hvdcore allreduce(x)", "hvdcore out=", "hier allreduce(x)",
-        "hier out=", "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync"}
+        "mpi4py", "mpi4py again", "floor: round + data", "hvdcore allreduce(x)", "hvdcore out=",
+        "hier allreduce(x)", "hier out=", "torch allreduce(t)", "torch allreduce_(t)",
+        "torch async+sync"}
     assert {r["size"] for r in doc["allreduce"]} == {"4 KiB", "64 KiB"}
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
     assert set(doc["batch_ms"]) == {  # table 3's row names (which variants ran), not timings
@@ -45,6 +46,12 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
                                            "torch 4 KiB time <= 4x raw"}
     # each target quotes how far the raw call lands from itself (the control row)
     assert all(t["raw_against_itself"] >= 1.0 for t in doc["targets"]["host"].values())
+    # the floor (the cache round and the data call in raw mpi4py) per size, and the NumPy
+    # call against it
+    floor = doc["targets"]["floor"]
+    assert set(floor) == {"4 KiB", "64 KiB"}, floor
+    assert all(v["floor_vs_raw"] > 0 and v["numpy_vs_floor"] > 0 for v in floor.values())
+    assert "floor at 4 KiB: round + data take" in proc.stdout
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         assert {"busbw", "overhead", "batch_ms"} <= set(doc["gpu"]), doc["gpu"]
     else:  # no GPU, or one GPU for 2 ranks: the GPU tables say why they were skipped
@@ -60,6 +67,7 @@ def test_cpu_operations_gloo_puts_torch_rows_in_the_gloo_table(tmp_path: Path) -
     doc = json.loads(out.read_text())
     assert doc["cpu_operations"].startswith("gloo")
     assert {r["peer"] for r in doc["allreduce"]} == {"mpi4py", "mpi4py again",
+                                                     "floor: round + data",
                                                      "hvdcore allreduce(x)", "hvdcore out="}
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone", "allreduce(t)",
                                                  "allreduce_(t)", "async+sync"}
