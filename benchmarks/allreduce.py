@@ -85,6 +85,7 @@ from mpi4py import MPI  # noqa: E402
 
 import hvdcore as hvd  # noqa: E402
 from hvdcore import basics  # noqa: E402
+from hvdcore.engine.cache import RoundVector  # noqa: E402
 
 MIB = 1 << 20
 RAW_AGAIN = "mpi4py again"
@@ -202,8 +203,9 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
     and, when ``plane`` is the hierarchical host plane, hierarchical."""
     n, rows = comm.size, []
     rounds = comm.Dup()  # the floor row's round, apart from the data (as hvdcore keeps it)
-    rv = getattr(basics.state().engine.rounds, "_rv", None)  # None: the cache is off
-    nround = rv.nbytes if rv is not None else 272  # 272: the default HVDCORE_CACHE_CAPACITY
+    # The engine's round vector for this job's HVDCORE_CACHE_CAPACITY (with the cache off,
+    # hvdcore makes no round: the row then times the smallest vector).
+    nround = RoundVector(max(basics.state().cfg.cache_capacity, 1)).nbytes
     round_msgs = ([bytearray(nround), MPI.UINT64_T], [bytearray(nround), MPI.UINT64_T])
 
     def round_then(data: Callable[[], object]) -> Callable[[], object]:
