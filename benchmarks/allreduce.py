@@ -650,6 +650,11 @@ def main() -> None:
                 f"{hvt.gpu_operations()}")
     on_gloo = hvt is not None and hvt.cpu_operations().startswith("gloo")
     torch_on_mpi = hvt is not None and not on_gloo
+    steady = basics.state().engine.rounds.steady
+    rep.doc["hot_path"] = ("none (no response cache)" if steady is None else
+                           "compiled" if steady.compiled else "mpi4py")
+    rep.say(f"repeated blocking host allreduces: {rep.doc['hot_path']} steady path "
+            "(HVDCORE_HOTPATH; hvdcorerun --check-build says why)")
     plane = basics.state().host_plane
     plane = plane if getattr(plane, "enabled_allreduce", False) else None
     rep.say("host plane: " + ("hierarchical allreduce (hier rows)" if plane is not None else

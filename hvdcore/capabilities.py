@@ -13,7 +13,9 @@ category                names
 ``device``              ``cuda``, ``rocm``, ``cuda-aware-mpi``
 ======================  ==========================================================================
 
-The report also says which path GPU tensors take (``nccl``, ``mpi-cuda-aware``,
+The report also says whether repeated blocking host allreduces take the compiled hot path
+(``tensor_paths["host_hot_path"]``, ``HVDCORE_HOTPATH``), which path GPU tensors take
+(``nccl``, ``mpi-cuda-aware``,
 ``mpi-host-staging``, or ``none`` without a GPU), honouring ``HVDCORE_GPU_OPERATIONS``, and
 (``tensor_paths``) which data plane torch CPU tensors (``HVDCORE_CPU_OPERATIONS``) and
 TensorFlow tensors take.
@@ -345,6 +347,27 @@ def _tensor_paths(items: dict[str, Capability], gpu: dict[str, Any]) -> dict[str
     return out
 
 
+def _host_hot_path() -> dict[str, Any]:
+    """Whether a repeated blocking host allreduce makes its two MPI calls in C
+    (``hvdcore/engine/_hotpath.c``) or through mpi4py (``HVDCORE_HOTPATH``)."""
+    out = _setting("HOTPATH")
+    if "path" in out:
+        return out
+    if not out["setting"]:
+        return {**out, "path": "mpi4py", "reason": f"{out['source']} turns it off"}
+    try:
+        from hvdcore.engine import _hotpath
+    except ImportError as exc:
+        return {**out, "path": "mpi4py",
+                "reason": f"not built ({exc}); reinstall hvdcore where mpicc is on PATH"}
+    ours = _hotpath.usable()[1].strip()
+    mpi = probes.mpi_facts().get("library_version", "").rstrip("\x00").strip()
+    if ours != mpi:
+        return {**out, "path": "mpi4py",
+                "reason": f"built against {ours[:50]!r}, mpi4py uses {mpi[:50]!r}"}
+    return {**out, "path": "compiled", "reason": f"{_hotpath.__file__}"}
+
+
 def _gpu_tensor_path(items: dict[str, Capability]) -> dict[str, Any]:
     out = _setting("GPU_OPERATIONS")
     if "path" in out:
@@ -403,6 +426,8 @@ def capabilities(names: Iterable[str] | None = None, refresh: bool = False) -> C
     if {"cuda", "rocm", "nccl", "cuda-aware-mpi"} <= wanted:
         gpu = _gpu_tensor_path(by_name)
     paths = _tensor_paths(by_name, gpu) if {"gloo", "torch", "tensorflow"} <= wanted else {}
+    if "mpi" in wanted and by_name["mpi"].built:
+        paths["host_hot_path"] = _host_hot_path()
     return CapabilityReport(items, gpu, _context(), paths)
 
 

@@ -136,6 +136,14 @@ KNOBS: tuple[Knob, ...] = (
          "of the global process set are cached (unnamed calls get a new name each time). "
          "0 disables.",
          horovod_alias=True, cli_flag="--cache-capacity", parse=_parse_nonneg_int),
+    Knob("HOTPATH", "bool", True,
+         "Use the compiled hot path (hvdcore/engine/_hotpath.c, built at install time where "
+         "mpicc is found): a repeated blocking allreduce of a cached host tensor then makes "
+         "its cache round and its MPI_Allreduce in one C call. Off, or where it was not built "
+         "or was built against another MPI library than mpi4py's, the same two MPI calls are "
+         "made through mpi4py (same results, more time per call at small sizes). "
+         "`hvdcorerun --check-build` says which one runs.",
+         parse=_parse_bool),
     Knob("PROGRESS", "choice", "auto",
          "Who moves requests along: thread (the background engine thread, woken by every "
          "submission: communication overlaps computation when each rank has a spare core), "

@@ -84,6 +84,20 @@ def test_check_build_json_is_the_full_report(full_report: tuple[str, dict]) -> N
     assert data["context"]["python"] == ".".join(map(str, sys.version_info[:3]))
 
 
+def test_check_build_says_which_hot_path_repeated_allreduces_take(
+        full_report: tuple[str, dict]) -> None:
+    text, data = full_report
+    # scripts/setup.sh builds the compiled hot path into this venv
+    assert data["tensor_paths"]["host_hot_path"]["path"] == "compiled", data["tensor_paths"]
+    assert "Repeated host allreduces: compiled (" in text
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
+    proc = subprocess.run([sys.executable, "-m", "hvdcore.runner", "--check-build", "--require",
+                           "mpi"], capture_output=True, text=True, cwd=ROOT, timeout=240,
+                          env={**env, "PYTHONPATH": str(ROOT), "HVDCORE_HOTPATH": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert "Repeated host allreduces: mpi4py (HVDCORE_HOTPATH turns it off)" in proc.stdout
+
+
 @pytest.mark.torch
 def test_require_present_items_passes_without_tensorflow() -> None:
     proc = check_build("--check-build", "--json", "--require", "mpi,pytorch")

@@ -13,6 +13,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+STEADY_DONE = 0
+"""A steady-path call (:meth:`ControlPlane.steady_calls`) made the round and the data call."""
+STEADY_NOT_READY = 1
+"""A steady-path call's round completed but does not let the data run now."""
+
 
 class DeviceBuffer:
     """A framework tensor handed to the core for a registered data plane (not host NumPy).
@@ -142,6 +147,12 @@ class ControlPlane(Protocol):
 
     def start_round(self, send: bytearray, recv: bytearray) -> RoundRequest:
         """Start a bitwise-or allreduce of ``send`` (uint64 words) into ``recv``."""
+
+    def steady_calls(self, spin_s: float, compiled: bool) -> Any:
+        """A round and a data allreduce as one call, for the steady path
+        (:class:`hvdcore.backends.mpi_steady.SteadyCalls`), or None. Data backends that let
+        it make their allreduce say so with ``direct_allreduce`` (see
+        :meth:`hvdcore.backends.mpi.MPIBackend.direct_allreduce`)."""
 
     def split(self, parent: Any, member: bool, key: int) -> Any:
         """Collective over ``parent``: a communicator of the members (None on the others)."""

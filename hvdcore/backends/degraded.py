@@ -116,6 +116,11 @@ class DegradedBackend:
     def barrier(self, pset: Any) -> None:
         self.inner.barrier(pset)
 
+    def direct_allreduce(self, pset: Any, nbytes: int) -> None:
+        """Never: this allreduce is more than the wrapped one's MPI call, so the steady path
+        (which would make that call itself) must go through :meth:`allreduce`."""
+        return None
+
     def __getattr__(self, attr: str) -> Any:
         # buffer operations and the rest of the protocol are the wrapped backend's own
         return getattr(self.inner, attr)

@@ -211,6 +211,13 @@ class HierarchicalBackend(MPIBackend):
 
     # -- collectives ---------------------------------------------------------------------------
 
+    def direct_allreduce(self, pset: Any, nbytes: int) -> tuple[Any, Any] | None:
+        """See :meth:`MPIBackend.direct_allreduce`: only where :meth:`allreduce` takes the
+        flat call (such calls made by the steady path are not in ``counters``)."""
+        if self.enabled_allreduce and nbytes >= self.min_bytes and self._covers(pset):
+            return None
+        return super().direct_allreduce(pset, nbytes)
+
     def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """See :meth:`Backend.allreduce`: two levels for the global set from MIN_BYTES."""
         if not self.enabled_allreduce or buf.nbytes < self.min_bytes or not self._covers(pset):

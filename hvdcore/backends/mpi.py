@@ -38,6 +38,12 @@ class MPIBackend:
         else:
             pset.comm.Allreduce(buf, out, op=_OPS[op])
 
+    def direct_allreduce(self, pset: Any, nbytes: int) -> tuple[Any, Any] | None:
+        """``(communicator, op table)`` when :meth:`allreduce` of ``nbytes`` on ``pset`` is
+        one ``MPI_Allreduce`` on that communicator with the op ``table[op]``, which the
+        steady path (:mod:`hvdcore.backends.mpi_steady`) may then make itself; else None."""
+        return pset.comm, _OPS
+
     def allgatherv(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
         """See :meth:`Backend.allgatherv` (byte counts)."""
         pset.comm.Allgatherv(

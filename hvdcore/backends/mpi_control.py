@@ -60,6 +60,15 @@ class MPIControlPlane:
         assert self._round_msgs is not None
         return self._rounds.Iallreduce(self._round_msgs[0], self._round_msgs[1], op=MPI.BOR)
 
+    def steady_calls(self, spin_s: float, compiled: bool) -> Any:
+        """The round-then-data calls of the steady path on this plane's round communicator
+        (:func:`hvdcore.backends.mpi_steady.make`), or None without cache rounds."""
+        if self._rounds is None:
+            return None
+        from hvdcore.backends import mpi_steady
+
+        return mpi_steady.make(self._rounds, spin_s, compiled)
+
     def split(self, parent: Any, member: bool, key: int) -> Any:
         """See :meth:`ControlPlane.split`."""
         comm = parent.Split(0 if member else MPI.UNDEFINED, key)

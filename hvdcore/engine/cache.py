@@ -116,6 +116,10 @@ class ResponseCache:
         """Resume caching (the join finished)."""
         self.enabled = self.capacity > 0
 
+    def single(self, cid: int) -> Response | None:
+        """The response of live id ``cid`` alone (None once it was invalidated)."""
+        return self._single[cid] if 0 <= cid < len(self._single) else None
+
     def name_of(self, cid: int) -> str | None:
         """The tensor name of a live id."""
         meta = self._metas[cid] if 0 <= cid < len(self._metas) else None
@@ -181,6 +185,11 @@ class RoundVector:
     def buffer(self) -> bytearray:
         """A zeroed buffer of the right size."""
         return bytearray(self.nbytes)
+
+    def tail(self, hits: Iterable[int]) -> bytes:
+        """The words after the header for ``hits`` and no invalid id (what :meth:`pack`
+        writes there)."""
+        return self._bits(hits, ())
 
     def pack(self, out: bytearray, lists: int, flags: int, hits: Iterable[int],
              invalid: Iterable[int]) -> None:

@@ -170,6 +170,17 @@ class Executor:
 
     # -- allreduce ---------------------------------------------------------------------------
 
+    def direct_plan(self, resp: Response) -> tuple[np.dtype, str] | None:
+        """``(dtype, op)`` of the backend's allreduce when ``resp``'s tensor goes to it as it
+        is (what :meth:`allreduce_single` runs: no conversion, no prescale, no joined rank);
+        else None. The plan exists once the general path ran this dtype and op."""
+        if resp.prescale != 1.0 or resp.joined:
+            return None
+        plan = self._plans.get((resp.dtype, resp.op))
+        if plan is None or plan.is_bool or not plan.same:
+            return None
+        return plan.dtype, plan.op
+
     def allreduce_single(self, resp: Response, arr: np.ndarray, out: np.ndarray | None,
                          pset: SetState) -> np.ndarray | None:
         """One host tensor's allreduce with nothing to convert, straight to the result array;

@@ -12,16 +12,36 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from hvdcore.backends.base import STEADY_DONE, STEADY_NOT_READY
 from hvdcore.engine.cache import FLAG_JOINING, HIT, STALE, ResponseCache, RoundVector
 from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.dispatch import Dispatcher
 from hvdcore.engine.executor import Executor, Request, SetState
-from hvdcore.engine.messages import ALLREDUCE, JOIN, SHUTDOWN, Meta, Response
+from hvdcore.engine.messages import ALLREDUCE, JOIN, SHUTDOWN, Meta, ReduceOp, Response
 from hvdcore.engine.progress import RunState
 
 _ROUND_SPIN_S = 30e-6
+_STEADY_MAX = 4096  # cached tensors whose steady-path constants are kept
+_INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(slots=True)
+class _Steady:
+    """What the steady path keeps about one cached tensor (see ``_steady_allreduce``)."""
+
+    resp: Response  # the cache's response when this was made (a new one voids it)
+    cids: list[int]
+    name: str
+    tail: bytes  # this rank's round words after the header, offering just this tensor
+    comm: Any  # the data communicator (the backend's direct call must still be on it)
+    data: Any  # the SteadyCalls' constants of the data call
+    dtype: np.dtype
+    post: float  # postscale, divided by the set size for an average
 
 
 class RoundScheduler:
@@ -64,6 +84,11 @@ class RoundScheduler:
         if self._rv is not None:
             self._round_send = self._rv.buffer()
             self._round_recv = self._rv.buffer()
+        # The steady path: the round and the data call of a cached blocking allreduce as one
+        # call of the control plane (compiled where it can be: HVDCORE_HOTPATH).
+        calls = getattr(plane, "steady_calls", None) if self._rv is not None else None
+        self.steady = calls(_ROUND_SPIN_S, getattr(cfg, "hotpath", True)) if calls else None
+        self._steady: dict[int, _Steady] = {}
 
     # -- what the engine cycle calls --------------------------------------------------------
 
@@ -307,16 +332,90 @@ class RoundScheduler:
         state, cid = self.cache.lookup(meta)
         if state != HIT:
             return None
+        entry = self._steady.get(cid)
+        if entry is not None:
+            got = self._steady_allreduce(entry, cid, arr, out, make_request, executor, world)
+            if got is not None:
+                return got
         if self._round_alone([cid]) is not None:
             resp = self.cache.responses([cid], 0)[0]
             value = executor.allreduce_single(resp, arr, out, world)
             if value is not None:
                 self.fast_count += 1
+                if self.steady is not None:
+                    self._remember_steady(cid, resp, arr, executor, world)
                 return value
             request = make_request()
             executor.allreduce(resp, [request], world)
             return request.handle
         # Not done at once: the request becomes an ordinary hit of the posted round.
+        request = make_request()
+        self._pending_hit(cid, request, time.perf_counter())
+        return request.handle
+
+    def _remember_steady(self, cid: int, resp: Response, arr: Any, executor: Executor,
+                         world: SetState) -> None:
+        """Keep what the steady path needs for ``cid``, when its data call is one direct MPI
+        allreduce (the backend says; the executor's plan passes the tensor as it is)."""
+        assert self.steady is not None and self._rv is not None
+        direct = getattr(executor.backend, "direct_allreduce", None)
+        plan = executor.direct_plan(resp)
+        if direct is None or plan is None or arr.size > _INT32_MAX:
+            return
+        got = direct(world, arr.nbytes)
+        if got is None:
+            return
+        comm, ops = got
+        data = self.steady.prepare(comm, plan[0], ops[plan[1]])
+        if data is None:
+            return
+        post = resp.postscale
+        if resp.op == ReduceOp.AVERAGE:
+            post /= len(world.ranks)
+        if len(self._steady) >= _STEADY_MAX:
+            self._steady.clear()
+        self._steady[cid] = _Steady(resp, [cid], resp.names[0], self._rv.tail([cid]), comm,
+                                    data, plan[0], post)
+
+    def _steady_allreduce(self, e: _Steady, cid: int, arr: Any, out: Any,
+                          make_request: Callable[[], Request], executor: Executor,
+                          world: SetState) -> Any:
+        """The steady path: :meth:`fast_allreduce` of a tensor whose last blocking call took
+        the fast path, with the round and the data call made as one call of the control plane
+        (``self.steady``). Same protocol, same MPI calls, same results as the round-alone path;
+        None (nothing done) when something changed since."""
+        if e.resp is not self.cache.single(cid) or e.resp.joined:
+            del self._steady[cid]
+            return None
+        direct = executor.backend.direct_allreduce(world, arr.nbytes)
+        if direct is None or direct[0] is not e.comm or executor.timeline is not None:
+            return None  # (the hierarchical plane took this size over: the general path)
+        if out is None:
+            out = executor.backend.result_block(e.dtype, arr.size, arr)
+            if out.shape != arr.shape:
+                out = out.reshape(arr.shape)
+        m = self.posted + 1
+        self._round_hits = e.cids
+        got = self.steady.call(  # type: ignore[union-attr]
+            self._round_send, self._round_recv, e.tail,
+            self._lists_before(m) if self.coordinator is not None else 0,
+            self._lists_executed, e.data, arr, out)
+        self.posted = m
+        if type(got) is not int:  # the round is still in flight
+            self._round_req = got
+        elif got == STEADY_DONE:  # every rank offered it and the data call ran
+            self._rounds_executed += 1
+            coord = self.coordinator
+            if coord is not None and coord.hit_waits:
+                coord.hit_done(e.name)
+            if e.post != 1.0:
+                np.multiply(out, e.post, out=out, casting="unsafe")
+            self.fast_count += 1
+            return out
+        else:  # the completed round runs in order, with this tensor as a hit
+            assert got == STEADY_NOT_READY and self._rv is not None
+            self._rounds_ready.append(self._rv.unpack(self._round_recv, e.cids,
+                                                      self._round_send))
         request = make_request()
         self._pending_hit(cid, request, time.perf_counter())
         return request.handle

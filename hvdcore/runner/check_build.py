@@ -86,6 +86,9 @@ def format_report(report: CapabilityReport) -> str:
         lines.append(f"CPU tensors (torch): {cpu.get('path')} ({cpu.get('reason')})")
     if "tensorflow" in paths:
         lines.append(f"TensorFlow tensors: {paths['tensorflow'].get('path')}")
+    if "host_hot_path" in paths:
+        hot = paths["host_hot_path"]
+        lines.append(f"Repeated host allreduces: {hot.get('path')} ({hot.get('reason')})")
     return "\n".join(lines)
 
 

@@ -1,0 +1,154 @@
+"""The steady path's two MPI calls, the cache round and the data allreduce, made as one.
+
+:class:`~hvdcore.engine.rounds.RoundScheduler` runs a blocking allreduce of a cached host
+tensor on an idle engine through a :class:`SteadyCalls` (see ``RoundScheduler.fast_allreduce``):
+post the round with this rank's bits, poll it briefly, and when every rank offered the same
+tensor, allreduce the data. :class:`CompiledSteady` makes all of it in one C call without the
+GIL (``hvdcore/engine/_hotpath.c``, built when the package is installed where ``mpicc`` is);
+:class:`PythonSteady` makes the same MPI calls through mpi4py. They return the same results
+(the same two MPI calls on the same buffers); the C one costs less at small sizes.
+
+A call returns :data:`DONE`, :data:`NOT_READY` (the round completed, ``recv`` holds it, and it
+does not let the data run now) or the round's still pending request (an object with
+``Test()``).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from typing import Any, Protocol
+
+import numpy as np
+from mpi4py import MPI
+
+from hvdcore.backends.base import STEADY_DONE, STEADY_NOT_READY
+
+__all__ = ["DONE", "NOT_READY", "SteadyCalls", "CompiledSteady", "PythonSteady", "make",
+           "compiled_module"]
+
+log = logging.getLogger("hvdcore")
+
+DONE = STEADY_DONE
+NOT_READY = STEADY_NOT_READY
+_HEADER_BYTES = 16
+_HEAD = struct.Struct("<QQ")
+
+
+def compiled_module() -> tuple[Any | None, str]:
+    """The compiled hot path if it can run in this process, and why not otherwise."""
+    try:
+        from hvdcore.engine import _hotpath
+    except ImportError as exc:
+        return None, f"not built ({exc})"
+    initialized, version = _hotpath.usable()
+    ours = MPI.Get_library_version().rstrip("\x00").strip()
+    if version.strip() != ours:
+        return None, (f"built against another MPI library ({version.strip()[:60]!r}, mpi4py "
+                      f"uses {ours[:60]!r})")
+    if not initialized:
+        return None, "MPI is not initialised in the library it was linked with"
+    return _hotpath, "in use"
+
+
+class SteadyCalls(Protocol):
+    """Round then data for one cached allreduce (see the module docstring)."""
+
+    compiled: bool
+    spin_s: float
+
+    def prepare(self, comm: Any, dtype: np.dtype, op: Any) -> Any | None:
+        """Per-tensor constants of the data call on ``comm`` (``op``: an mpi4py Op), or None
+        when this dtype has no direct MPI call."""
+
+    def call(self, send: bytearray, recv: bytearray, tail: bytes, lists: int, lists_done: int,
+             data: Any, src: np.ndarray, dst: np.ndarray) -> Any:
+        """Write the header ``[lists, 0]`` and ``tail`` into ``send``, post the round, poll it
+        for ``spin_s``; when ``recv`` then ends in ``tail`` after a header with no flag and at
+        most ``lists_done`` lists, allreduce ``src`` into ``dst`` (in place if they are the
+        same array). Returns DONE, NOT_READY or the pending round request."""
+
+
+class CompiledSteady:
+    """:class:`SteadyCalls` in C (``hvdcore.engine._hotpath.steady``)."""
+
+    compiled = True
+
+    def __init__(self, rounds: Any, spin_s: float, module: Any) -> None:
+        self.spin_s = spin_s
+        self._steady = module.steady
+        self._error = module.MPIError
+        self._rounds_handle = rounds.handle
+        self._spin_ns = int(spin_s * 1e9)
+
+    def prepare(self, comm: Any, dtype: np.dtype, op: Any) -> Any | None:
+        """See :meth:`SteadyCalls.prepare`: the communicator, datatype and op handles."""
+        try:
+            mtype = MPI.Datatype.fromcode(dtype.char)
+        except (KeyError, ValueError):
+            return None
+        return comm.handle, mtype.handle, op.handle
+
+    def call(self, send: bytearray, recv: bytearray, tail: bytes, lists: int, lists_done: int,
+             data: Any, src: np.ndarray, dst: np.ndarray) -> Any:
+        """See :meth:`SteadyCalls.call`."""
+        comm, mtype, op = data
+        try:
+            got = self._steady(self._rounds_handle, send, recv, tail, lists, lists_done,
+                               self._spin_ns, comm, src, dst, src.size, mtype, op)
+        except self._error as exc:
+            code, call, text = exc.args[0]
+            raise MPI.Exception(code) from RuntimeError(f"{call}: {text}")
+        if type(got) is tuple:
+            return MPI.Request.fromhandle(got[1])
+        return got
+
+
+class PythonSteady:
+    """:class:`SteadyCalls` through mpi4py (when the compiled module is not there)."""
+
+    compiled = False
+
+    def __init__(self, rounds: Any, spin_s: float) -> None:
+        self.rounds = rounds
+        self.spin_s = spin_s
+        self._key: tuple[int, int] | None = None
+        self._msgs: tuple[list[Any], list[Any]] | None = None
+
+    def prepare(self, comm: Any, dtype: np.dtype, op: Any) -> Any | None:
+        """See :meth:`SteadyCalls.prepare`: the communicator and op."""
+        return comm, op
+
+    def call(self, send: bytearray, recv: bytearray, tail: bytes, lists: int, lists_done: int,
+             data: Any, src: np.ndarray, dst: np.ndarray) -> Any:
+        """See :meth:`SteadyCalls.call`."""
+        if self._key != (id(send), id(recv)):
+            self._key = (id(send), id(recv))
+            self._msgs = ([send, MPI.UINT64_T], [recv, MPI.UINT64_T])
+        _HEAD.pack_into(send, 0, lists, 0)
+        if not send.endswith(tail):
+            send[_HEADER_BYTES:] = tail
+        req = self.rounds.Iallreduce(*self._msgs, op=MPI.BOR)  # type: ignore[misc]
+        if not req.Test():
+            t_end = time.perf_counter() + self.spin_s
+            while not req.Test():
+                if time.perf_counter() > t_end:
+                    return req
+        got_lists, flags = _HEAD.unpack_from(recv, 0)
+        if flags or got_lists > lists_done or not recv.endswith(tail):
+            return NOT_READY
+        comm, op = data
+        comm.Allreduce(MPI.IN_PLACE if src is dst else src, dst, op=op)
+        return DONE
+
+
+def make(rounds: Any, spin_s: float, compiled: bool) -> SteadyCalls:
+    """The :class:`SteadyCalls` for cache rounds on ``rounds``: the compiled one when
+    ``compiled`` is asked for (``HVDCORE_HOTPATH``) and can run here, else mpi4py's."""
+    if compiled:
+        module, why = compiled_module()
+        if module is not None:
+            return CompiledSteady(rounds, spin_s, module)
+        log.debug("hvdcore: compiled hot path not used: %s", why)
+    return PythonSteady(rounds, spin_s)
