@@ -17,6 +17,8 @@ STEADY_DONE = 0
 """A steady-path call (:meth:`ControlPlane.steady_calls`) made the round and the data call."""
 STEADY_NOT_READY = 1
 """A steady-path call's round completed but does not let the data run now."""
+STEADY_PENDING = 2
+"""A steady-path call's round is still in flight (returned as ``(STEADY_PENDING, token)``)."""
 
 
 class DeviceBuffer:

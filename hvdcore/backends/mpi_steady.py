@@ -9,29 +9,33 @@ GIL (``hvdcore/engine/_hotpath.c``, built when the package is installed where ``
 (the same two MPI calls on the same buffers); the C one costs less at small sizes.
 
 A call returns :data:`DONE`, :data:`NOT_READY` (the round completed, ``recv`` holds it, and it
-does not let the data run now) or the round's still pending request (an object with
-``Test()``).
+does not let the data run now) or ``(PENDING, token)``: the round is still in flight, and
+``pending(token)`` is its request (an object with ``Test()``). An MPI error raises (mpi4py's
+``MPI.Exception``, or the compiled module's ``MPIError``, a RuntimeError naming the call).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
 from mpi4py import MPI
 
-from hvdcore.backends.base import STEADY_DONE, STEADY_NOT_READY
+from hvdcore.backends.base import STEADY_DONE, STEADY_NOT_READY, STEADY_PENDING
 
-__all__ = ["DONE", "NOT_READY", "SteadyCalls", "CompiledSteady", "PythonSteady", "make",
+__all__ = ["DONE", "NOT_READY", "PENDING", "SteadyCalls", "CompiledSteady", "PythonSteady", "make",
            "compiled_module"]
 
 log = logging.getLogger("hvdcore")
 
 DONE = STEADY_DONE
 NOT_READY = STEADY_NOT_READY
+PENDING = STEADY_PENDING
 _HEADER_BYTES = 16
 _HEAD = struct.Struct("<QQ")
 
@@ -58,51 +62,46 @@ class SteadyCalls(Protocol):
     compiled: bool
     spin_s: float
 
-    def prepare(self, comm: Any, dtype: np.dtype, op: Any) -> Any | None:
-        """Per-tensor constants of the data call on ``comm`` (``op``: an mpi4py Op), or None
-        when this dtype has no direct MPI call."""
+    def bind(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
+             dtype: np.dtype, op: Any) -> Callable[[int, int, Any, Any, int], Any] | None:
+        """The call for one tensor: ``call(lists, lists_done, src, dst, count)`` writes the
+        header ``[lists, 0]`` and ``tail`` into ``send``, posts the round on the plane's round
+        communicator and polls it for ``spin_s``; when ``recv`` then ends in ``tail`` after a
+        header with no flag and at most ``lists_done`` lists, it allreduces ``count``
+        elements of ``dtype`` from ``src`` into ``dst`` (in place if they are the same array)
+        with ``op`` (an mpi4py Op) on ``comm``. It returns DONE, NOT_READY or ``(PENDING,
+        token)``, where :meth:`pending` turns ``token`` into the round's request. None when
+        this dtype has no direct MPI call."""
 
-    def call(self, send: bytearray, recv: bytearray, tail: bytes, lists: int, lists_done: int,
-             data: Any, src: np.ndarray, dst: np.ndarray) -> Any:
-        """Write the header ``[lists, 0]`` and ``tail`` into ``send``, post the round, poll it
-        for ``spin_s``; when ``recv`` then ends in ``tail`` after a header with no flag and at
-        most ``lists_done`` lists, allreduce ``src`` into ``dst`` (in place if they are the
-        same array). Returns DONE, NOT_READY or the pending round request."""
+    def pending(self, token: Any) -> Any:
+        """The round request (an object with ``Test()``) of a call that returned
+        ``(PENDING, token)``."""
 
 
 class CompiledSteady:
-    """:class:`SteadyCalls` in C (``hvdcore.engine._hotpath.steady``)."""
+    """:class:`SteadyCalls` in C (``hvdcore.engine._hotpath.steady``): one call, no GIL."""
 
     compiled = True
 
     def __init__(self, rounds: Any, spin_s: float, module: Any) -> None:
         self.spin_s = spin_s
         self._steady = module.steady
-        self._error = module.MPIError
         self._rounds_handle = rounds.handle
         self._spin_ns = int(spin_s * 1e9)
 
-    def prepare(self, comm: Any, dtype: np.dtype, op: Any) -> Any | None:
-        """See :meth:`SteadyCalls.prepare`: the communicator, datatype and op handles."""
+    def bind(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
+             dtype: np.dtype, op: Any) -> Callable[[int, int, Any, Any, int], Any] | None:
+        """See :meth:`SteadyCalls.bind`: the C function with this tensor's constants."""
         try:
             mtype = MPI.Datatype.fromcode(dtype.char)
         except (KeyError, ValueError):
             return None
-        return comm.handle, mtype.handle, op.handle
+        return functools.partial(self._steady, self._rounds_handle, send, recv, tail,
+                                 self._spin_ns, comm.handle, mtype.handle, op.handle)
 
-    def call(self, send: bytearray, recv: bytearray, tail: bytes, lists: int, lists_done: int,
-             data: Any, src: np.ndarray, dst: np.ndarray) -> Any:
-        """See :meth:`SteadyCalls.call`."""
-        comm, mtype, op = data
-        try:
-            got = self._steady(self._rounds_handle, send, recv, tail, lists, lists_done,
-                               self._spin_ns, comm, src, dst, src.size, mtype, op)
-        except self._error as exc:
-            code, call, text = exc.args[0]
-            raise MPI.Exception(code) from RuntimeError(f"{call}: {text}")
-        if type(got) is tuple:
-            return MPI.Request.fromhandle(got[1])
-        return got
+    def pending(self, token: Any) -> Any:
+        """See :meth:`SteadyCalls.pending`: ``token`` is the MPI request handle."""
+        return MPI.Request.fromhandle(token)
 
 
 class PythonSteady:
@@ -113,32 +112,32 @@ class PythonSteady:
     def __init__(self, rounds: Any, spin_s: float) -> None:
         self.rounds = rounds
         self.spin_s = spin_s
-        self._key: tuple[int, int] | None = None
-        self._msgs: tuple[list[Any], list[Any]] | None = None
 
-    def prepare(self, comm: Any, dtype: np.dtype, op: Any) -> Any | None:
-        """See :meth:`SteadyCalls.prepare`: the communicator and op."""
-        return comm, op
+    def bind(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
+             dtype: np.dtype, op: Any) -> Callable[[int, int, Any, Any, int], Any] | None:
+        """See :meth:`SteadyCalls.bind`."""
+        return functools.partial(self._call, [send, MPI.UINT64_T], [recv, MPI.UINT64_T], tail,
+                                 comm, op)
 
-    def call(self, send: bytearray, recv: bytearray, tail: bytes, lists: int, lists_done: int,
-             data: Any, src: np.ndarray, dst: np.ndarray) -> Any:
-        """See :meth:`SteadyCalls.call`."""
-        if self._key != (id(send), id(recv)):
-            self._key = (id(send), id(recv))
-            self._msgs = ([send, MPI.UINT64_T], [recv, MPI.UINT64_T])
+    def pending(self, token: Any) -> Any:
+        """See :meth:`SteadyCalls.pending`: ``token`` is the mpi4py request itself."""
+        return token
+
+    def _call(self, send_msg: list[Any], recv_msg: list[Any], tail: bytes, comm: Any, op: Any,
+              lists: int, lists_done: int, src: np.ndarray, dst: np.ndarray, count: int) -> Any:
+        send, recv = send_msg[0], recv_msg[0]
         _HEAD.pack_into(send, 0, lists, 0)
         if not send.endswith(tail):
             send[_HEADER_BYTES:] = tail
-        req = self.rounds.Iallreduce(*self._msgs, op=MPI.BOR)  # type: ignore[misc]
+        req = self.rounds.Iallreduce(send_msg, recv_msg, op=MPI.BOR)
         if not req.Test():
             t_end = time.perf_counter() + self.spin_s
             while not req.Test():
                 if time.perf_counter() > t_end:
-                    return req
+                    return PENDING, req
         got_lists, flags = _HEAD.unpack_from(recv, 0)
         if flags or got_lists > lists_done or not recv.endswith(tail):
             return NOT_READY
-        comm, op = data
         comm.Allreduce(MPI.IN_PLACE if src is dst else src, dst, op=op)
         return DONE
 

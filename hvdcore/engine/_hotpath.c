@@ -37,11 +37,7 @@ static PyObject *raise_mpi(int code, const char *what)
     if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
         len = 0;
     text[len] = '\0';
-    PyObject *args = Py_BuildValue("(iss)", code, what, text);
-    if (args != NULL) {
-        PyErr_SetObject(MPIError, args);
-        Py_DECREF(args);
-    }
+    PyErr_Format(MPIError, "%s failed: %s (MPI error code %d)", what, text, code);
     return NULL;
 }
 
@@ -49,17 +45,18 @@ static PyObject *raise_mpi(int code, const char *what)
 enum { DONE = 0, NOT_READY = 1, PENDING = 2 };
 
 PyDoc_STRVAR(steady_doc,
-"steady(rounds, send, recv, tail, lists, lists_done, spin_ns, data, src, dst, count, dtype, op)\n"
+"steady(rounds, send, recv, tail, spin_ns, data, dtype, op, lists, lists_done, src, dst, count)\n"
 "\n"
 "Post the cache round on communicator ``rounds`` (header ``[lists, 0]`` and ``tail`` written\n"
 "into ``send``; bitwise-or allreduce of its uint64 words into ``recv``), poll it for up to\n"
-"``spin_ns``, and when every rank sent the same tail, no flag is set and the reduced\n"
-"``lists`` is at most ``lists_done``, allreduce ``count`` elements of ``dtype`` with ``op`` from\n"
-"``src`` into ``dst`` (in place when they are the same object) on communicator ``data``.\n"
+"``spin_ns``, and when ``recv`` ends in ``tail`` after a header with no flag and at most\n"
+"``lists_done`` lists, allreduce ``count`` elements of ``dtype`` with ``op`` from ``src``\n"
+"into ``dst`` (in place when they are the same object) on communicator ``data``. The first\n"
+"eight arguments are constants of one tensor (bind them with functools.partial).\n"
 "\n"
 "Returns 0 (both done), 1 (the round completed but does not let the data run: ``recv`` holds\n"
 "its result) or ``(2, request)`` (the round is still in flight: ``request`` is its MPI request\n"
-"handle). Raises MPIError((code, call, text)) when an MPI call fails.");
+"handle). Raises MPIError (a RuntimeError) naming the MPI call and its error when one fails.");
 
 static PyObject *steady(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -69,13 +66,13 @@ static PyObject *steady(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     MPI_Comm rounds = AS_HANDLE(MPI_Comm, args[0]);
-    MPI_Comm data = AS_HANDLE(MPI_Comm, args[7]);
-    MPI_Datatype dtype = AS_HANDLE(MPI_Datatype, args[11]);
-    MPI_Op op = AS_HANDLE(MPI_Op, args[12]);
-    unsigned long long lists = PyLong_AsUnsignedLongLong(args[4]);
-    unsigned long long lists_done = PyLong_AsUnsignedLongLong(args[5]);
-    long long spin_ns = PyLong_AsLongLong(args[6]);
-    Py_ssize_t count = PyLong_AsSsize_t(args[10]);
+    long long spin_ns = PyLong_AsLongLong(args[4]);
+    MPI_Comm data = AS_HANDLE(MPI_Comm, args[5]);
+    MPI_Datatype dtype = AS_HANDLE(MPI_Datatype, args[6]);
+    MPI_Op op = AS_HANDLE(MPI_Op, args[7]);
+    unsigned long long lists = PyLong_AsUnsignedLongLong(args[8]);
+    unsigned long long lists_done = PyLong_AsUnsignedLongLong(args[9]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[12]);
     if (PyErr_Occurred())
         return NULL;
     if (count < 0 || count > INT32_MAX) {
@@ -85,21 +82,29 @@ static PyObject *steady(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
     PyObject *result = NULL;
     Py_buffer send, recv, tail, src, dst;
-    int same = args[8] == args[9];
+    int same = args[10] == args[11];
     if (PyObject_GetBuffer(args[1], &send, PyBUF_WRITABLE) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[2], &recv, PyBUF_WRITABLE) < 0)
         goto release_send;
     if (PyObject_GetBuffer(args[3], &tail, PyBUF_SIMPLE) < 0)
         goto release_recv;
-    if (PyObject_GetBuffer(args[9], &dst, PyBUF_WRITABLE) < 0)
+    if (PyObject_GetBuffer(args[11], &dst, PyBUF_WRITABLE) < 0)
         goto release_tail;
-    if (!same && PyObject_GetBuffer(args[8], &src, PyBUF_SIMPLE) < 0)
+    if (!same && PyObject_GetBuffer(args[10], &src, PyBUF_SIMPLE) < 0)
         goto release_dst;
 
     if (send.len != recv.len || send.len < 16 || send.len % 8 != 0
             || tail.len != send.len - 16) {
         PyErr_SetString(PyExc_ValueError, "steady(): round buffers of mismatched sizes");
+        goto release_all;
+    }
+
+    int tsize = 0;
+    if (MPI_Type_size(dtype, &tsize) != MPI_SUCCESS || tsize <= 0
+            || dst.len < (Py_ssize_t)count * tsize
+            || (!same && src.len < (Py_ssize_t)count * tsize)) {
+        PyErr_SetString(PyExc_ValueError, "steady(): data buffers shorter than count elements");
         goto release_all;
     }
 
@@ -148,6 +153,7 @@ static PyObject *steady(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
     if (failed != NULL)
         raise_mpi(rc, failed);
+
     else if (status == PENDING)
         result = Py_BuildValue("(iN)", PENDING, PyLong_FromVoidPtr((void *)(intptr_t)req));
     else

@@ -116,9 +116,11 @@ class ResponseCache:
         """Resume caching (the join finished)."""
         self.enabled = self.capacity > 0
 
-    def single(self, cid: int) -> Response | None:
-        """The response of live id ``cid`` alone (None once it was invalidated)."""
-        return self._single[cid] if 0 <= cid < len(self._single) else None
+    def current(self, cid: int, meta: Meta, resp: Response) -> bool:
+        """True while ``meta`` is the request :meth:`lookup` last matched to live id ``cid``
+        and ``resp`` is still its response (what the steady path checks per call). Off
+        (:meth:`disable`), never: the cache then finds nothing."""
+        return (self.enabled and self._matched[cid] is meta and self._single[cid] is resp)
 
     def name_of(self, cid: int) -> str | None:
         """The tensor name of a live id."""

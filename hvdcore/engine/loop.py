@@ -85,6 +85,11 @@ class Engine:
                                      self.cache, self.run)
         self.progress = Progress(self.run, self._step, self._busy, self._crashed,
                                  self._abort_after_grace, caller_progress, self.rank)
+        self.rounds.bind_steady(self.progress, self.executor, sets[0])
+        #: A repeated blocking allreduce of a cached host tensor on an idle engine, in one
+        #: call (:meth:`RoundScheduler.steady_allreduce`): the result, or None when it does
+        #: not apply (then take :meth:`fast_allreduce` or the queue).
+        self.steady_allreduce: Callable[[Meta, Any, Any], Any] = self.rounds.steady_allreduce
         # The blocking-call entry points are the Progress methods themselves (no extra call
         # layer on the hot path); see Progress for what each does.
         self.begin_drive: Callable[[], bool] = self.progress.begin_drive

@@ -147,7 +147,11 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
 
 def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """A blocking allreduce: driven on this thread, through the engine's fast path when the
-    ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``)."""
+    ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``); when its last call took
+    that path with the same request, through the engine's steady path (``HVDCORE_HOTPATH``)."""
+    got = engine.steady_allreduce(meta, arr, out)
+    if got is not None:
+        return got
     names = engine.names
     if names and _pending(names, (meta.set_id, meta.name)) is not None:
         check_names(engine, (meta,))  # raises the duplicate-name error

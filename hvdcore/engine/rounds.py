@@ -22,6 +22,7 @@ from hvdcore.engine.cache import FLAG_JOINING, HIT, STALE, ResponseCache, RoundV
 from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.dispatch import Dispatcher
 from hvdcore.engine.executor import Executor, Request, SetState
+from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import ALLREDUCE, JOIN, SHUTDOWN, Meta, ReduceOp, Response
 from hvdcore.engine.progress import RunState
 
@@ -32,16 +33,20 @@ _INT32_MAX = (1 << 31) - 1
 
 @dataclass(slots=True)
 class _Steady:
-    """What the steady path keeps about one cached tensor (see ``_steady_allreduce``)."""
+    """What the steady path keeps about one cached tensor (see :meth:`steady_allreduce`)."""
 
-    resp: Response  # the cache's response when this was made (a new one voids it)
+    cid: int
     cids: list[int]
-    name: str
-    tail: bytes  # this rank's round words after the header, offering just this tensor
+    meta: Meta  # the request the cache last matched (the API layer reuses it while it can)
+    resp: Response  # the cache's response when this was made (a new one voids it)
     comm: Any  # the data communicator (the backend's direct call must still be on it)
-    data: Any  # the SteadyCalls' constants of the data call
+    call: Callable[[int, int, Any, Any, int], Any]  # SteadyCalls.bind's call
     dtype: np.dtype
     post: float  # postscale, divided by the set size for an average
+
+
+def _first(values: list[Any]) -> Any:
+    return values[0]
 
 
 class RoundScheduler:
@@ -89,6 +94,15 @@ class RoundScheduler:
         calls = getattr(plane, "steady_calls", None) if self._rv is not None else None
         self.steady = calls(_ROUND_SPIN_S, getattr(cfg, "hotpath", True)) if calls else None
         self._steady: dict[int, _Steady] = {}
+        self._steady_names: dict[str, _Steady] = {}
+        self._progress: Any = None
+        self._host: Executor | None = None
+        self._world: SetState | None = None
+
+    def bind_steady(self, progress: Any, host: Executor, world: SetState) -> None:
+        """The engine's parts :meth:`steady_allreduce` reads: who drives (``Progress``), the
+        host executor and the global process set."""
+        self._progress, self._host, self._world = progress, host, world
 
     # -- what the engine cycle calls --------------------------------------------------------
 
@@ -333,8 +347,9 @@ class RoundScheduler:
         if state != HIT:
             return None
         entry = self._steady.get(cid)
-        if entry is not None:
-            got = self._steady_allreduce(entry, cid, arr, out, make_request, executor, world)
+        if entry is not None and executor is self._host:
+            entry.meta = meta
+            got = self._steady_run(entry, arr, out, make_request)
             if got is not None:
                 return got
         if self._round_alone([cid]) is not None:
@@ -342,8 +357,8 @@ class RoundScheduler:
             value = executor.allreduce_single(resp, arr, out, world)
             if value is not None:
                 self.fast_count += 1
-                if self.steady is not None:
-                    self._remember_steady(cid, resp, arr, executor, world)
+                if self.steady is not None and executor is self._host:
+                    self._remember_steady(cid, meta, resp, arr)
                 return value
             request = make_request()
             executor.allreduce(resp, [request], world)
@@ -353,69 +368,98 @@ class RoundScheduler:
         self._pending_hit(cid, request, time.perf_counter())
         return request.handle
 
-    def _remember_steady(self, cid: int, resp: Response, arr: Any, executor: Executor,
-                         world: SetState) -> None:
+    def steady_allreduce(self, meta: Meta, arr: Any, out: Any) -> Any:
+        """A blocking allreduce whose last call took the fast path, again with the same
+        request (``meta``, the object the API layer reuses), on an idle engine: drive the
+        engine, make the round and the data call as one call of the control plane
+        (``self.steady``; compiled where it can be), and return the result. None, with
+        nothing done, when anything changed (the caller takes the general path). Same
+        protocol, same MPI calls, same results as :meth:`fast_allreduce`."""
+        e = self._steady_names.get(meta.name)
+        if e is None or e.meta is not meta:
+            return None
+        progress = self._progress
+        if not progress.begin_drive():
+            return None
+        try:
+            host = self._host
+            if (progress.queue or self.dispatcher.inflight or host.timeline is not None
+                    or self.run.fatal is not None or self.run.stopped or self._hits
+                    or self._invalid or self._round_req is not None or self._rounds_ready
+                    or self._lists or self._join_flag or self._closing):
+                return None
+            got = self._steady_run(e, arr, out, lambda: Request(
+                meta, arr, out, Handle(1, _first, f"allreduce '{meta.name}'"), 0))
+            if type(got) is not Handle:
+                return got
+            progress.drive_until(got)
+        finally:
+            progress.end_drive()
+        return got.wait()
+
+    def _remember_steady(self, cid: int, meta: Meta, resp: Response, arr: Any) -> None:
         """Keep what the steady path needs for ``cid``, when its data call is one direct MPI
         allreduce (the backend says; the executor's plan passes the tensor as it is)."""
-        assert self.steady is not None and self._rv is not None
-        direct = getattr(executor.backend, "direct_allreduce", None)
-        plan = executor.direct_plan(resp)
+        host, world = self._host, self._world
+        assert self.steady is not None and self._rv is not None and host and world
+        direct = getattr(host.backend, "direct_allreduce", None)
+        plan = host.direct_plan(resp)
         if direct is None or plan is None or arr.size > _INT32_MAX:
             return
         got = direct(world, arr.nbytes)
         if got is None:
             return
         comm, ops = got
-        data = self.steady.prepare(comm, plan[0], ops[plan[1]])
-        if data is None:
+        call = self.steady.bind(self._round_send, self._round_recv, self._rv.tail([cid]), comm,
+                                plan[0], ops[plan[1]])
+        if call is None:
             return
         post = resp.postscale
         if resp.op == ReduceOp.AVERAGE:
             post /= len(world.ranks)
         if len(self._steady) >= _STEADY_MAX:
             self._steady.clear()
-        self._steady[cid] = _Steady(resp, [cid], resp.names[0], self._rv.tail([cid]), comm,
-                                    data, plan[0], post)
+            self._steady_names.clear()
+        e = _Steady(cid, [cid], meta, resp, comm, call, plan[0], post)
+        self._steady[cid] = self._steady_names[meta.name] = e
 
-    def _steady_allreduce(self, e: _Steady, cid: int, arr: Any, out: Any,
-                          make_request: Callable[[], Request], executor: Executor,
-                          world: SetState) -> Any:
-        """The steady path: :meth:`fast_allreduce` of a tensor whose last blocking call took
-        the fast path, with the round and the data call made as one call of the control plane
-        (``self.steady``). Same protocol, same MPI calls, same results as the round-alone path;
-        None (nothing done) when something changed since."""
-        if e.resp is not self.cache.single(cid) or e.resp.joined:
-            del self._steady[cid]
+    def _steady_run(self, e: _Steady, arr: Any, out: Any,
+                    make_request: Callable[[], Request]) -> Any:
+        """Round and data for ``e`` as one call (the engine is idle and driven by this
+        thread). Returns the result; or the handle of a request that became an ordinary hit
+        of the round (a peer is late, or the round must wait: drive it); or None, nothing
+        done, when the cache or the data plane changed since ``e`` was made."""
+        cid = e.cid
+        if not self.cache.current(cid, e.meta, e.resp) or e.resp.joined:
             return None
-        direct = executor.backend.direct_allreduce(world, arr.nbytes)
-        if direct is None or direct[0] is not e.comm or executor.timeline is not None:
-            return None  # (the hierarchical plane took this size over: the general path)
+        host = self._host
+        direct = host.backend.direct_allreduce(self._world, arr.nbytes)  # type: ignore[union-attr]
+        if direct is None or direct[0] is not e.comm:
+            return None  # (the hierarchical plane takes this size now: the general path)
         if out is None:
-            out = executor.backend.result_block(e.dtype, arr.size, arr)
+            out = host.backend.result_block(e.dtype, arr.size, arr)  # type: ignore[union-attr]
             if out.shape != arr.shape:
                 out = out.reshape(arr.shape)
         m = self.posted + 1
         self._round_hits = e.cids
-        got = self.steady.call(  # type: ignore[union-attr]
-            self._round_send, self._round_recv, e.tail,
-            self._lists_before(m) if self.coordinator is not None else 0,
-            self._lists_executed, e.data, arr, out)
+        got = e.call(self._lists_before(m) if self.coordinator is not None else 0,
+                     self._lists_executed, arr, out, arr.size)
         self.posted = m
-        if type(got) is not int:  # the round is still in flight
-            self._round_req = got
-        elif got == STEADY_DONE:  # every rank offered it and the data call ran
+        if got == STEADY_DONE:  # every rank offered it, and the data call ran
             self._rounds_executed += 1
             coord = self.coordinator
             if coord is not None and coord.hit_waits:
-                coord.hit_done(e.name)
+                coord.hit_done(e.meta.name)
             if e.post != 1.0:
                 np.multiply(out, e.post, out=out, casting="unsafe")
             self.fast_count += 1
             return out
-        else:  # the completed round runs in order, with this tensor as a hit
-            assert got == STEADY_NOT_READY and self._rv is not None
+        if got == STEADY_NOT_READY:  # the completed round runs in order, this tensor a hit
+            assert self._rv is not None
             self._rounds_ready.append(self._rv.unpack(self._round_recv, e.cids,
                                                       self._round_send))
+        else:  # (STEADY_PENDING, token): the round is still in flight
+            self._round_req = self.steady.pending(got[1])  # type: ignore[union-attr]
         request = make_request()
         self._pending_hit(cid, request, time.perf_counter())
         return request.handle

@@ -122,14 +122,15 @@ def direct() -> list[str]:
     for calls, calls_brief in zip(impls, brief, strict=True):
         name = type(calls).__name__
         send, recv = rv.buffer(), rv.buffer()
-        data = calls.prepare(comm, np.dtype(np.float64), MPI.SUM)
         src = np.arange(5, dtype=np.float64) + R
         want = sum(np.arange(5, dtype=np.float64) + r for r in range(N))
         tail = rv.tail([5])  # every rank offers cache id 5 alone
+        f64 = np.dtype(np.float64)
 
         def one(tail: bytes, lists: int, lists_done: int, dst: np.ndarray,
-                src: np.ndarray = src) -> object:
-            return calls.call(send, recv, tail, lists, lists_done, data, src, dst)
+                src: np.ndarray = src, calls: object = calls) -> object:
+            call = calls.bind(send, recv, tail, comm, f64, MPI.SUM)  # type: ignore[attr-defined]
+            return call(lists, lists_done, src, dst, src.size)
 
         # every rank offers the same tensor: the data call runs (out of place, then in place)
         dst = np.zeros(5)
@@ -166,9 +167,10 @@ def direct() -> list[str]:
             if R == N - 1:
                 time.sleep(0.05)
             dst = np.zeros(5)
-            got = calls_brief.call(send, recv, tail, 0, 0, data, src, dst)
-            if not isinstance(got, int):
-                got.Wait()
+            got = one(tail, 0, 0, dst, calls=calls_brief)
+            if isinstance(got, tuple):
+                assert got[0] == mpi_steady.PENDING, (name, got)
+                calls_brief.pending(got[1]).Wait()
                 assert bytes(recv[16:]) == tail, name
                 comm.Allreduce(src, dst, op=MPI.SUM)
             else:
