@@ -31,6 +31,8 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
         assert header in proc.stdout, text[-4000:]
     doc = json.loads(out.read_text())
     assert doc["ranks"] == 2 and len(doc["load_avg_start"]) == 3
+    assert doc["hot_path"] == "compiled"  # (scripts/setup.sh builds it: the figures are its)
+    assert "repeated blocking host allreduces: compiled steady path" in proc.stdout
     assert doc["cpu_operations"].startswith("mpi")
     assert {r["peer"] for r in doc["allreduce"]} == {
         "mpi4py", "mpi4py again", "floor: round + data", "hvdcore allreduce(x)", "hvdcore out=",
