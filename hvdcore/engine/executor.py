@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from hvdcore.engine.fusion import ALIGNMENT, FusedLayout, fused_layout
-from hvdcore.engine.messages import ReduceOp, Response
+from hvdcore.engine.handle import Handle
+from hvdcore.engine.messages import Meta, ReduceOp, Response
 from hvdcore.engine.timeline import Timeline
 
 _FUSED_PLANS_KEPT = 256  # distinct uncached fused shapes remembered (then forgotten at once)
@@ -50,6 +51,25 @@ class SetState:
     def index(self) -> int:
         """This rank's position in the set (valid for members only)."""
         return self.comm.Get_rank()
+
+
+def first(values: list[Any]) -> Any:
+    """Finalize of a one-part request: its only result."""
+    return values[0]
+
+
+def one_request(meta: Meta, arr: Any, out: Any) -> Request:
+    """The request of one allreduce, with a handle of its own (not enqueued)."""
+    return Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)
+
+
+def postscale(resp: Response, pset: SetState) -> float:
+    """The factor an allreduce's result is multiplied by: the postscale factor, divided by
+    the set size for an average (Horovod: joined ranks contribute zeros and still count)."""
+    post = resp.postscale
+    if resp.op == ReduceOp.AVERAGE:
+        post /= len(pset.ranks)
+    return post
 
 
 @dataclass(slots=True, frozen=True)
@@ -170,33 +190,29 @@ class Executor:
 
     # -- allreduce ---------------------------------------------------------------------------
 
-    def direct_plan(self, resp: Response) -> tuple[np.dtype, str] | None:
-        """``(dtype, op)`` of the backend's allreduce when ``resp``'s tensor goes to it as it
-        is (what :meth:`allreduce_single` runs: no conversion, no prescale, no joined rank);
-        else None. The plan exists once the general path ran this dtype and op."""
+    def direct_plan(self, resp: Response, pset: SetState) -> tuple[np.dtype, str, float] | None:
+        """``(dtype, op, postscale)`` of the backend's allreduce when ``resp``'s tensor goes to
+        it as it is (no conversion, no prescale, no joined rank); else None. The plan exists
+        once the general path ran this dtype and op (the first call of each builds it)."""
         if resp.prescale != 1.0 or resp.joined:
             return None
         plan = self._plans.get((resp.dtype, resp.op))
         if plan is None or plan.is_bool or not plan.same:
             return None
-        return plan.dtype, plan.op
+        return plan.dtype, plan.op, postscale(resp, pset)
 
     def allreduce_single(self, resp: Response, arr: np.ndarray, out: np.ndarray | None,
                          pset: SetState) -> np.ndarray | None:
         """One host tensor's allreduce with nothing to convert, straight to the result array;
         None (nothing done) when the tensor needs the general path (float16, bool, prescale,
         joined ranks, a timeline). The blocking fast path of the host (MPI) data plane."""
-        if resp.prescale != 1.0 or resp.joined or self.timeline is not None:
+        plan = self.direct_plan(resp, pset) if self.timeline is None else None
+        if plan is None:
             return None
-        plan = self._plans.get((resp.dtype, resp.op))
-        if plan is None or plan.is_bool or not plan.same:
-            return None  # (the first call of a dtype/op builds its plan on the general path)
+        dtype, op, post = plan
         if out is None:
-            out = self.backend.result_block(plan.dtype, arr.size, arr).reshape(arr.shape)
-        self.backend.allreduce(pset, arr, out, plan.op)
-        post = resp.postscale
-        if resp.op == ReduceOp.AVERAGE:
-            post /= len(pset.ranks)
+            out = self.backend.result_block(dtype, arr.size, arr).reshape(arr.shape)
+        self.backend.allreduce(pset, arr, out, op)
         if post != 1.0:
             np.multiply(out, post, out=out, casting="unsafe")
         return out
@@ -215,10 +231,7 @@ class Executor:
             pre = post = 1.0
         else:
             pre = resp.prescale
-            post = resp.postscale
-            if resp.op == ReduceOp.AVERAGE:
-                # Horovod: joined ranks contribute zeros and still count (divide by set size)
-                post /= len(pset.ranks)
+            post = postscale(resp, pset)
         b = self.backend
         tl = self.timeline
         r0 = reqs[0]

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from hvdcore import errors
-from hvdcore.engine.executor import Request
+from hvdcore.engine.executor import Request, first, one_request
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import DATA_KINDS, Meta
 
@@ -30,11 +30,6 @@ __all__ = ["first", "submit", "submit_control", "single", "allreduce", "wait", "
 
 Item = tuple[Meta, Any, "np.ndarray | None"]
 """(meta, input buffer or None for control requests, caller's output array or None)."""
-
-
-def first(values: list[Any]) -> Any:
-    """Finalize of a one-part request: its only result."""
-    return values[0]
 
 
 def _pending(names: dict, key: tuple[int, str]) -> Handle | None:
@@ -134,7 +129,7 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
     """The request of one allreduce (enqueued unless ``enqueue`` is False)."""
     if meta.device:  # a binding's DeviceBuffer: the backend gets the framework tensor itself
         arr, out = arr.tensor, (None if out is None else out.tensor)  # type: ignore[attr-defined]
-    req = Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)
+    req = one_request(meta, arr, out)
     if enqueue:
         if "#" not in meta.name:
             key = (meta.set_id, meta.name)

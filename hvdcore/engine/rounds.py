@@ -21,9 +21,9 @@ from hvdcore.backends.base import STEADY_DONE, STEADY_NOT_READY
 from hvdcore.engine.cache import FLAG_JOINING, HIT, STALE, ResponseCache, RoundVector
 from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.dispatch import Dispatcher
-from hvdcore.engine.executor import Executor, Request, SetState
+from hvdcore.engine.executor import Executor, Request, SetState, one_request
 from hvdcore.engine.handle import Handle
-from hvdcore.engine.messages import ALLREDUCE, JOIN, SHUTDOWN, Meta, ReduceOp, Response
+from hvdcore.engine.messages import ALLREDUCE, JOIN, SHUTDOWN, Meta, Response
 from hvdcore.engine.progress import RunState
 
 _ROUND_SPIN_S = 30e-6
@@ -43,10 +43,6 @@ class _Steady:
     call: Callable[[int, int, Any, Any, int], Any]  # SteadyCalls.bind's call
     dtype: np.dtype
     post: float  # postscale, divided by the set size for an average
-
-
-def _first(values: list[Any]) -> Any:
-    return values[0]
 
 
 class RoundScheduler:
@@ -382,14 +378,12 @@ class RoundScheduler:
         if not progress.begin_drive():
             return None
         try:
-            host = self._host
-            if (progress.queue or self.dispatcher.inflight or host.timeline is not None
-                    or self.run.fatal is not None or self.run.stopped or self._hits
-                    or self._invalid or self._round_req is not None or self._rounds_ready
-                    or self._lists or self._join_flag or self._closing):
+            run = self.run
+            idle = (not progress.queue and not self.dispatcher.inflight and run.fatal is None
+                    and not run.stopped and self._host.timeline is None)  # type: ignore[union-attr]
+            if not self._can_skip_queue(idle):
                 return None
-            got = self._steady_run(e, arr, out, lambda: Request(
-                meta, arr, out, Handle(1, _first, f"allreduce '{meta.name}'"), 0))
+            got = self._steady_run(e, arr, out, lambda: one_request(meta, arr, out))
             if type(got) is not Handle:
                 return got
             progress.drive_until(got)
@@ -403,24 +397,22 @@ class RoundScheduler:
         host, world = self._host, self._world
         assert self.steady is not None and self._rv is not None and host and world
         direct = getattr(host.backend, "direct_allreduce", None)
-        plan = host.direct_plan(resp)
+        plan = host.direct_plan(resp, world)
         if direct is None or plan is None or arr.size > _INT32_MAX:
             return
         got = direct(world, arr.nbytes)
         if got is None:
             return
         comm, ops = got
+        dtype, op, post = plan
         call = self.steady.bind(self._round_send, self._round_recv, self._rv.tail([cid]), comm,
-                                plan[0], ops[plan[1]])
+                                dtype, ops[op])
         if call is None:
             return
-        post = resp.postscale
-        if resp.op == ReduceOp.AVERAGE:
-            post /= len(world.ranks)
         if len(self._steady) >= _STEADY_MAX:
             self._steady.clear()
             self._steady_names.clear()
-        e = _Steady(cid, [cid], meta, resp, comm, call, plan[0], post)
+        e = _Steady(cid, [cid], meta, resp, comm, call, dtype, post)
         self._steady[cid] = self._steady_names[meta.name] = e
 
     def _steady_run(self, e: _Steady, arr: Any, out: Any,
