@@ -18,6 +18,7 @@ import torch
 import hvdcore as _core
 from hvdcore.arguments import splits_vector
 from hvdcore.errors import ArgumentError, UnsupportedError
+from hvdcore.ops import allreduce as _core_allreduce
 from hvdcore.torch import dataplanes
 from hvdcore.torch.backends import TorchBackend
 from hvdcore.torch.handles import Handle
@@ -33,7 +34,7 @@ __all__ = [
     "allreduce_impl", "allreduce_inplace_impl", "allreduce_async_impl", "grouped_allreduce_async_impl",
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
-    "sparse_allreduce_async_impl", "check_tensor", "inplace_host_array",
+    "sparse_allreduce_async_impl", "check_tensor", "host_view", "inplace_host_array",
 ]
 
 
@@ -83,10 +84,12 @@ def _plane_finisher(plane: TorchBackend, buf: HostBuffer, inplace: bool) -> Any:
 
 def _reduction(tensor: torch.Tensor, op: Any, inplace: bool) -> tuple[Any, Any, Any]:
     """(core input, core ``out=`` or None, finish(raw) -> result) for one reduced tensor."""
+    if not inplace:
+        view = host_view(tensor)
+        if view is not None:  # no staging: the NumPy view in, the result array out
+            return view, None, _from_numpy
     plane = dataplanes.plane_for(tensor)
     if plane is None:
-        if not inplace and _plain_host(tensor):  # no staging: the NumPy view in, the result out
-            return _host_view(tensor), None, _from_numpy
         buf = reduce_buffer(tensor, op.name)
         if not inplace:  # the core's pooled result memory, zero-copy (fresh pages cost more)
             return buf.array(), None, lambda raw: result_tensor(buf, _from_numpy(raw))
@@ -110,16 +113,17 @@ def _moved(buf: HostBuffer, plane: TorchBackend | None, raw: Any) -> torch.Tenso
     return result_tensor(buf, t, first_dim=raw.shape[0] if raw.ndim else 1)
 
 
-def _plain_host(tensor: torch.Tensor) -> bool:
-    """True when a CPU tensor's own NumPy view is what the core reduces (a core dtype, strided,
-    no lazy conjugate/negative bit): nothing to stage, the result array is the result."""
-    return (tensor.is_cpu and tensor.dtype in CORE_DTYPES and tensor.layout == torch.strided
-            and not tensor.is_conj() and not tensor.is_neg())
-
-
-def _host_view(tensor: torch.Tensor) -> np.ndarray:
-    """The NumPy view of a :func:`_plain_host` tensor (no copy)."""
-    return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
+def host_view(tensor: torch.Tensor) -> np.ndarray | None:
+    """The tensor's own NumPy view when the host MPI plane reduces it as it is (a CPU tensor
+    of a core dtype, CPU tensors on MPI, a view ``numpy()`` gives: strided, no conjugate or
+    negative bit; detached when it requires grad); else None (the tensor needs staging or
+    another plane). Few torch calls: it runs for every gradient of every step."""
+    if not tensor.is_cpu or tensor.dtype not in CORE_DTYPES or dataplanes.cpu_plane() is not None:
+        return None
+    try:  # numpy() refuses what has no plain view: a conjugate or negative bit, a sparse layout
+        return (tensor.detach() if tensor.requires_grad else tensor).numpy()
+    except (RuntimeError, TypeError):
+        return None
 
 
 def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
@@ -132,8 +136,7 @@ def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
     if arr is None:
         return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                     process_set, True).wait()
-    _core.allreduce(arr, name=name, op=op, prescale_factor=prescale_factor,
-                    postscale_factor=postscale_factor, process_set=process_set, out=arr)
+    _core_allreduce(arr, None, name, op, prescale_factor, postscale_factor, process_set, arr)
     return tensor
 
 
@@ -158,16 +161,10 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
 
 
 def inplace_host_array(tensor: torch.Tensor) -> np.ndarray | None:
-    """The NumPy view the engine reduces in place for ``tensor`` (a contiguous CPU tensor of a
-    core dtype on the MPI plane: the DistributedOptimizer's gradients), or None when the tensor
-    needs staging. Few torch calls: it runs for every gradient of every step."""
-    if not tensor.is_cpu or tensor.dtype not in CORE_DTYPES or dataplanes.cpu_plane() is not None:
-        return None
-    try:  # numpy() refuses what has no plain view: a conjugate or negative bit, a sparse layout
-        arr = (tensor.detach() if tensor.requires_grad else tensor).numpy()
-    except (RuntimeError, TypeError):
-        return None
-    return arr if arr.flags.c_contiguous else None
+    """The NumPy view the engine reduces in place for ``tensor`` (a contiguous :func:`host_view`:
+    the DistributedOptimizer's gradients), or None when the tensor needs staging."""
+    arr = host_view(tensor)
+    return arr if arr is not None and arr.flags.c_contiguous else None
 
 
 def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,
@@ -175,16 +172,15 @@ def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_fac
     """Blocking allreduce returning a new tensor: host tensors on MPI take the core's blocking
     call (and its cached fast path); the others wait on :func:`allreduce_async_impl`."""
     check_tensor(tensor, "allreduce")
+    arr = host_view(tensor)
+    if arr is not None:
+        # The common case: the tensor's NumPy view in, the core's result array out (what
+        # reduce_buffer and result_tensor would do for it, without their bookkeeping).
+        return _from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
+                                           postscale_factor, process_set))
     if not tensor.is_cpu or dataplanes.plane_for(tensor) is not None:
         return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                     process_set, False).wait()
-    if _plain_host(tensor):
-        # The common case, without the staging buffer's bookkeeping (what reduce_buffer and
-        # result_tensor would do for it: the tensor's NumPy view in, the result array out).
-        return _from_numpy(_core.allreduce(_host_view(tensor), name=name, op=op,
-                                           prescale_factor=prescale_factor,
-                                           postscale_factor=postscale_factor,
-                                           process_set=process_set))
     buf = reduce_buffer(tensor, op.name)
     raw = _core.allreduce(buf.array(), name=name, op=op, prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, process_set=process_set)

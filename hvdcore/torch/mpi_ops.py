@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 _GLOBAL = _core.global_process_set
+_NO_COMPRESSION = Compression.none
 
 
 def _tensor_list(tensors: Any, what: str) -> list[torch.Tensor]:
@@ -80,14 +81,15 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     """
     op = resolve_op(average, op)
     exact = gradient_mode(gradient)
-    compressed, ctx = compression.compress(tensor)
+    plain = compression is _NO_COMPRESSION
+    compressed, ctx = (tensor, None) if plain else compression.compress(tensor)
     if getattr(compressed, "requires_grad", False) and torch.is_grad_enabled():
         out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor,
                                 process_set, exact)
     else:  # nothing to differentiate: autograd's bookkeeping would only cost time
         out = C.allreduce_impl(compressed, op, name, prescale_factor, postscale_factor,
                                process_set)
-    return compression.decompress(out, ctx)
+    return out if plain else compression.decompress(out, ctx)
 
 
 @rejecting(ALLREDUCE)

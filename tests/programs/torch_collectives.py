@@ -13,6 +13,7 @@ import sys
 import torch
 
 import hvdcore.torch as hvd
+from hvdcore.torch.compression import Compressor
 
 hvd.init()
 ME, N = hvd.rank(), hvd.size()
@@ -110,6 +111,37 @@ check(t, sum(xs) / N, "allreduce_async_")
 # compression
 check(hvd.allreduce(xs[ME].float(), compression=hvd.Compression.fp16),
       (sum(xs) / N).float(), "allreduce fp16 compression", tol=1e-2)
+
+
+class _Doubling(Compressor):
+    """A compressor whose context is None and whose decompress still acts."""
+
+    @staticmethod
+    def compress(tensor: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, ctx: None) -> torch.Tensor:
+        return tensor * 2
+
+
+check(hvd.allreduce(xs[ME], op=hvd.Sum, compression=_Doubling), 2 * sum(xs),
+      "allreduce, a compressor with ctx None")
+# tensors whose NumPy view torch refuses, or that require grad: the blocking call's routing
+neg = torch._neg_view(xs[ME])
+assert neg.is_neg()
+check(hvd.allreduce(neg, op=hvd.Sum), -sum(xs), "allreduce of a negative-bit view")
+leaf = xs[ME].clone().requires_grad_()
+with torch.no_grad():
+    check(hvd.allreduce(leaf, op=hvd.Sum), sum(xs), "allreduce of a grad tensor, no_grad")
+cplx = every((3,), torch.complex64, 21)
+check(hvd.allreduce(cplx[ME].conj(), op=hvd.Sum), sum(cplx).conj(), "allreduce of a conj view")
+for step in range(4):  # a repeated named call (the cached paths), new inputs each time
+    check(hvd.allreduce(xs[ME] * (step + 1), name="repeat", op=hvd.Sum),
+          sum(xs) * (step + 1), f"repeated allreduce {step}")
+    t = xs[ME] * (step + 1)
+    assert hvd.allreduce_(t, name="repeat_", op=hvd.Average) is t
+    check(t, sum(xs) * (step + 1) / N, f"repeated allreduce_ {step}")
 
 # ------------------------------------------------------------------ grouped allreduce
 ga = [every((2, 3), torch.float32, 6), every((5,), torch.float64, 7), every((4,), torch.int32, 8)]
