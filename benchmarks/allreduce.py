@@ -255,7 +255,9 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
         if torch_peers is not None:
             peers.update({k: on(False, fn) for k, fn in torch_peers(nbytes, size).items()})
         reps = reps_for(args, nbytes)
+        before = plane.stats() if plane is not None else None
         times = time_interleaved(comm, peers, reps)
+        after = plane.stats() if plane is not None else None
         for peer, t in times.items():
             row = {"size": size, "bytes": nbytes, "peer": peer, "median_us": t * 1e6,
                    "busbw_GBps": busbw(n, nbytes, t), "ratio_to_mpi4py": t / times["mpi4py"],
@@ -263,11 +265,29 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
             rows.append(row)
             rep.say(f"{size:>8} {peer:>26} {t * 1e6:>11.1f} {fmt_bw(n, row['busbw_GBps'])} "
                     f"{row['ratio_to_mpi4py']:>9.2f}x {row['busbw_ratio_to_raw']:>12.2f}x")
+        if before is not None and after is not None:
+            hier_steps(rep, size, nbytes, before, after)
     rounds.Free()
     if plane is not None:
         plane.enabled_allreduce = False  # table 3 is flat (Horovod's default) but its hier row
     rep.doc["allreduce"] = rows
     host_targets(rep, rows, n)
+
+
+def hier_steps(rep: Report, size: str, nbytes: int, before: dict, after: dict) -> None:
+    """Where this rank's shared-memory allreduces of one size spent their time, per call
+    (from the hierarchical plane's step timers): says whether a slow hier row lost its time
+    reading the input, synchronising, or writing the result."""
+    calls = after["shm_calls"] - before["shm_calls"]
+    if calls <= 0:
+        return
+    per = {k: (after["phase_s"][k] - before["phase_s"][k]) / calls for k in after["phase_s"]}
+    read_s, out_s = per["copy_in"] + per["reduce"], per["copy_out"]
+    steps = ", ".join(f"{k.replace('_', ' ')} {v * 1e3:.2f}" for k, v in per.items())
+    rep.say(f"{'':>8} hier steps per call (this rank, ms): {steps}; input read at "
+            f"{nbytes / read_s / 1e9 if read_s else 0:.1f} GB/s, result written at "
+            f"{nbytes / out_s / 1e9 if out_s else 0:.1f} GB/s")
+    rep.doc.setdefault("hier_steps", {})[size] = {"calls": calls, "per_call_s": per}
 
 
 def host_targets(rep: Report, rows: list[dict], n: int) -> None:

@@ -20,7 +20,7 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     """The default run: torch CPU tensors on MPI (hvdcore's default) in table 1 beside the
     NumPy calls, flat and hierarchical; raw Gloo in table 2; the targets lines."""
     out = tmp_path / "bench.json"
-    proc = run_mpi(2, [SCRIPT, "--sizes", "4KiB,64KiB", "--max-reps", "5", "--min-reps", "3",
+    proc = run_mpi(2, [SCRIPT, "--sizes", "4KiB,64KiB,1MiB", "--max-reps", "5", "--min-reps", "3",
                        "--gpu-sizes", "1MiB", "--overhead-sizes", "4KiB", "--gpu-iters", "3",
                        "--json", str(out)], timeout=240)
     text = proc.stdout + proc.stderr
@@ -38,20 +38,27 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
         "mpi4py", "mpi4py again", "floor: round + data", "hvdcore allreduce(x)", "hvdcore out=",
         "hier allreduce(x)", "hier out=", "torch allreduce(t)", "torch allreduce_(t)",
         "torch async+sync"}
-    assert {r["size"] for r in doc["allreduce"]} == {"4 KiB", "64 KiB"}
+    assert {r["size"] for r in doc["allreduce"]} == {"4 KiB", "64 KiB", "1 MiB"}
+    # the hierarchical plane's step split, for the size its shared-memory path takes
+    assert set(doc["hier_steps"]) == {"1 MiB"}, doc.get("hier_steps")
+    steps = doc["hier_steps"]["1 MiB"]
+    assert steps["calls"] > 0 and set(steps["per_call_s"]) == {
+        "copy_in", "node_sync", "reduce", "cross_node", "copy_out"}
+    assert "hier steps per call" in proc.stdout
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
     assert set(doc["batch_ms"]) == {  # table 3's row names (which variants ran), not timings
         "mpi4py 100 blocking calls", "hvdcore fused (100 async)", "hvdcore grouped (1 call)",
         "hvdcore 100 blocking calls", "hier grouped (1 call)"}
     assert all(math.isfinite(r["median_us"]) for r in doc["allreduce"] + doc["gloo"])  # measured
     assert set(doc["targets"]["host"]) == {"NumPy 4 KiB time <= 3x raw",
-                                           "torch 4 KiB time <= 4x raw"}
+                                           "torch 4 KiB time <= 4x raw",
+                                           "flat busbw >= 1.00x raw at >= 1 MiB"}
     # each target quotes how far the raw call lands from itself (the control row)
     assert all(t["raw_against_itself"] >= 1.0 for t in doc["targets"]["host"].values())
     # the floor (the cache round and the data call in raw mpi4py) per size, and the NumPy
     # call against it
     floor = doc["targets"]["floor"]
-    assert set(floor) == {"4 KiB", "64 KiB"}, floor
+    assert set(floor) == {"4 KiB", "64 KiB", "1 MiB"}, floor
     assert all(v["floor_vs_raw"] > 0 and v["numpy_vs_floor"] > 0 for v in floor.values())
     assert "floor at 4 KiB: round + data take" in proc.stdout
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:

@@ -39,6 +39,7 @@ whose fake nodes share one host, the node id separates them.
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from typing import Any
 
@@ -48,7 +49,7 @@ from mpi4py import MPI
 from hvdcore.backends.mpi import MPIBackend
 
 __all__ = ["HierarchicalBackend", "MIN_BYTES_ONE_NODE", "MIN_BYTES_NODES", "SEGMENT_BYTES",
-           "node_color"]
+           "PHASES", "node_color"]
 
 log = logging.getLogger("hvdcore")
 
@@ -69,6 +70,9 @@ for any message size (larger messages run in several segments). Small enough tha
 stays in the last-level cache: on the 2-core VM (L3 32 MiB), 2 ranks, 0.5-1 MiB segments took
 0.94-1.01x raw's time at 1-16 MiB and 0.44-0.49x at 64 MiB; 4 MiB ones 0.92-1.28x and
 0.53-0.56x (the 2 extra node barriers per segment cost less than the cache misses)."""
+
+PHASES = ("copy_in", "node_sync", "reduce", "cross_node", "copy_out")
+"""The steps of a shared-memory allreduce that :attr:`HierarchicalBackend.phase_s` times."""
 
 _ALIGN = 64
 _MPI_OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
@@ -131,6 +135,10 @@ class HierarchicalBackend(MPIBackend):
             min_bytes = MIN_BYTES_ONE_NODE if len(self.nodes) == 1 else MIN_BYTES_NODES
         self.min_bytes = min_bytes
         self.counters = {"shm_calls": 0, "leader_calls": 0, "flat_calls": 0, "window_allocs": 0}
+        #: Seconds this rank spent in each step of its shared-memory allreduces, summed (the
+        #: input is read in ``copy_in`` and ``reduce``; ``node_sync`` includes waiting for the
+        #: slowest rank of the node): where a slow hierarchical allreduce loses its time.
+        self.phase_s = dict.fromkeys(PHASES, 0.0)
         self._win: Any = None
         self._mem: np.ndarray = np.empty(0, np.uint8)
         self._parity = 0
@@ -154,9 +162,11 @@ class HierarchicalBackend(MPIBackend):
                 "bytes per rank")
 
     def stats(self) -> dict[str, Any]:
-        """Counters (calls by path) and the layout: ``nodes``, ``local_size``, ``window_bytes``."""
+        """Counters (calls by path), the layout (``nodes``, ``local_size``, ``window_bytes``)
+        and ``phase_s`` (seconds per step of the shared-memory allreduces, summed)."""
         return {**self.counters, "nodes": len(self.nodes), "local_size": self.local_size,
-                "layout": [list(n) for n in self.nodes], "window_bytes": int(self._mem.size)}
+                "layout": [list(n) for n in self.nodes], "window_bytes": int(self._mem.size),
+                "phase_s": dict(self.phase_s)}
 
     def _covers(self, pset: Any) -> bool:
         return pset.set_id == 0 and len(pset.ranks) == self.world_size
@@ -239,15 +249,19 @@ class HierarchicalBackend(MPIBackend):
         ufunc = _UFUNCS[op]
         leader = self.cross if (self.local_rank == 0 or self.per_slice) else None
         multi = len(self.nodes) > 1
+        clock, spent = time.perf_counter, self.phase_s
         for a in range(0, n, seg):
             m = min(seg, n - a)
             region = self._region()
             slots = [region[k * slot:k * slot + m * dtype.itemsize].view(dtype) for k in range(L)]
             c0, c1 = m * me // L, m * (me + 1) // L
             mine = slots[me]
+            t0 = clock()
             mine[:c0] = src[a:a + c0]
             mine[c1:m] = src[a + c1:a + m]
+            t1 = clock()
             self._barrier()
+            t2 = clock()
             res = slots[0][c0:c1]
             parts = [src[a + c0:a + c1] if k == me else slots[k][c0:c1] for k in range(L)]
             if L == 1:
@@ -256,6 +270,7 @@ class HierarchicalBackend(MPIBackend):
                 ufunc(parts[0], parts[1], out=res)
                 for part in parts[2:]:
                     ufunc(res, part, out=res)
+            t3 = clock()
             if multi and self.per_slice:
                 self.cross.Allreduce(MPI.IN_PLACE, res, op=_MPI_OPS[op])
                 self.counters["leader_calls"] += 1
@@ -264,8 +279,16 @@ class HierarchicalBackend(MPIBackend):
                 if leader is not None:
                     leader.Allreduce(MPI.IN_PLACE, slots[0], op=_MPI_OPS[op])
                     self.counters["leader_calls"] += 1
+            t4 = clock()
             self._barrier()
+            t5 = clock()
             dst[a:a + m] = slots[0]
+            t6 = clock()
+            spent["copy_in"] += t1 - t0
+            spent["node_sync"] += t2 - t1 + t5 - t4
+            spent["reduce"] += t3 - t2
+            spent["cross_node"] += t4 - t3
+            spent["copy_out"] += t6 - t5
         if not out.flags.c_contiguous:
             out[...] = dst.reshape(out.shape)
 

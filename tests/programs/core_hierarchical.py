@@ -30,6 +30,7 @@ for arg in sys.argv[1:]:
 
 import hvdcore as hvd  # noqa: E402 - SLURM_NODEID must be set first
 from hvdcore import basics  # noqa: E402
+from hvdcore.backends.hierarchical import PHASES  # noqa: E402
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -215,6 +216,12 @@ if N > 1:
     hvd.remove_process_set(evens)
 
 s = plane.stats()
+# The step timers: every step named, none negative, and time recorded once the node's
+# shared-memory path ran (copies of at least MIN_BYTES each).
+assert tuple(s["phase_s"]) == PHASES, s["phase_s"]
+assert all(v >= 0.0 for v in s["phase_s"].values()), s["phase_s"]
+if s["shm_calls"] and s["local_size"] > 1:
+    assert s["phase_s"]["copy_out"] > 0.0 and s["phase_s"]["reduce"] > 0.0, s["phase_s"]
 print(f"rank {R}: HIER nodes={s['nodes']} local_size={s['local_size']} "
       f"shm_calls={s['shm_calls']} leader_calls={s['leader_calls']} "
       f"flat_calls={s['flat_calls']} window_bytes={s['window_bytes']} layout={s['layout']} "
