@@ -90,6 +90,11 @@ class MPIBackend:
             return self._pool.take(dtype, count, like.ctypes.data)
         return self._pool.take(dtype, count)
 
+    def pooled(self, nbytes: int) -> bool:
+        """True when :meth:`result_block` of ``nbytes`` is pooled memory; else it is a fresh
+        ``np.empty`` (which a caller that knows the shape may make itself)."""
+        return self._pool.keeps(nbytes)
+
     @staticmethod
     def scale_into(dst: np.ndarray, src: np.ndarray, factor: float) -> None:
         """See :meth:`Backend.scale_into`."""

@@ -36,12 +36,17 @@ class ResultPool:
         self.kept_bytes = 0
         self._pool: dict[str, list[np.ndarray]] = {}
 
+    def keeps(self, nbytes: int) -> bool:
+        """True when results of ``nbytes`` come from kept blocks (else :meth:`take` returns a
+        fresh ``np.empty``)."""
+        return self.min_bytes <= nbytes <= self.max_bytes
+
     def take(self, dtype: np.dtype, count: int, like: int = 0) -> np.ndarray:
         """A 1-d array of ``count`` elements of ``dtype`` (contents undefined) that starts
         ``ALIGNMENT + like % ALIGNMENT`` bytes into its block (rounded down to the item size):
         pass an input's address so that the result shares its alignment."""
         nbytes = count * dtype.itemsize
-        if nbytes < self.min_bytes or nbytes > self.max_bytes:
+        if not self.keeps(nbytes):
             return np.empty(count, dtype=dtype)
         shift = (ALIGNMENT + like % ALIGNMENT) // dtype.itemsize
         need = count + _SLACK // dtype.itemsize  # every block has room for any shift

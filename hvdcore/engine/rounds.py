@@ -43,6 +43,7 @@ class _Steady:
     call: Callable[[int, int, Any, Any, int], Any]  # SteadyCalls.bind's call
     dtype: np.dtype
     post: float  # postscale, divided by the set size for an average
+    fresh: bool  # results are fresh arrays, not pooled memory (np.empty of the input's shape)
 
 
 class RoundScheduler:
@@ -412,7 +413,8 @@ class RoundScheduler:
         if len(self._steady) >= _STEADY_MAX:
             self._steady.clear()
             self._steady_names.clear()
-        e = _Steady(cid, [cid], meta, resp, comm, call, dtype, post)
+        e = _Steady(cid, [cid], meta, resp, comm, call, dtype, post,
+                    not host.backend.pooled(arr.nbytes))
         self._steady[cid] = self._steady_names[meta.name] = e
 
     def _steady_run(self, e: _Steady, arr: Any, out: Any,
@@ -429,9 +431,12 @@ class RoundScheduler:
         if direct is None or direct[0] is not e.comm:
             return None  # (the hierarchical plane takes this size now: the general path)
         if out is None:
-            out = host.backend.result_block(e.dtype, arr.size, arr)  # type: ignore[union-attr]
-            if out.shape != arr.shape:
-                out = out.reshape(arr.shape)
+            if e.fresh:
+                out = np.empty(arr.shape, e.dtype)
+            else:
+                out = host.backend.result_block(e.dtype, arr.size, arr)  # type: ignore[union-attr]
+                if out.shape != arr.shape:
+                    out = out.reshape(arr.shape)
         m = self.posted + 1
         self._round_hits = e.cids
         got = e.call(self._lists_before(m) if self.coordinator is not None else 0,
