@@ -152,6 +152,20 @@ def reps_for(args: argparse.Namespace, nbytes: int) -> int:
     return max(args.min_reps, int(args.max_reps * (1 - frac) + args.min_reps * frac))
 
 
+def output_for(buf: np.ndarray) -> np.ndarray:
+    """A zeroed output array for ``buf`` that starts 64 bytes past ``buf``'s offset in a page.
+
+    Arrays allocated one after another on the heap land 16 bytes past it, and Open MPI 4.1's
+    allreduce runs 1.35x slower at 4 KiB and 2-2.8x at 64 KiB-16 MiB when its output starts
+    4-28 bytes past its input's page offset (4 KiB aliasing between loads and stores): a peer
+    must not be slow, or the raw-against-itself control row noisy, for that reason alone.
+    hvdcore's pooled results are never there (they keep their input's offset from a 64-byte
+    boundary, or start on one)."""
+    block = np.zeros(buf.size + (4096 + 256) // buf.itemsize, buf.dtype)
+    start = (buf.ctypes.data + 64 - block.ctypes.data) % 4096 // buf.itemsize
+    return block[start:start + buf.size].reshape(buf.shape)
+
+
 def time_interleaved(comm: MPI.Comm, peers: dict[str, Callable[[], object]], reps: int,
                      warmup: int = 3) -> dict[str, float]:
     """Median seconds per call of each peer; one call per repetition after an MPI barrier,
@@ -235,7 +249,7 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
         # Each peer writes into memory of its own (filled once, so no page is faulted in
         # while timed): at sizes near the last-level cache, a peer whose output another peer
         # had just written would find it cached and look faster than it is.
-        raw_out, raw_out2, floor_out, out, hout = (np.zeros_like(buf) for _ in range(5))
+        raw_out, raw_out2, floor_out, out, hout = (output_for(buf) for _ in range(5))
         peers: dict[str, Callable[[], object]] = {
             "mpi4py": lambda: comm.Allreduce(buf, raw_out, op=MPI.SUM),
             # The same raw call again, into its own memory: how far two identical calls differ

@@ -66,14 +66,14 @@ def test_outside_the_range_and_over_the_block_count_are_fresh_arrays() -> None:
 def test_a_larger_request_replaces_a_free_smaller_block_when_the_pool_is_full() -> None:
     pool = ResultPool(min_bytes=32 << 10, max_bytes=16 << 20, blocks=2)
     small = [pool.take(F32, 1 << 14) for _ in range(2)]  # 64 KiB each: the pool is full
-    assert len(pool._pool[F32.str]) == 2
+    assert len(pool._pool[F32]) == 2
     del small
     big = pool.take(F32, 1 << 20)  # 4 MiB: fits no block; a free small one gives way
     addr = big.__array_interface__["data"][0]
     del big
     again = pool.take(F32, 1 << 20)
     assert again.__array_interface__["data"][0] == addr
-    assert sorted(b.nbytes for b in pool._pool[F32.str]) == [(64 << 10) + SLACK,
+    assert sorted(b.nbytes for b in pool._pool[F32]) == [(64 << 10) + SLACK,
                                                              (4 << 20) + SLACK]
 
 
@@ -83,7 +83,7 @@ def test_a_block_in_use_is_never_replaced() -> None:
     held[:] = 9.0
     big = pool.take(F32, 1 << 20)  # the one block is in use: big is fresh and not kept
     big[:] = 0.0
-    assert (held == 9.0).all() and pool._pool[F32.str][0].size == (1 << 14) + SLACK // 4
+    assert (held == 9.0).all() and pool._pool[F32][0].size == (1 << 14) + SLACK // 4
 
 
 def test_the_total_kept_bytes_are_capped() -> None:

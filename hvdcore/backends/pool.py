@@ -34,7 +34,7 @@ class ResultPool:
         self.blocks = blocks
         self.max_total = max_total
         self.kept_bytes = 0
-        self._pool: dict[str, list[np.ndarray]] = {}
+        self._pool: dict[np.dtype, list[np.ndarray]] = {}
 
     def keeps(self, nbytes: int) -> bool:
         """True when results of ``nbytes`` come from kept blocks (else :meth:`take` returns a
@@ -50,7 +50,7 @@ class ResultPool:
             return np.empty(count, dtype=dtype)
         shift = (ALIGNMENT + like % ALIGNMENT) // dtype.itemsize
         need = count + _SLACK // dtype.itemsize  # every block has room for any shift
-        pool = self._pool.setdefault(dtype.str, [])
+        pool = self._pool.setdefault(dtype, [])
         victim, victim_size = -1, need
         for i in range(len(pool)):  # (indexing, not enumerate: no extra reference to a block)
             blk = pool[i]
