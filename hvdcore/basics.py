@@ -75,6 +75,8 @@ class _ThreadNames(threading.local):
 
 
 _thread = _ThreadNames()
+thread_names = _thread
+"""The calling thread's request-name count as ``thread_names.named`` (see names_taken)."""
 
 
 def names_taken() -> int:

@@ -34,7 +34,8 @@ __all__ = [
     "allreduce_impl", "allreduce_inplace_impl", "allreduce_async_impl", "grouped_allreduce_async_impl",
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
-    "sparse_allreduce_async_impl", "check_tensor", "host_view", "inplace_host_array",
+    "sparse_allreduce_async_impl", "check_tensor", "host_view", "plain_view",
+    "inplace_host_array", "reduced_view",
 ]
 
 
@@ -117,13 +118,32 @@ def host_view(tensor: torch.Tensor) -> np.ndarray | None:
     """The tensor's own NumPy view when the host MPI plane reduces it as it is (a CPU tensor
     of a core dtype, CPU tensors on MPI, a view ``numpy()`` gives: strided, no conjugate or
     negative bit; detached when it requires grad); else None (the tensor needs staging or
-    another plane). Few torch calls: it runs for every gradient of every step."""
-    if not tensor.is_cpu or tensor.dtype not in CORE_DTYPES or dataplanes.cpu_plane() is not None:
-        return None
-    try:  # numpy() refuses what has no plain view: a conjugate or negative bit, a sparse layout
-        return (tensor.detach() if tensor.requires_grad else tensor).numpy()
+    another plane)."""
+    arr = plain_view(tensor)
+    if arr is not None or not tensor.requires_grad or dataplanes.cpu_plane() is not None:
+        return arr
+    try:
+        arr = tensor.detach().numpy()
     except (RuntimeError, TypeError):
         return None
+    return arr if arr.dtype in _CORE_NUMPY else None
+
+
+def plain_view(tensor: torch.Tensor) -> np.ndarray | None:
+    """:func:`host_view` of a tensor that does not require grad (None for one that does, so
+    a view also means that no autograd is needed). It runs for every gradient of every step:
+    ``numpy()`` alone checks the device, layout, bits and grad (each torch attribute read
+    costs 1-3 us right after an MPI call)."""
+    if dataplanes.cpu_plane() is not None:
+        return None
+    try:
+        arr = tensor.numpy()
+    except (RuntimeError, TypeError):  # another device or layout, a conjugate or negative
+        return None                    # bit, a dtype NumPy lacks, or it requires grad
+    return arr if arr.dtype in _CORE_NUMPY else None
+
+
+_CORE_NUMPY = frozenset(torch.empty(0, dtype=d).numpy().dtype for d in CORE_DTYPES)
 
 
 def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
@@ -174,10 +194,7 @@ def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_fac
     check_tensor(tensor, "allreduce")
     arr = host_view(tensor)
     if arr is not None:
-        # The common case: the tensor's NumPy view in, the core's result array out (what
-        # reduce_buffer and result_tensor would do for it, without their bookkeeping).
-        return _from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
-                                           postscale_factor, process_set))
+        return reduced_view(arr, op, name, prescale_factor, postscale_factor, process_set)
     if not tensor.is_cpu or dataplanes.plane_for(tensor) is not None:
         return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                     process_set, False).wait()
@@ -185,6 +202,15 @@ def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_fac
     raw = _core.allreduce(buf.array(), name=name, op=op, prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, process_set=process_set)
     return result_tensor(buf, _from_numpy(raw))
+
+
+def reduced_view(arr: np.ndarray, op: Any, name: str | None, prescale_factor: float,
+                 postscale_factor: float, process_set: Any) -> torch.Tensor:
+    """A new tensor holding the blocking allreduce of ``arr`` (a :func:`host_view`): the
+    view in, the core's result array out, zero-copy (what reduce_buffer and result_tensor
+    would do for it, without their bookkeeping)."""
+    return torch.from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
+                                            postscale_factor, process_set))
 
 
 def grouped_allreduce_async_impl(tensors: Sequence[torch.Tensor], op: Any, name: str | None,

@@ -82,6 +82,11 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     op = resolve_op(average, op)
     exact = gradient_mode(gradient)
     plain = compression is _NO_COMPRESSION
+    if plain and isinstance(tensor, torch.Tensor):
+        arr = C.plain_view(tensor)
+        if arr is not None:  # a host tensor on MPI, nothing to differentiate: the core's call
+            return C.reduced_view(arr, op, name, prescale_factor, postscale_factor,
+                                  process_set)
     compressed, ctx = (tensor, None) if plain else compression.compress(tensor)
     if getattr(compressed, "requires_grad", False) and torch.is_grad_enabled():
         out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor,
