@@ -160,7 +160,7 @@ def allreduce_async(
     """
     engine, meta, arr, out = _allreduce_meta(tensor, average, name, op, prescale_factor,
                                              postscale_factor, process_set, out)
-    return requests.single(engine, meta, arr, out).handle
+    return requests.allreduce_async(engine, meta, arr, out)
 
 
 def allreduce_batch_async(

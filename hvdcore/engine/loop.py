@@ -90,6 +90,9 @@ class Engine:
         #: call (:meth:`RoundScheduler.steady_allreduce`): the result, or None when it does
         #: not apply (then take :meth:`fast_allreduce` or the queue).
         self.steady_allreduce: Callable[[Meta, Any, Any], Any] = self.rounds.steady_allreduce
+        #: The same for an asynchronous call (:meth:`RoundScheduler.steady_start`; used with
+        #: caller progress only, where no engine thread would run it sooner).
+        self.steady_start: Callable[[Meta, Any, Any], Any] = self.rounds.steady_start
         # The blocking-call entry points are the Progress methods themselves (no extra call
         # layer on the hot path); see Progress for what each does.
         self.begin_drive: Callable[[], bool] = self.progress.begin_drive

@@ -131,11 +131,9 @@ def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
         arr, out = arr.tensor, (None if out is None else out.tensor)  # type: ignore[attr-defined]
     req = one_request(meta, arr, out)
     if enqueue:
-        if "#" not in meta.name:
-            key = (meta.set_id, meta.name)
-            if _pending(engine.names, key) is not None:
-                check_names(engine, (meta,))  # raises the duplicate-name error
-            engine.names[key] = weakref.ref(req.handle)
+        if "#" not in meta.name and _pending(engine.names, (meta.set_id, meta.name)) is not None:
+            check_names(engine, (meta,))  # raises the duplicate-name error
+        _track_name(engine, meta, req.handle)
         engine.enqueue([req])
     return req
 
@@ -165,6 +163,30 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
     finally:
         engine.end_drive()
     return handle.wait()
+
+
+def allreduce_async(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> Handle:
+    """Start an allreduce. With caller progress (no engine thread runs requests before a
+    caller drives the engine), a tensor whose blocking call would take the steady path
+    takes it now, if every rank offers it at once: the handle is then already done; or its
+    request is a pending hit of the round, which ``synchronize`` drives. It never waits for
+    a peer. Otherwise the request is enqueued."""
+    if engine.caller_progress and not meta.device:
+        got = engine.steady_start(meta, arr, out)
+        if type(got) is Handle:
+            _track_name(engine, meta, got)
+            return got
+        if got is not None:
+            handle = Handle(1, first, f"allreduce '{meta.name}'")
+            handle.set_part(0, got)
+            return handle
+    return single(engine, meta, arr, out).handle
+
+
+def _track_name(engine: Any, meta: Meta, handle: Handle) -> None:
+    """Hold ``meta``'s explicit name while ``handle`` is pending (a reuse raises)."""
+    if "#" not in meta.name:
+        engine.names[(meta.set_id, meta.name)] = weakref.ref(handle)
 
 
 def wait(engine: Any | None, handle: Handle) -> Any:

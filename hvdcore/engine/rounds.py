@@ -372,6 +372,15 @@ class RoundScheduler:
         (``self.steady``; compiled where it can be), and return the result. None, with
         nothing done, when anything changed (the caller takes the general path). Same
         protocol, same MPI calls, same results as :meth:`fast_allreduce`."""
+        return self._steady_call(meta, arr, out, True)
+
+    def steady_start(self, meta: Meta, arr: Any, out: Any) -> Any:
+        """:meth:`steady_allreduce` for an asynchronous call: the result array; or the
+        handle of the request, an ordinary pending hit, when a peer has not offered it yet
+        (it never waits for one); or None, nothing done (the caller enqueues it)."""
+        return self._steady_call(meta, arr, out, False)
+
+    def _steady_call(self, meta: Meta, arr: Any, out: Any, block: bool) -> Any:
         e = self._steady_names.get(meta.name)
         if e is None or e.meta is not meta:
             return None
@@ -385,7 +394,7 @@ class RoundScheduler:
             if not self._can_skip_queue(idle):
                 return None
             got = self._steady_run(e, arr, out, lambda: one_request(meta, arr, out))
-            if type(got) is not Handle:
+            if type(got) is not Handle or not block:
                 return got
             progress.drive_until(got)
         finally:

@@ -1,8 +1,9 @@
 """The steady path (a cached blocking allreduce: round and data as one call) on real ranks.
 
 Modes:
-  exact   every dtype x op x output kind x size, the same names called again and again with
-          new values each time: results bit-identical to a reference computed here from every
+  exact   every dtype x op x output kind x size, blocking and asynchronous, the same names
+          called again and again with new values each time, and two asynchronous calls the
+          ranks start in different orders: results bit-identical to a reference computed here from every
           rank's inputs (integer-valued data, so any summation order gives the same bits).
           Prints ``rank R exact ok: N checks, steady=<SteadyCalls class>``.
   late    the same with one rank sleeping before some calls (the round is still in flight
@@ -102,6 +103,31 @@ def sweep(iterations: int, late: bool) -> None:
                     check(mine, want, f"in place {tag} it {it}")
                     hvd.allreduce(ins[R], op=op, name=f"out {tag}", out=other)
                     check(other, want, f"out= {tag} it {it}")
+                    # asynchronous calls (with caller progress, the steady path starts them)
+                    h = hvd.allreduce_async(ins[R], op=op, name=f"async {tag}")
+                    mine = ins[R].copy()
+                    h_inplace = hvd.allreduce_async(mine, op=op, name=f"async_ {tag}", out=mine)
+                    check(hvd.synchronize(h), want, f"async {tag} it {it}")
+                    hvd.synchronize(h_inplace)
+                    check(mine, want, f"async in place {tag} it {it}")
+    crossed(12, late)
+
+
+def crossed(iterations: int, late: bool) -> None:
+    """Two asynchronous calls that the ranks start in different orders (each rank's order
+    changes every iteration), synchronized in the reverse order: a rank must never wait in
+    the first call for a peer that starts the other one first."""
+    for it in range(iterations):
+        if late and R == N - 1 and it % 3 == 1:
+            time.sleep(0.002)
+        mine = {"a": np.full(1000, R + it, np.float32), "b": np.full(3, 2 * R - it, np.int64)}
+        want = {"a": np.full(1000, sum(r + it for r in range(N)), np.float32),
+                "b": np.full(3, sum(2 * r - it for r in range(N)), np.int64)}
+        order = ["a", "b"] if (R + it) % 2 == 0 else ["b", "a"]
+        handles = {k: hvd.allreduce_async(mine[k], op=hvd.Sum, name=f"crossed {k}")
+                   for k in order}
+        for k in reversed(order):
+            check(hvd.synchronize(handles[k]), want[k], f"crossed {k} it {it}")
 
 
 def direct() -> list[str]:
