@@ -31,6 +31,7 @@ from hvdcore.engine.coordinator import Coordinator
 from hvdcore.engine.dispatch import Dispatcher
 from hvdcore.engine.executor import Executor, Request, SetState
 from hvdcore.engine.handle import Handle
+from hvdcore.engine.lone import LoneCalls
 from hvdcore.engine.messages import ABORT, STALL_WARNING, Meta
 from hvdcore.engine.progress import Progress, RunState
 from hvdcore.engine.rounds import RoundScheduler
@@ -93,6 +94,7 @@ class Engine:
         #: The same for an asynchronous call (:meth:`RoundScheduler.steady_start`; used with
         #: caller progress only, where no engine thread would run it sooner).
         self.steady_start: Callable[[Meta, Any, Any], Any] = self.rounds.steady_start
+        self.lone = LoneCalls()  # when an async call may take it (requests.allreduce_async)
         # The blocking-call entry points are the Progress methods themselves (no extra call
         # layer on the hot path); see Progress for what each does.
         self.begin_drive: Callable[[], bool] = self.progress.begin_drive

@@ -167,19 +167,23 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
 
 def allreduce_async(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> Handle:
     """Start an allreduce. With caller progress (no engine thread runs requests before a
-    caller drives the engine), a tensor whose blocking call would take the steady path
-    takes it now, if every rank offers it at once: the handle is then already done; or its
-    request is a pending hit of the round, which ``synchronize`` drives. It never waits for
-    a peer. Otherwise the request is enqueued."""
+    caller drives the engine), when the calls before it were each waited for before the next
+    (:class:`~hvdcore.engine.lone.LoneCalls`: queued calls get fused), a tensor whose
+    blocking call would take the steady path takes it now, if every rank offers it at once:
+    the handle is then already done; or its request is a pending hit of the round, which
+    ``synchronize`` drives. It never waits for a peer. Otherwise the request is enqueued."""
     if engine.caller_progress and not meta.device:
-        got = engine.steady_start(meta, arr, out)
+        lone = engine.lone
+        got = engine.steady_start(meta, arr, out) if lone.submitting() else None
         if type(got) is Handle:
             _track_name(engine, meta, got)
-            return got
-        if got is not None:
-            handle = Handle(1, first, f"allreduce '{meta.name}'")
-            handle.set_part(0, got)
-            return handle
+        elif got is not None:
+            value, got = got, Handle(1, first, f"allreduce '{meta.name}'")
+            got.set_part(0, value)
+        else:
+            got = single(engine, meta, arr, out).handle
+        lone.submitted(got)
+        return got
     return single(engine, meta, arr, out).handle
 
 
@@ -195,7 +199,10 @@ def wait(engine: Any | None, handle: Handle) -> Any:
     When the queue holds ``handle``'s cached host allreduces and nothing else is pending
     (``allreduce_async`` then ``synchronize``; a step's gradients), they skip the engine
     cycle (:meth:`~hvdcore.engine.loop.Engine.fast_queued`)."""
-    if engine is None or handle.done():
+    if engine is None:
+        return handle.wait()
+    engine.lone.waiting(handle)
+    if handle.done():
         return handle.wait()
     if not engine.progress.queue or not engine.begin_drive():
         return engine.drive(handle)

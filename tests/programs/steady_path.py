@@ -103,20 +103,21 @@ def sweep(iterations: int, late: bool) -> None:
                     check(mine, want, f"in place {tag} it {it}")
                     hvd.allreduce(ins[R], op=op, name=f"out {tag}", out=other)
                     check(other, want, f"out= {tag} it {it}")
-                    # asynchronous calls (with caller progress, the steady path starts them)
+                    # asynchronous calls, each waited for before the next (with caller
+                    # progress, the steady path then starts them: engine/lone.py)
                     h = hvd.allreduce_async(ins[R], op=op, name=f"async {tag}")
-                    mine = ins[R].copy()
-                    h_inplace = hvd.allreduce_async(mine, op=op, name=f"async_ {tag}", out=mine)
                     check(hvd.synchronize(h), want, f"async {tag} it {it}")
-                    hvd.synchronize(h_inplace)
+                    mine = ins[R].copy()
+                    h = hvd.allreduce_async(mine, op=op, name=f"async_ {tag}", out=mine)
+                    hvd.synchronize(h)
                     check(mine, want, f"async in place {tag} it {it}")
     crossed(12, late)
 
 
 def crossed(iterations: int, late: bool) -> None:
     """Two asynchronous calls that the ranks start in different orders (each rank's order
-    changes every iteration), synchronized in the reverse order: a rank must never wait in
-    the first call for a peer that starts the other one first."""
+    changes every iteration), synchronized in the reverse order: no rank may wait in a call
+    for a peer that is busy with another."""
     for it in range(iterations):
         if late and R == N - 1 and it % 3 == 1:
             time.sleep(0.002)
