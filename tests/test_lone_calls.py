@@ -6,12 +6,16 @@ from __future__ import annotations
 from hvdcore.engine.lone import LoneCalls
 
 
+class _Handle:
+    """A stand-in for a core handle (LoneCalls keeps a weak reference to the last one)."""
+
+
 def _step(lone: LoneCalls, tensors: int, wait_each: bool) -> list[bool]:
     """Submit ``tensors`` async calls: each waited for at once, or all after the last."""
     starts, handles = [], []
     for _ in range(tensors):
         starts.append(lone.submitting())
-        h = object()
+        h = _Handle()
         lone.submitted(h)
         if wait_each:
             lone.waiting(h)
@@ -44,9 +48,23 @@ def test_waiting_for_an_older_handle_does_not_count() -> None:
     lone = LoneCalls()
     _step(lone, 3, wait_each=True)
     assert lone.submitting()
-    first = object()
+    first = _Handle()
     lone.submitted(first)
     assert not lone.submitting()  # the first was not waited for
-    lone.submitted(object())
+    lone.submitted(_Handle())
     lone.waiting(first)  # not the last call's handle
+    assert not lone.submitting()
+
+
+def test_the_last_handle_is_not_kept_alive() -> None:
+    import gc
+    import weakref
+
+    lone = LoneCalls()
+    h = _Handle()
+    lone.submitted(h)
+    ref = weakref.ref(h)
+    del h
+    gc.collect()
+    assert ref() is None  # the handle holds the result: the pattern must not keep it
     assert not lone.submitting()

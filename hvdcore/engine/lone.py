@@ -10,6 +10,7 @@ for before the next one was submitted.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 
@@ -19,7 +20,7 @@ class LoneCalls:
     __slots__ = ("_last", "_waited", "_lone")
 
     def __init__(self) -> None:
-        self._last: Any = None  # the last async call's handle
+        self._last: Any = None  # the last async call's handle, weakly (it holds the result)
         self._waited = False  # it was waited for (before any later async call)
         self._lone = False  # the call before it was waited for before it was submitted
 
@@ -32,9 +33,10 @@ class LoneCalls:
 
     def submitted(self, handle: Any) -> None:
         """Its handle (waiting for it marks the pattern)."""
-        self._last = handle
+        self._last = weakref.ref(handle)
 
     def waiting(self, handle: Any) -> None:
         """A handle is being waited for."""
-        if handle is self._last:
+        last = self._last
+        if last is not None and last() is handle:
             self._waited = True
