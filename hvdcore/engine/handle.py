@@ -34,6 +34,18 @@ class Handle:
             self._result = finalize([])
             self._done = True
 
+    @classmethod
+    def finished(cls, value: Any, description: str) -> Handle:
+        """A handle already done with ``value`` (what ``synchronize`` returns)."""
+        h = cls.__new__(cls)
+        h._event = h._error = h._finalize = None
+        h._values = []
+        h._left = 0
+        h._result = value
+        h._done = True
+        h.description = description
+        return h
+
     def _complete(self) -> None:
         # Order matters (the GIL makes it sequentially consistent): publish _done, then read
         # _event. A waiter publishes _event, then re-reads _done, so one of them sees the other.

@@ -178,8 +178,7 @@ def allreduce_async(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | 
         if type(got) is Handle:
             _track_name(engine, meta, got)
         elif got is not None:
-            value, got = got, Handle(1, first, f"allreduce '{meta.name}'")
-            got.set_part(0, value)
+            got = Handle.finished(got, f"allreduce '{meta.name}'")
         else:
             got = single(engine, meta, arr, out).handle
         lone.submitted(got)

@@ -22,7 +22,7 @@ from hvdcore.ops import allreduce as _core_allreduce
 from hvdcore.ops import allreduce_async as _core_allreduce_async
 from hvdcore.torch import dataplanes
 from hvdcore.torch.backends import TorchBackend
-from hvdcore.torch.handles import Handle
+from hvdcore.torch.handles import CoreResult, Handle
 from hvdcore.torch.tensors import (
     CORE_DTYPES,
     HostBuffer,
@@ -171,12 +171,12 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
         if not inplace:  # the tensor's view in, the core's result array out, zero-copy
             h = _core_allreduce_async(arr, None, name, op, prescale_factor, postscale_factor,
                                       process_set)
-            return Handle(h, torch.from_numpy, f"allreduce {name or ''}")
+            return CoreResult(h, torch.from_numpy, f"allreduce {name or ''}")
         # A contiguous CPU tensor reduced in place: the engine reads and writes the tensor's
         # own memory, with nothing to map back.
         h = _core_allreduce_async(arr, None, name, op, prescale_factor, postscale_factor,
                                   process_set, arr)
-        return Handle(h, lambda _raw: tensor, f"allreduce {name or ''}")
+        return CoreResult(h, lambda _raw: tensor, f"allreduce {name or ''}")
     arr, out, finish = _reduction(tensor, op, inplace)
     h = _core.allreduce_async(arr, name=name, op=op, prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor, process_set=process_set,

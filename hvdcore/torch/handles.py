@@ -17,7 +17,7 @@ import hvdcore as _core
 from hvdcore.engine.handle import Handle as CoreHandle
 from hvdcore.errors import UnsupportedError
 
-__all__ = ["Handle", "poll", "synchronize"]
+__all__ = ["CoreResult", "Handle", "poll", "synchronize"]
 
 _PENDING = object()
 
@@ -68,6 +68,20 @@ class Handle:
     def __repr__(self) -> str:
         state = "done" if self._result is not _PENDING else "in flight"
         return f"<hvdcore.torch Handle {self.description} ({state})>"
+
+
+class CoreResult(Handle):
+    """A :class:`Handle` over one core handle (a host tensor's collective on the MPI plane):
+    waits on it directly, with no dispatch on the waitable's kind."""
+
+    __slots__ = ()
+
+    def wait(self) -> Any:
+        """Block until finished and return the torch result (idempotent)."""
+        if self._result is _PENDING:
+            self._result = self._finish(_core.synchronize(self._waitable))
+            self._waitable = None
+        return self._result
 
 
 def _poll_one(w: Any) -> bool:
