@@ -47,8 +47,11 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert "hier steps per call" in proc.stdout
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
     assert set(doc["batch_ms"]) == {  # table 3's row names (which variants ran), not timings
-        "mpi4py 100 blocking calls", "hvdcore fused (100 async)", "hvdcore grouped (1 call)",
-        "hvdcore 100 blocking calls", "hier grouped (1 call)"}
+        "mpi4py 100 blocking calls", "floor: concat + 1 call", "hvdcore fused (100 async)",
+        "hvdcore grouped (1 call)", "hvdcore 100 blocking calls", "hier grouped (1 call)"}
+    batch = doc["targets"]["batch"]  # the 100 x 64 KiB target line, with its floor
+    assert batch["best_speedup"] > 0 and batch["floor_speedup"] > 0, batch
+    assert "100 x 64 KiB together faster than 100 raw calls" in proc.stdout
     assert all(math.isfinite(r["median_us"]) for r in doc["allreduce"] + doc["gloo"])  # measured
     assert set(doc["targets"]["host"]) == {"NumPy 4 KiB time <= 3x raw",
                                            "torch 4 KiB time <= 4x raw",

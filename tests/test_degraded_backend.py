@@ -6,7 +6,8 @@ import pytest
 from conftest import ROOT, run_mpi
 
 from hvdcore import errors
-from hvdcore.backends.degraded import DataPathFault, parse
+from hvdcore.backends.degraded import DataPathFault, DegradedBackend, parse
+from hvdcore.backends.mpi import MPIBackend
 
 COLLECTIVES = str(ROOT / "checks" / "src" / "hvdcore_collectives.py")
 
@@ -42,3 +43,24 @@ def test_malformed_value_stops_init_on_every_rank() -> None:
                   timeout=60)
     assert res.returncode != 0
     assert "FAULTS_DATA_PATH='repeat=zero': expected" in res.stdout + res.stderr
+
+
+def test_fused_calls_are_slowed_too() -> None:
+    """A fused allreduce (the executor's ``allreduce_pieces``) goes through the wrapper's
+    slowed allreduce, not straight to the wrapped backend (which ``__getattr__`` would give):
+    the degraded checks slow the gradients, which are fused."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from mpi4py import MPI
+
+    inner = MPIBackend()
+    calls = []
+    real = inner.allreduce
+    inner.allreduce = lambda *a: (calls.append(a[1].size), real(*a))  # type: ignore[method-assign]
+    slowed = DegradedBackend(inner, DataPathFault(repeat=3))
+    pieces = [np.arange(3, dtype=np.float32), np.arange(4, dtype=np.float32)]
+    out = np.zeros(7, np.float32)
+    slowed.allreduce_pieces(SimpleNamespace(comm=MPI.COMM_SELF), pieces, out, "sum")
+    assert list(out) == [0, 1, 2, 0, 1, 2, 3]
+    assert calls == [7, 7, 7], "every fused call runs repeat=3 times"

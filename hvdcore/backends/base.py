@@ -108,6 +108,11 @@ class Backend(Protocol):
     def concat_into(self, srcs: list[Any], dst: Any) -> None:
         """Copy the 1-d buffers ``srcs`` one after the other into ``dst``."""
 
+    def allreduce_pieces(self, pset: Any, srcs: list[Any], out: Any, op: str) -> None:
+        """Allreduce the concatenation of the 1-d buffers ``srcs`` into ``out`` (1-d, their
+        total length): a fused call. :meth:`concat_into` then an in-place :meth:`allreduce`,
+        unless the backend can read the pieces where they are."""
+
     def as_uint8(self, buf: Any) -> Any:
         """``buf`` (bool) reinterpreted as uint8, sharing memory."""
 

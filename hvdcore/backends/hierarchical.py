@@ -38,6 +38,7 @@ whose fake nodes share one host, the node id separates them.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 import zlib
@@ -91,6 +92,43 @@ def node_color(node_id: str | None) -> int:
 
 def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class _Pieces:
+    """The concatenation of 1-d arrays of one dtype, read by element ranges without being
+    built (a fused allreduce's tensors)."""
+
+    __slots__ = ("arrays", "starts")
+
+    def __init__(self, arrays: list[np.ndarray]) -> None:
+        self.arrays = arrays
+        starts = [0]
+        for arr in arrays:
+            starts.append(starts[-1] + arr.size)
+        self.starts = starts
+
+    def views(self, lo: int, hi: int) -> list[np.ndarray]:
+        """Views of the pieces' parts that make up elements ``[lo, hi)``, in order."""
+        if len(self.arrays) == 1:
+            return [self.arrays[0][lo:hi]] if hi > lo else []
+        i = bisect.bisect_right(self.starts, lo) - 1
+        out = []
+        while lo < hi:
+            start = self.starts[i]
+            end = min(hi, self.starts[i + 1])
+            if end > lo:
+                out.append(self.arrays[i][lo - start:end - start])
+                lo = end
+            i += 1
+        return out
+
+    def copy(self, lo: int, hi: int, dst: np.ndarray) -> None:
+        """Elements ``[lo, hi)`` into ``dst`` (of that length)."""
+        views = self.views(lo, hi)
+        if len(views) == 1:
+            dst[...] = views[0]
+        elif views:
+            np.concatenate(views, out=dst)
 
 
 class HierarchicalBackend(MPIBackend):
@@ -228,18 +266,40 @@ class HierarchicalBackend(MPIBackend):
             return None
         return super().direct_allreduce(pset, nbytes)
 
+    def _shm_allreduce(self, pset: Any, nbytes: int) -> bool:
+        """True when an allreduce of ``nbytes`` on ``pset`` takes the shared-memory path
+        (counted); False (counted as flat) when it takes the flat MPI call."""
+        if not self.enabled_allreduce or nbytes < self.min_bytes or not self._covers(pset):
+            self.counters["flat_calls"] += 1
+            return False
+        self.counters["shm_calls"] += 1
+        return True
+
     def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """See :meth:`Backend.allreduce`: two levels for the global set from MIN_BYTES."""
-        if not self.enabled_allreduce or buf.nbytes < self.min_bytes or not self._covers(pset):
-            self.counters["flat_calls"] += 1
+        if not self._shm_allreduce(pset, buf.nbytes):
             super().allreduce(pset, buf, out, op)
             return
-        self.counters["shm_calls"] += 1
         # The engine's buffers are C-contiguous; anything else goes through a copy, so that
         # every rank takes the same path.
-        src = buf.reshape(-1)
         dst = out.reshape(-1) if out.flags.c_contiguous else np.empty(out.size, out.dtype)
-        dtype, n = src.dtype, src.size
+        self._two_level(_Pieces([buf.reshape(-1)]), dst, op)
+        if not out.flags.c_contiguous:
+            out[...] = dst.reshape(out.shape)
+
+    def allreduce_pieces(self, pset: Any, srcs: list[np.ndarray], out: np.ndarray,
+                         op: str) -> None:
+        """See :meth:`Backend.allreduce_pieces`: on the shared-memory path each rank copies
+        the pieces straight into its slot of the window (no fusion-buffer copy first)."""
+        if not self._shm_allreduce(pset, out.nbytes):
+            super().concat_into(srcs, out)
+            super().allreduce(pset, out, out, op)
+            return
+        self._two_level(_Pieces(srcs), out, op)
+
+    def _two_level(self, src: _Pieces, dst: np.ndarray, op: str) -> None:
+        """The shared-memory allreduce of ``src`` (1-d pieces) into ``dst`` (1-d)."""
+        dtype, n = dst.dtype, dst.size
         L, me = self.local_size, self.local_rank
         # The segment length is the same on every node (the cross-node step pairs segments);
         # the slot size may differ where nodes differ in size.
@@ -257,19 +317,26 @@ class HierarchicalBackend(MPIBackend):
             c0, c1 = m * me // L, m * (me + 1) // L
             mine = slots[me]
             t0 = clock()
-            mine[:c0] = src[a:a + c0]
-            mine[c1:m] = src[a + c1:a + m]
+            src.copy(a, a + c0, mine[:c0])
+            src.copy(a + c1, a + m, mine[c1:m])
             t1 = clock()
             self._barrier()
             t2 = clock()
+            # This rank's chunk is read from its own input, piece by piece: same order of
+            # operands (local rank order) for every element as with one piece.
+            at = c0
+            for own in src.views(a + c0, a + c1):
+                w = own.size
+                res = slots[0][at:at + w]
+                parts = [own if k == me else slots[k][at:at + w] for k in range(L)]
+                if L == 1:
+                    res[...] = parts[0]
+                else:
+                    ufunc(parts[0], parts[1], out=res)
+                    for part in parts[2:]:
+                        ufunc(res, part, out=res)
+                at += w
             res = slots[0][c0:c1]
-            parts = [src[a + c0:a + c1] if k == me else slots[k][c0:c1] for k in range(L)]
-            if L == 1:
-                res[...] = parts[0]
-            else:
-                ufunc(parts[0], parts[1], out=res)
-                for part in parts[2:]:
-                    ufunc(res, part, out=res)
             t3 = clock()
             if multi and self.per_slice:
                 self.cross.Allreduce(MPI.IN_PLACE, res, op=_MPI_OPS[op])
@@ -289,8 +356,6 @@ class HierarchicalBackend(MPIBackend):
             spent["reduce"] += t3 - t2
             spent["cross_node"] += t4 - t3
             spent["copy_out"] += t6 - t5
-        if not out.flags.c_contiguous:
-            out[...] = dst.reshape(out.shape)
 
     def allgatherv(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
         """See :meth:`Backend.allgatherv` (byte counts): two levels for the global set."""

@@ -113,6 +113,12 @@ class MPIBackend:
         """See :meth:`Backend.concat_into`."""
         np.concatenate(srcs, out=dst)
 
+    def allreduce_pieces(self, pset: Any, srcs: list[np.ndarray], out: np.ndarray,
+                         op: str) -> None:
+        """See :meth:`Backend.allreduce_pieces`."""
+        self.concat_into(srcs, out)
+        self.allreduce(pset, out, out, op)
+
     @staticmethod
     def as_uint8(buf: np.ndarray) -> np.ndarray:
         """See :meth:`Backend.as_uint8`."""

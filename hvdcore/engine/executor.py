@@ -269,14 +269,15 @@ class Executor:
         views = same and all(r is None or r.out is None for r in reqs)
         buf = b.result_block(rdtype, total) if views else self._buffer(rdtype, total)
         packing: list[Request | None] = reqs
+        srcs: list[Any] | None = None
         if same and pre == 1.0 and dtype != np.bool_ and None not in reqs:
-            # One call copying every tensor instead of one per tensor.
+            # One fused call reading the tensors where they are (the backend copies them in,
+            # all at once or, on the hierarchical plane, straight into shared memory).
             srcs = [r.tensor.reshape(-1) for r in reqs if r is not None]
             if pieces is not None:  # the tensors between the gaps' zeros
                 gapped = pieces.copy()
                 gapped[::2] = srcs
                 srcs = gapped
-            b.concat_into(srcs, buf)
             packing = []
         # (elsewhere the gaps keep whatever the buffer held: reduced, never read)
         for req, off, n in zip(packing, layout.offsets, layout.counts, strict=False):
@@ -291,7 +292,10 @@ class Executor:
         if len(reqs) > 1 or rdtype != dtype or pre != 1.0:
             self._span(reqs, resp.names, "FUSE", t0, bytes=nbytes)
         t1 = tl.now_us() if tl else 0.0
-        b.allreduce(pset, buf, buf, op)
+        if srcs is None:
+            b.allreduce(pset, buf, buf, op)
+        else:  # (its span includes copying the tensors in)
+            b.allreduce_pieces(pset, srcs, buf, op)
         self._span(reqs, resp.names, f"{self.prefix}_ALLREDUCE", t1, bytes=nbytes,
                    tensors=len(reqs))
         t2 = tl.now_us() if tl else 0.0

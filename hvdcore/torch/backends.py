@@ -223,6 +223,12 @@ class TorchBackend:
         with self._on_stream(), torch.no_grad():
             torch.cat(srcs, out=dst)
 
+    def allreduce_pieces(self, pset: Any, srcs: list[torch.Tensor], out: torch.Tensor,
+                         op: str) -> None:
+        """See :meth:`Backend.allreduce_pieces`."""
+        self.concat_into(srcs, out)
+        self.allreduce(pset, out, out, op)
+
     @staticmethod
     def as_uint8(buf: torch.Tensor) -> torch.Tensor:
         """See :meth:`Backend.as_uint8`."""
