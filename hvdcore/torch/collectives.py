@@ -36,7 +36,7 @@ __all__ = [
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
     "sparse_allreduce_async_impl", "check_tensor", "host_view", "plain_view",
-    "inplace_host_array", "reduced_view",
+    "inplace_host_array", "reduced_view", "started_view",
 ]
 
 
@@ -84,9 +84,11 @@ def _plane_finisher(plane: TorchBackend, buf: HostBuffer, inplace: bool) -> Any:
     return finish
 
 
-def _reduction(tensor: torch.Tensor, op: Any, inplace: bool) -> tuple[Any, Any, Any]:
-    """(core input, core ``out=`` or None, finish(raw) -> result) for one reduced tensor."""
-    if not inplace:
+def _reduction(tensor: torch.Tensor, op: Any, inplace: bool, viewed: bool = False
+               ) -> tuple[Any, Any, Any]:
+    """(core input, core ``out=`` or None, finish(raw) -> result) for one reduced tensor
+    (``viewed``: :func:`host_view` already gave None for it)."""
+    if not inplace and not viewed:
         view = host_view(tensor)
         if view is not None:  # no staging: the NumPy view in, the result array out
             return view, None, _from_numpy
@@ -168,20 +170,27 @@ def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
     check_tensor(tensor, "allreduce")
     arr = inplace_host_array(tensor) if inplace else host_view(tensor)
     if arr is not None:
-        if not inplace:  # the tensor's view in, the core's result array out, zero-copy
-            h = _core_allreduce_async(arr, None, name, op, prescale_factor, postscale_factor,
-                                      process_set)
-            return CoreResult(h, torch.from_numpy, f"allreduce {name or ''}")
+        if not inplace:
+            return started_view(arr, op, name, prescale_factor, postscale_factor, process_set)
         # A contiguous CPU tensor reduced in place: the engine reads and writes the tensor's
         # own memory, with nothing to map back.
         h = _core_allreduce_async(arr, None, name, op, prescale_factor, postscale_factor,
                                   process_set, arr)
         return CoreResult(h, lambda _raw: tensor, f"allreduce {name or ''}")
-    arr, out, finish = _reduction(tensor, op, inplace)
+    arr, out, finish = _reduction(tensor, op, inplace, viewed=True)
     h = _core.allreduce_async(arr, name=name, op=op, prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor, process_set=process_set,
                               out=out)
     return Handle(h, finish, f"allreduce {name or ''}")
+
+
+def started_view(arr: np.ndarray, op: Any, name: str | None, prescale_factor: float,
+                 postscale_factor: float, process_set: Any) -> CoreResult:
+    """The handle of an allreduce of ``arr`` (a :func:`host_view`) returning a new tensor:
+    the view in, the core's result array out, zero-copy."""
+    h = _core_allreduce_async(arr, None, name, op, prescale_factor, postscale_factor,
+                              process_set)
+    return CoreResult(h, torch.from_numpy, f"allreduce {name or ''}")
 
 
 def inplace_host_array(tensor: torch.Tensor) -> np.ndarray | None:

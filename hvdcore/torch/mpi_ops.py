@@ -112,6 +112,10 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
     """Start an allreduce; ``synchronize(handle)`` returns a new tensor with the result."""
     if average is not None or type(op) is not ReduceOp:
         op = resolve_op(average, op)
+    if isinstance(tensor, torch.Tensor):
+        arr = C.plain_view(tensor)
+        if arr is not None:  # a host tensor on MPI, as allreduce's fast path
+            return C.started_view(arr, op, name, prescale_factor, postscale_factor, process_set)
     return C.allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                   process_set, inplace=False)
 
