@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +43,9 @@ class DiscoveredRun:
 
 
 def run_discovered(checks: list[str], modulepath: list[Path], workdir: Path,
-                   timeout: float = 600) -> DiscoveredRun:
-    """``reframe -C lmod_modules.py -c CHECKS -r`` with ``MODULEPATH`` set to ``modulepath``."""
+                   timeout: float = 600, options: Sequence[str] = ()) -> DiscoveredRun:
+    """``reframe -C lmod_modules.py -c CHECKS -r [OPTIONS]`` with ``MODULEPATH`` set to
+    ``modulepath``."""
     report = workdir / "report.json"
     env = {
         "MODULEPATH": ":".join(map(str, modulepath)),
@@ -53,7 +55,7 @@ def run_discovered(checks: list[str], modulepath: list[Path], workdir: Path,
     }
     args = [arg for check in checks for arg in ("-c", str(CHECKS / check))]
     cmd = " ".join([*reframe_exe(), "-C", str(CONFIG), *args, "-r", *UNGUARDED_EFFICIENCY,
-                    "--prefix", str(workdir / "rfm"), "--report-file", str(report)])
+                    *options, "--prefix", str(workdir / "rfm"), "--report-file", str(report)])
     t0 = time.monotonic()
     proc = lmod_shell(cmd, extra_env=env, timeout=timeout, cwd=workdir)
     seconds = time.monotonic() - t0

@@ -16,7 +16,14 @@ import re
 from pathlib import Path
 
 import pytest
-from reframe_helpers import CHECKS, CONFIGS, UNGUARDED_EFFICIENCY, reframe_env, run_reframe
+from reframe_helpers import (
+    CHECKS,
+    CONFIGS,
+    QUICK_TORCH_MNIST,
+    UNGUARDED_EFFICIENCY,
+    reframe_env,
+    run_reframe,
+)
 
 pytestmark = [pytest.mark.reframe, pytest.mark.mpi, pytest.mark.torch, pytest.mark.slow]
 
@@ -78,7 +85,7 @@ def test_delayed_data_path_fails_the_latency_ratio(tmp_path: Path) -> None:
 def test_slow_gradient_exchange_fails_the_ddp_ratio(tmp_path: Path) -> None:
     """A 20 ms delay before every data collective: hvdcore trains far slower than DDP."""
     out, cases = run_checks(tmp_path, "hvdcore_mnist.py",
-                            ["-n", "framework=torch", *UNGUARDED_EFFICIENCY],
+                            ["-n", "framework=torch", *UNGUARDED_EFFICIENCY, *QUICK_TORCH_MNIST],
                             {"FAULTS_DATA_PATH": "delay_us=20000"})
     case = failed_case(cases, "HvdcoreMnistCheck")
     assert case["fail_phase"] == "performance", case["fail_reason"]

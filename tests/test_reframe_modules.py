@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from discovered_runs import assert_ran_the_module, mnist_cases, run_discovered
 from lmod_shell import install_hvdcore_tree
-from reframe_helpers import ROOT
+from reframe_helpers import QUICK_TORCH_MNIST, ROOT
 
 pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.slow]
 
@@ -51,7 +51,8 @@ def test_install_ships_the_examples(tree: Path) -> None:
 
 @pytest.mark.torch
 def test_mnist_check_runs_with_a_discovered_module(tree: Path, tmp_path: Path) -> None:
-    run = run_discovered(["hvdcore_mnist.py"], [tree / "modules" / "all"], tmp_path)
+    run = run_discovered(["hvdcore_mnist.py"], [tree / "modules" / "all"], tmp_path,
+                         options=QUICK_TORCH_MNIST)
     # Discovery found the module; only its torch variants exist (the environment declares
     # torch, and the module's name does not say otherwise). Both run and pass sanity; whether
     # the speed is within its bounds depends on the machine and its load (tests assert
