@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# --durations: the 25 slowest tests in the log (CI time is budgeted; this says where it goes).
-exec "${VENV:-.venv}/bin/python" -m pytest -ra --durations=25 "$@"
+# --durations: the 40 slowest tests in the log (CI time is budgeted; this says where it goes).
+exec "${VENV:-.venv}/bin/python" -m pytest -ra --durations=40 "$@"
