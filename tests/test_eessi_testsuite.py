@@ -85,7 +85,9 @@ def test_checks_run_in_an_eessi_testsuite_run(eessi_venv: Path, tree: Path,
            "RFM_PREFIX": str(tmp_path / "rfm")}
     cmd = " ".join([
         str(eessi_venv / "bin" / "reframe"), "--config-file", str(CONFIG), "-c", str(TESTS),
-        "-t", "'^(1_core|2_cores)$'", "--setvar", f"modules={MODULE}", "-r",
+        "-t", "'^(1_core|2_cores)$'", "--setvar", f"modules={MODULE}",
+        # train, not measure (tests/reframe_helpers.py: QUICK_TORCH_MNIST): torch only here
+        "--setvar", "max_steps_per_epoch=200", "--setvar", "epochs=1", "-r",
         "--prefix", str(tmp_path / "rfm"), "--report-file", str(report),
     ])
     proc = lmod_shell(cmd, extra_env=env, timeout=400, cwd=tmp_path)
