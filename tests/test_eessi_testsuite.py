@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from lmod_shell import LMOD_CMD, install_hvdcore_tree, lmod_shell
-from reframe_helpers import CHECKS, CONFIGS
+from reframe_helpers import CHECKS, CONFIGS, QUICK_TORCH_MNIST
 
 pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.torch,
               pytest.mark.slow]
@@ -86,8 +86,7 @@ def test_checks_run_in_an_eessi_testsuite_run(eessi_venv: Path, tree: Path,
     cmd = " ".join([
         str(eessi_venv / "bin" / "reframe"), "--config-file", str(CONFIG), "-c", str(TESTS),
         "-t", "'^(1_core|2_cores)$'", "--setvar", f"modules={MODULE}",
-        # train, not measure (tests/reframe_helpers.py: QUICK_TORCH_MNIST): torch only here
-        "--setvar", "max_steps_per_epoch=200", "--setvar", "epochs=1", "-r",
+        *QUICK_TORCH_MNIST, "-r",  # train, not measure; the module is torch-only
         "--prefix", str(tmp_path / "rfm"), "--report-file", str(report),
     ])
     proc = lmod_shell(cmd, extra_env=env, timeout=400, cwd=tmp_path)
