@@ -48,6 +48,10 @@ UNGUARDED_EFFICIENCY = ["-S", "HvdcoreMnistCheck.max_valid_efficiency=1000",
 #: default is 80 steps (the local suite run with it took 231 s instead of 195).
 QUICK_TORCH_MNIST = ["-S", "max_steps_per_epoch=200", "-S", "epochs=1"]
 
+#: For runs that train both frameworks: one epoch each. That halves the torch example (its default
+#: is 2 x 450 steps, so 1 x 450) and leaves the TensorFlow one as it is (its default is 1 epoch).
+ONE_EPOCH_MNIST = ["-S", "epochs=1"]
+
 
 def reframe_exe() -> list[str]:
     """The reframe of the Python running the tests (its venv's console script)."""
