@@ -10,9 +10,11 @@ tested with run again here, on Gloo, against the same in-process references.
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 from conftest import program, run_mpi
+from torch_semantics_runs import SECTIONS, check_section
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.mpi]
@@ -58,9 +60,16 @@ def test_error_sequence_on_gloo(world_size: int) -> None:
     assert "stalled collectives" not in out
 
 
-@pytest.mark.parametrize("section", ["grad", "alltoall", "sparse", "bcast_state", "optimizer"])
-def test_horovod_semantics_on_gloo(section: str) -> None:
-    _ok_lines(3, [program("torch_semantics.py"), section], f"torch-semantics {section}", 180)
+@pytest.fixture(scope="module")
+def semantics_on_gloo() -> subprocess.CompletedProcess[str]:
+    """Every section of tests/programs/torch_semantics.py in one launch of 3 ranks on Gloo."""
+    return run_mpi(3, [program("torch_semantics.py"), *SECTIONS], env=GLOO, timeout=400)
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_horovod_semantics_on_gloo(section: str,
+                                   semantics_on_gloo: subprocess.CompletedProcess[str]) -> None:
+    check_section(semantics_on_gloo, 3, section)
 
 
 def test_stall_on_gloo_warns_then_ends_job() -> None:

@@ -1,52 +1,59 @@
 """Horovod 0.28.1 semantics of hvdcore.torch (issue 18, items 3, 5, 6, 7, 9) under real mpirun at
-1, 2 and 3 ranks; program: tests/programs/torch_semantics.py, one section per test."""
+1, 2 and 3 ranks; program: tests/programs/torch_semantics.py, one section per test. The five
+sections share one launch per world size (three launches, not fifteen); each test judges its
+own section's lines."""
 
 from __future__ import annotations
 
-import re
+import subprocess
+from collections.abc import Callable
 
 import pytest
 from conftest import program, run_mpi
+from torch_semantics_runs import SECTIONS, check_section
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.mpi]
 
+@pytest.fixture(scope="module")
+def semantics_run() -> Callable[[int], subprocess.CompletedProcess[str]]:
+    """``np -> the launch of every section at np ranks``, each launched once per module."""
+    runs: dict[int, subprocess.CompletedProcess[str]] = {}
 
-def _run(np: int, section: str) -> None:
-    proc = run_mpi(np, [program("torch_semantics.py"), section], timeout=180)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, (f"{section} at np={np} failed (rc {proc.returncode}):\n"
-                                  f"{out[-6000:]}")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"torch-semantics {section} ")]
-    ranks = sorted(int(re.search(r"rank=(\d+)", ln).group(1)) for ln in lines)
-    assert ranks == list(range(np)), f"expected an OK line from every rank:\n{out[-4000:]}"
-    checks = {int(re.search(r"checks=(\d+)", ln).group(1)) for ln in lines}
-    assert len(checks) == 1 and checks.pop() > 5, lines
+    def get(np: int) -> subprocess.CompletedProcess[str]:
+        if np not in runs:
+            runs[np] = run_mpi(np, [program("torch_semantics.py"), *SECTIONS], timeout=400)
+        return runs[np]
+    return get
 
 
-def test_gradients_are_horovods(world_size: int) -> None:
+def _run(np: int, section: str, semantics_run: Callable) -> None:
+    check_section(semantics_run(np), np, section)
+
+
+def test_gradients_are_horovods(world_size: int, semantics_run: Callable) -> None:
     """allgather/broadcast average, reducescatter (size for Sum, scales), allreduce with its op,
     alltoall sent back; gradient="exact" keeps the summed-loss derivatives (item 3)."""
-    _run(world_size, "grad")
+    _run(world_size, "grad", semantics_run)
 
 
-def test_alltoall_returns_and_errors(world_size: int) -> None:
+def test_alltoall_returns_and_errors(world_size: int, semantics_run: Callable) -> None:
     """alltoall(t) -> tensor, with splits -> (output, received_splits), async -> pair; bad
     splits / indivisible dim 0 are ValueError on every rank and the next collective works."""
-    _run(world_size, "alltoall")
+    _run(world_size, "alltoall", semantics_run)
 
 
-def test_sparse_allreduce_async_handle_is_callable(world_size: int) -> None:
-    _run(world_size, "sparse")
+def test_sparse_allreduce_async_handle_is_callable(world_size: int, semantics_run: Callable) -> None:
+    _run(world_size, "sparse", semantics_run)
 
 
-def test_broadcast_optimizer_state_options_and_no_grad(world_size: int) -> None:
+def test_broadcast_optimizer_state_options_and_no_grad(world_size: int, semantics_run: Callable) -> None:
     """Tensor/int/bool/tuple options keep type and root's value through a DistributedOptimizer,
     no_grad models, fresh state, forced allreduce of an unused parameter (item 7)."""
-    _run(world_size, "bcast_state")
+    _run(world_size, "bcast_state", semantics_run)
 
 
-def test_optimizer_names_warning_and_sparse(world_size: int) -> None:
+def test_optimizer_names_warning_and_sparse(world_size: int, semantics_run: Callable) -> None:
     """allreduce.noname.{i}.{j} names, the step-after-synchronize warning, SparseAdam with
     sparse_as_dense False and True (item 9)."""
-    _run(world_size, "optimizer")
+    _run(world_size, "optimizer", semantics_run)
