@@ -64,3 +64,29 @@ def program(name: str) -> str:
 def world_size(request: pytest.FixtureRequest) -> int:
     """World sizes every multi-rank test runs at."""
     return request.param
+
+
+#: Program groups that share one launch (tests/programs/several.py): TensorFlow and Keras cost
+#: ~8 s of import per rank here, more than most of these programs' checks. Tests in different
+#: files judge their own program's lines in the same launch.
+SHARED_LAUNCHES = {
+    "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py"),
+    "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py"),
+}
+
+
+@pytest.fixture(scope="session")
+def shared_launch(tmp_path_factory: pytest.TempPathFactory):
+    """``(group, np, env) -> CompletedProcess``: the programs of ``SHARED_LAUNCHES[group]`` run
+    in one ``mpirun -np N`` (once per session for each group, np and env)."""
+    runs: dict[tuple, subprocess.CompletedProcess[str]] = {}
+
+    def get(group: str, np: int, env: dict[str, str] | None = None,
+            timeout: float = 550) -> subprocess.CompletedProcess[str]:
+        key = (group, np, tuple(sorted((env or {}).items())))
+        if key not in runs:
+            work = tmp_path_factory.mktemp(f"{group}-np{np}")
+            runs[key] = run_mpi(np, [program("several.py"), str(work), *SHARED_LAUNCHES[group]],
+                                env=env, timeout=timeout)
+        return runs[key]
+    return get

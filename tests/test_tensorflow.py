@@ -1,8 +1,9 @@
 """hvdcore.tensorflow and hvdcore.tensorflow.keras: real multi-rank runs at world sizes 1, 2, 3.
 
-Each test launches one program under ``mpirun -np N`` that runs many checks against references
-computed in one process (see the program docstrings), so TensorFlow is imported once per
-launch. Skip locally with ``-m "not tensorflow"``.
+Each test's program runs many checks against references computed in one process (see the program
+docstrings), so TensorFlow is imported once per launch; the collectives and the Keras fit share
+their launch with the semantics programs of test_tensorflow_semantics.py (``shared_launch`` in
+conftest.py). Skip locally with ``-m "not tensorflow"``.
 """
 
 from __future__ import annotations
@@ -29,19 +30,19 @@ def _assert_ok(proc, marker: str, np: int) -> None:
     assert proc.stdout.count(marker) == np, out[-6000:]
 
 
-def test_collectives_tape_and_broadcast(world_size: int) -> None:
-    """Every TF collective vs NumPy (eager + tf.function), tape gradients, process sets, errors."""
-    proc = run_mpi(world_size, [program("tensorflow_collectives.py")], timeout=300)
+def test_collectives_tape_and_broadcast(world_size: int, shared_launch) -> None:
+    """Every TF collective vs NumPy (eager + tf.function), tape gradients, process sets, errors.
+    (One launch with tensorflow_semantics.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("tf", world_size)
     _assert_ok(proc, "TF-COLLECTIVES-OK", world_size)
     assert "CHECK gradient_tape.allgather_sparse.graph ok" in proc.stdout
 
 
 @pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
-def test_keras_fit_matches_single_process(world_size: int, flavour: str, tmp_path) -> None:
-    """Compiled model.fit with DistributedOptimizer + callbacks equals one-process training."""
-    env = flavour_env(flavour)
-    proc = run_mpi(world_size, [program("tensorflow_keras_fit.py"), str(tmp_path)], env=env,
-                   timeout=400)
+def test_keras_fit_matches_single_process(world_size: int, flavour: str, shared_launch) -> None:
+    """Compiled model.fit with DistributedOptimizer + callbacks equals one-process training.
+    (One launch with tensorflow_keras_semantics.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("keras", world_size, flavour_env(flavour))
     _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", world_size)
     assert f"CHECK {flavour}.sgd_warmup_sparse.epoch1.matches_reference ok" in proc.stdout
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from conftest import program, run_mpi
 from keras_flavours import KERAS_FLAVOURS, flavour_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
@@ -28,9 +27,10 @@ def _assert_ok(proc, marker: str, np: int) -> None:
     assert proc.stdout.count(marker) == np, out[-6000:]
 
 
-def test_gradients_alltoall_errors_join(world_size: int) -> None:
-    """Horovod's collective gradients, alltoall return, TF error types (twice each), join."""
-    proc = run_mpi(world_size, [program("tensorflow_semantics.py")], timeout=300)
+def test_gradients_alltoall_errors_join(world_size: int, shared_launch) -> None:
+    """Horovod's collective gradients, alltoall return, TF error types (twice each), join.
+    (One launch after tensorflow_collectives.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("tf", world_size)
     _assert_ok(proc, "TF-SEMANTICS-OK", world_size)
     assert "CHECK gradient.alltoall.graph ok" in proc.stdout
     assert "CHECK recovers.alltoall.splits_length.graph ok" in proc.stdout
@@ -40,10 +40,9 @@ def test_gradients_alltoall_errors_join(world_size: int) -> None:
 
 @pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
 def test_keras_local_variables_config_and_saving(world_size: int, flavour: str,
-                                                 tmp_path) -> None:
-    """Keras API details users rely on, with Keras 3 and tf-keras (or TensorFlow's Keras 2)."""
-    env = flavour_env(flavour)
-    proc = run_mpi(world_size, [program("tensorflow_keras_semantics.py"), str(tmp_path)],
-                   env=env, timeout=300)
+                                                 shared_launch) -> None:
+    """Keras API details users rely on, with Keras 3 and tf-keras (or TensorFlow's Keras 2).
+    (One launch after tensorflow_keras_fit.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("keras", world_size, flavour_env(flavour))
     _assert_ok(proc, f"KERAS-SEMANTICS-OK flavour={flavour}", world_size)
     assert f"CHECK {flavour}.save.h5.trains_on_in_sync ok" in proc.stdout

@@ -1,0 +1,29 @@
+"""Run several test programs one after the other in this one process, so that their framework
+import and ``init()`` are paid once per launch: ``several.py ARG PROGRAM [PROGRAM ...]``.
+
+Each PROGRAM (a file name under tests/programs) runs as ``__main__`` with ``sys.argv`` set to
+``[PROGRAM, ARG/<program name>]`` (its own directory under ARG, created here). A program that
+fails ends the launch with its exception, as it would alone.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+if len(sys.argv) < 3:
+    sys.exit("usage: several.py ARG PROGRAM [PROGRAM ...]")
+base, programs = sys.argv[1], sys.argv[2:]
+missing = [p for p in programs if not (HERE / p).is_file()]
+if missing:
+    sys.exit(f"several.py: no such program under {HERE}: {missing}")
+for name in programs:
+    path = HERE / name
+    arg = os.path.join(base, path.stem)
+    os.makedirs(arg, exist_ok=True)
+    sys.argv = [str(path), arg]
+    runpy.run_path(str(path), run_name="__main__")
