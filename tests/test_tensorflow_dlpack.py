@@ -28,14 +28,15 @@ def _assert_ok(proc, marker: str, np: int) -> None:  # type: ignore[no-untyped-d
 
 
 @pytest.mark.parametrize("np", [2, 3])
-def test_tf_collectives_on_the_gloo_plane(np: int) -> None:
-    proc = run_mpi(np, [program("tensorflow_collectives.py")], env=GLOO, timeout=300)
+def test_tf_collectives_on_the_gloo_plane(np: int, shared_launch) -> None:
+    # one launch with tensorflow_semantics.py (SHARED_LAUNCHES in conftest.py)
+    proc = shared_launch("tf", np, GLOO)
     _assert_ok(proc, "TF-COLLECTIVES-OK", np)
     assert proc.stdout.count("CPU tensors: dlpack->gloo") == np, proc.stdout[-3000:]
 
 
-def test_tf_semantics_on_the_gloo_plane() -> None:
-    proc = run_mpi(3, [program("tensorflow_semantics.py")], env=GLOO, timeout=300)
+def test_tf_semantics_on_the_gloo_plane(shared_launch) -> None:
+    proc = shared_launch("tf", 3, GLOO)
     _assert_ok(proc, "TF-SEMANTICS-OK", 3)
 
 
