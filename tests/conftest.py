@@ -66,12 +66,13 @@ def world_size(request: pytest.FixtureRequest) -> int:
     return request.param
 
 
-#: Program groups that share one launch (tests/programs/several.py): TensorFlow and Keras cost
-#: ~8 s of import per rank here, more than most of these programs' checks. Tests in different
-#: files judge their own program's lines in the same launch.
+#: Program groups that share one launch (tests/programs/several.py): importing TensorFlow and
+#: Keras costs ~8 s per rank here and torch ~2-4 s, more than most of these programs' checks.
+#: Tests in different files judge their own program's lines in the same launch.
 SHARED_LAUNCHES = {
     "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py"),
     "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py"),
+    "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py"),
 }
 
 

@@ -15,9 +15,13 @@ pytestmark = [pytest.mark.torch, pytest.mark.mpi]
 
 def _run_ok(np: int, name: str, marker: str, timeout: float,
             env: dict[str, str] | None = None) -> list[str]:
-    proc = run_mpi(np, [program(name)], env=env, timeout=timeout)
+    return ok_lines(run_mpi(np, [program(name)], env=env, timeout=timeout), np, marker)
+
+
+def ok_lines(proc: subprocess.CompletedProcess[str], np: int, marker: str) -> list[str]:
+    """The ``marker`` lines of a launch that exited 0 with an OK line from every rank."""
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{name} at np={np} failed (rc {proc.returncode}):\n{out[-6000:]}"
+    assert proc.returncode == 0, f"{marker} at np={np} failed (rc {proc.returncode}):\n{out[-6000:]}"
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(marker)]
     ranks = sorted(int(re.search(r"rank=(\d+)", ln).group(1)) for ln in lines)
     assert ranks == list(range(np)), f"expected an OK line from every rank:\n{out[-4000:]}"
@@ -25,16 +29,18 @@ def _run_ok(np: int, name: str, marker: str, timeout: float,
     return lines
 
 
-def test_collectives_match_torch_reference(world_size: int) -> None:
-    """Every collective, dtype handling, in-place/async variants, gradients, SyncBatchNorm."""
-    lines = _run_ok(world_size, "torch_collectives.py", "torch-collectives", timeout=240)
+def test_collectives_match_torch_reference(world_size: int, shared_launch) -> None:
+    """Every collective, dtype handling, in-place/async variants, gradients, SyncBatchNorm.
+    (The collectives, optimizer and errors programs share one launch per world size:
+    ``SHARED_LAUNCHES`` in conftest.py.)"""
+    lines = ok_lines(shared_launch("torch", world_size), world_size, "torch-collectives")
     checks = {int(re.search(r"checks=(\d+)", ln).group(1)) for ln in lines}
     assert len(checks) == 1 and checks.pop() > 120
 
 
-def test_distributed_optimizer_matches_single_process(world_size: int) -> None:
+def test_distributed_optimizer_matches_single_process(world_size: int, shared_launch) -> None:
     """K steps on N shards == one process on the concatenated batch; state equal everywhere."""
-    lines = _run_ok(world_size, "torch_optimizer.py", "torch-optimizer", timeout=300)
+    lines = ok_lines(shared_launch("torch", world_size), world_size, "torch-optimizer")
     assert all("checks=" in ln for ln in lines)
 
 
@@ -47,8 +53,8 @@ def test_distributed_optimizer_in_each_progress_mode(mode: str) -> None:
     assert all("checks=" in ln for ln in lines)
 
 
-def test_errors_are_clear_and_catchable(world_size: int) -> None:
-    lines = _run_ok(world_size, "torch_errors.py", "torch-errors", timeout=120)
+def test_errors_are_clear_and_catchable(world_size: int, shared_launch) -> None:
+    lines = ok_lines(shared_launch("torch", world_size), world_size, "torch-errors")
     if world_size > 1:
         assert all("shape-mismatch,model-mismatch,zero-grad-in-flight" in ln for ln in lines), lines
 

@@ -3,7 +3,8 @@ import and ``init()`` are paid once per launch: ``several.py ARG PROGRAM [PROGRA
 
 Each PROGRAM (a file name under tests/programs) runs as ``__main__`` with ``sys.argv`` set to
 ``[PROGRAM, ARG/<program name>]`` (its own directory under ARG, created here). A program that
-fails ends the launch with its exception, as it would alone.
+fails ends the launch with its exception or exit status, as it would alone; one that ends with
+``sys.exit(0)`` hands over to the next.
 """
 
 from __future__ import annotations
@@ -26,4 +27,8 @@ for name in programs:
     arg = os.path.join(base, path.stem)
     os.makedirs(arg, exist_ok=True)
     sys.argv = [str(path), arg]
-    runpy.run_path(str(path), run_name="__main__")
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
