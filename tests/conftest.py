@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,19 @@ def run_mpi(
         out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout
         err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else exc.stderr
         pytest.fail(f"mpirun -np {np} {args} did not finish in {timeout}s\n{out}\n{err}")
+
+
+def ok_lines(proc: subprocess.CompletedProcess[str], np: int, marker: str) -> list[str]:
+    """The ``marker`` lines of a launch that exited 0 with one OK line from each rank 0..np-1
+    (programs print ``<marker> rank=R ... OK``)."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{marker} at np={np} failed (rc {proc.returncode}):\n{out[-6000:]}"
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(marker)]
+    ranks = sorted(int(m.group(1)) if (m := re.search(r"rank=(\d+)", ln)) else -1
+                   for ln in lines)
+    assert ranks == list(range(np)), f"expected one {marker} line from every rank:\n{out[-4000:]}"
+    assert all(ln.endswith("OK") for ln in lines), lines
+    return lines
 
 
 def program(name: str) -> str:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, program, run_mpi
+from conftest import ROOT, ok_lines, program, run_mpi
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.mpi]
@@ -16,17 +16,6 @@ pytestmark = [pytest.mark.torch, pytest.mark.mpi]
 def _run_ok(np: int, name: str, marker: str, timeout: float,
             env: dict[str, str] | None = None) -> list[str]:
     return ok_lines(run_mpi(np, [program(name)], env=env, timeout=timeout), np, marker)
-
-
-def ok_lines(proc: subprocess.CompletedProcess[str], np: int, marker: str) -> list[str]:
-    """The ``marker`` lines of a launch that exited 0 with an OK line from every rank."""
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{marker} at np={np} failed (rc {proc.returncode}):\n{out[-6000:]}"
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(marker)]
-    ranks = sorted(int(re.search(r"rank=(\d+)", ln).group(1)) for ln in lines)
-    assert ranks == list(range(np)), f"expected an OK line from every rank:\n{out[-4000:]}"
-    assert all(ln.endswith("OK") for ln in lines), lines
-    return lines
 
 
 def test_collectives_match_torch_reference(world_size: int, shared_launch) -> None:

@@ -13,7 +13,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import program, run_mpi
+from conftest import ok_lines, program, run_mpi
 from torch_semantics_runs import SECTIONS, check_section
 
 pytest.importorskip("torch")
@@ -24,16 +24,7 @@ GLOO = {"HVDCORE_CPU_OPERATIONS": "gloo"}
 
 def _ok_lines(np: int, args: list[str], marker: str, timeout: float,
               env: dict[str, str] | None = None) -> list[str]:
-    return _judge(run_mpi(np, args, env={**GLOO, **(env or {})}, timeout=timeout), np, marker)
-
-
-def _judge(proc: subprocess.CompletedProcess[str], np: int, marker: str) -> list[str]:
-    """The ``marker`` lines of a launch that exited 0 with an OK line from every rank."""
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{marker} at np={np} failed (rc {proc.returncode}):\n{out[-6000:]}"
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(marker)]
-    assert len(lines) == np and all(ln.endswith("OK") for ln in lines), out[-4000:]
-    return lines
+    return ok_lines(run_mpi(np, args, env={**GLOO, **(env or {})}, timeout=timeout), np, marker)
 
 
 def test_gloo_plane_fuses_negotiates_and_traces(world_size: int) -> None:
@@ -44,17 +35,17 @@ def test_gloo_plane_fuses_negotiates_and_traces(world_size: int) -> None:
 
 def test_collectives_on_gloo_match_torch_reference(world_size: int, shared_launch) -> None:
     # one launch with the optimizer and errors programs (SHARED_LAUNCHES in conftest.py)
-    lines = _judge(shared_launch("torch", world_size, GLOO), world_size, "torch-collectives")
+    lines = ok_lines(shared_launch("torch", world_size, GLOO), world_size, "torch-collectives")
     assert all(int(re.search(r"checks=(\d+)", ln).group(1)) > 120 for ln in lines)
 
 
 def test_distributed_optimizer_on_gloo_matches_single_process(world_size: int,
                                                               shared_launch) -> None:
-    _judge(shared_launch("torch", world_size, GLOO), world_size, "torch-optimizer")
+    ok_lines(shared_launch("torch", world_size, GLOO), world_size, "torch-optimizer")
 
 
 def test_errors_on_gloo_are_clear_and_catchable(world_size: int, shared_launch) -> None:
-    lines = _judge(shared_launch("torch", world_size, GLOO), world_size, "torch-errors")
+    lines = ok_lines(shared_launch("torch", world_size, GLOO), world_size, "torch-errors")
     if world_size > 1:
         assert all("shape-mismatch,model-mismatch,zero-grad-in-flight" in ln for ln in lines), lines
 
