@@ -105,3 +105,49 @@ def shared_launch(tmp_path_factory: pytest.TempPathFactory):
                                 env=env, timeout=timeout)
         return runs[key]
     return get
+
+
+# --- running on several pytest-xdist workers (scripts/test.sh: -n 2 --dist loadgroup) -------
+
+#: Test files that must share a worker: files whose tests share launches (``shared_launch``
+#: caches per worker) or that start a localhost Slurm cluster (one at a time keeps the 4 ranks
+#: of a 2 x 2 job on the 2 cores they were sized for). Every other file is a group of its own,
+#: so module-scoped fixtures (one ReFrame run, one Slurm cluster) run once.
+XDIST_GROUPS = {
+    "test_tensorflow": "tf", "test_tensorflow_semantics": "tf", "test_tensorflow_dlpack": "tf",
+    "test_reframe_slurm": "slurm", "test_faults_slurm": "slurm", "test_faults_reframe": "slurm",
+    "test_core_hierarchical_slurm": "slurm", "test_torch_rendezvous_slurm": "slurm",
+}
+
+#: Rough seconds per group on the 2-core CI machine (junit of a serial run): the longest
+#: groups are handed out first so that no worker starts a long one at the end. Only the order
+#: depends on these figures; a group not named here counts as short.
+GROUP_SECONDS = {
+    "tf": 560, "slurm": 330, "test_tf_matrix": 190, "test_reframe_local": 160,
+    "test_container_rootfs": 180, "test_reframe_degraded": 150, "test_reframe_modules": 150,
+    "test_reframe_configs": 140, "test_torch_gloo": 140, "test_synthetic_benchmark": 125,
+    "test_faults_scenarios": 120, "test_easyconfigs": 105, "test_easybuild_install": 100,
+    "test_torch_semantics": 95, "test_torch_binding": 90, "test_core_hierarchical": 80,
+}
+
+
+def _group(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    module = item.module.__name__ if item.module is not None else item.nodeid.split("::")[0]
+    return XDIST_GROUPS.get(module, module)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``: one xdist group per file (or per ``XDIST_GROUPS`` entry),
+    longest groups first. Without xdist the order and the tests are unchanged."""
+    # on a worker, xdist has turned --dist into ``loadgroup=True`` and ``dist="no"``
+    if not config.getoption("loadgroup", False):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    # sorted() is stable: within a group the collection order stays
+    items[:] = sorted(items, key=lambda it: -GROUP_SECONDS.get(_group(it), 0))

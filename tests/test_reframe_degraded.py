@@ -25,7 +25,8 @@ from reframe_helpers import (
     run_reframe,
 )
 
-pytestmark = [pytest.mark.reframe, pytest.mark.mpi, pytest.mark.torch, pytest.mark.slow]
+pytestmark = [pytest.mark.reframe, pytest.mark.mpi, pytest.mark.torch, pytest.mark.slow,
+              pytest.mark.quiet]
 
 
 def run_checks(tmp_path: Path, check_file: str, args: list[str],
