@@ -47,7 +47,8 @@ def reframe_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HVDCORE_", "HOROVOD_", "RFM_"))}
     env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
-               PYTHONUNBUFFERED="1", OMPI_MCA_btl="self,tcp", CHECKS_SLURM_ONE_HOST="1")
+               PYTHONUNBUFFERED="1", OMPI_MCA_btl="self,tcp", CHECKS_SLURM_ONE_HOST="1",
+               RFM_POLL_RATE_MIN="1")  # as reframe_helpers.POLL_RATE_MIN
     for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_NODELIST", "SLURM_NTASKS"):
         env.pop(var, None)
     return env
