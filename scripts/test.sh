@@ -16,6 +16,6 @@ if [ $# -gt 0 ] || [ "$workers" = 0 ]; then
   exec "$py" -m pytest -ra --durations=40 "$@"
 fi
 rc=0
-"$py" -m pytest -ra --durations=40 -n "$workers" --dist loadgroup -m "not quiet" || rc=$?
+"$py" -m pytest -ra --durations=40 -n "$workers" --dist loadscope -m "not quiet" || rc=$?
 "$py" -m pytest -ra --durations=10 -m quiet || rc=$?
 exit "$rc"

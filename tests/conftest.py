@@ -107,7 +107,7 @@ def shared_launch(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
-# --- running on several pytest-xdist workers (scripts/test.sh: -n 2 --dist loadgroup) -------
+# --- running on several pytest-xdist workers (scripts/test.sh: -n 2 --dist loadscope) -------
 
 #: Test files that must share a worker: files whose tests share launches (``shared_launch``
 #: caches per worker) or that start a localhost Slurm cluster (one at a time keeps the 4 ranks
@@ -131,23 +131,31 @@ GROUP_SECONDS = {
 }
 
 
-def _group(item: pytest.Item) -> str:
-    mark = item.get_closest_marker("xdist_group")
-    if mark is not None:
-        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-    module = item.module.__name__ if item.module is not None else item.nodeid.split("::")[0]
-    return XDIST_GROUPS.get(module, module)
+def xdist_group(nodeid: str) -> str:
+    """The worker group of a test: its file's ``XDIST_GROUPS`` entry, else the file itself."""
+    stem = Path(nodeid.split("::", 1)[0]).stem
+    return XDIST_GROUPS.get(stem, stem)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup``: one xdist group per file (or per ``XDIST_GROUPS`` entry),
-    longest groups first. Without xdist the order and the tests are unchanged."""
-    # on a worker, xdist has turned --dist into ``loadgroup=True`` and ``dist="no"``
-    if not config.getoption("loadgroup", False):
-        return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
-    # sorted() is stable: within a group the collection order stays
-    items[:] = sorted(items, key=lambda it: -GROUP_SECONDS.get(_group(it), 0))
+    """On a pytest-xdist worker: the longest groups first (every worker sorts alike, so the
+    collections still agree). A run without xdist keeps pytest's order."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # sorted() is stable: within a group the collection order stays
+        items[:] = sorted(items, key=lambda it: -GROUP_SECONDS.get(xdist_group(it.nodeid), 0))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """``--dist loadscope`` with ``xdist_group`` as the scope: one worker runs a whole group,
+    in the order the workers collected (longest first), not by test count."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    config.option.loadscopereorder = False
+    return GroupScheduling(config, log)
