@@ -102,7 +102,7 @@ def test_baseline_that_is_another_experiment_is_invalid_not_a_pass(tmp_path: Pat
     out, cases = run_checks(tmp_path, "hvdcore_mnist.py",
                             ["-n", "framework=torch", "-S", "MnistBaseline.batch_size=2",
                              "-S", "MnistBaseline.lr=0.005", "-S", "MnistBaseline.min_accuracy=0",
-                             "-S", "MnistBaseline.min_window_s=0.2"], {})
+                             "-S", "MnistBaseline.min_window_s=0.2", *QUICK_TORCH_MNIST], {})
     case = failed_case(cases, "HvdcoreMnistCheck")
     assert case["fail_phase"] == "sanity", case["fail_reason"]
     m = re.search(r"invalid measurement: scaling efficiency ([\d.]+)% is above ([\d.]+)% "
