@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmod_shell import LMOD_CMD, lmod_shell
-from reframe_helpers import CHECKS, ROOT, UNGUARDED_EFFICIENCY, reframe_exe
+from reframe_helpers import CHECKS, ROOT, TEST_RUN_ENV, UNGUARDED_EFFICIENCY, reframe_exe
 
 CONFIG = ROOT / "tests" / "reframe_configs" / "lmod_modules.py"
 
@@ -52,6 +52,7 @@ def run_discovered(checks: list[str], modulepath: list[Path], workdir: Path,
         "LMOD_CMD": LMOD_CMD,
         "PYTHONUNBUFFERED": "1",
         "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
+        **TEST_RUN_ENV,
     }
     args = [arg for check in checks for arg in ("-c", str(CHECKS / check))]
     cmd = " ".join([*reframe_exe(), "-C", str(CONFIG), *args, "-r", *UNGUARDED_EFFICIENCY,

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from reframe_helpers import POLL_RATE_MIN
+from reframe_helpers import TEST_RUN_ENV
 
 from .jobs import ROOT, Job, Trial, live_processes
 from .judge import slurm_job_gone, trial
@@ -50,7 +50,7 @@ def reframe_env() -> dict[str, str]:
            if not k.startswith(("HVDCORE_", "HOROVOD_", "RFM_"))}
     env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
                PYTHONUNBUFFERED="1", OMPI_MCA_btl="self,tcp", CHECKS_SLURM_ONE_HOST="1",
-               RFM_POLL_RATE_MIN=POLL_RATE_MIN)
+               **TEST_RUN_ENV)
     for var in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_NODELIST", "SLURM_NTASKS"):
         env.pop(var, None)
     return env
