@@ -621,3 +621,18 @@ def test_every_check_variable_is_documented() -> None:
                 f"{path.name}:{i + 1}: variable {m.group(1)!r} has no #: comment above it"
             assert f"| `{m.group(1)}` |" in table, f"{m.group(1)!r} is not in checks/README.md"
     assert len(found) >= 20, found
+
+
+def test_log_level_follows_checks_log_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sites log debug lines by default; ``CHECKS_LOG_LEVEL`` sets the logger and file log."""
+    from common import logging_config
+
+    def levels() -> tuple[str, str]:
+        (conf,) = logging_config()
+        (file_log,) = [h for h in conf["handlers"] if h["type"] == "file"]
+        return conf["level"], file_log["level"]
+
+    monkeypatch.delenv("CHECKS_LOG_LEVEL", raising=False)
+    assert levels() == ("debug", "debug")
+    monkeypatch.setenv("CHECKS_LOG_LEVEL", "info")
+    assert levels() == ("info", "info")
