@@ -106,6 +106,16 @@ def reframe_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def job_stdout(case: dict) -> str:
+    """The text a ReFrame test case's job printed, from its report entry ``case``."""
+    # a passed case's files are copied to its output folder, a failed one's stay staged; a
+    # passed dependency's copy was once seen missing under load in CI (fef99eb): then the
+    # stage folder is read, when ReFrame kept it
+    dirs = [case["outputdir"], case["stagedir"]] if case["result"] == "pass" else [case["stagedir"]]
+    found_at = [Path(d) / case["job_stdout"] for d in dirs if d]
+    return next((p for p in found_at if p.exists()), found_at[0]).read_text()
+
+
 def run_reframe(
     args: list[str], workdir: Path, env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:

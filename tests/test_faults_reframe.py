@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from reframe_helpers import job_stdout
 
 from faults.reframe_check import reframe_command, reframe_env
 from faults.report import run_scenario
@@ -57,10 +58,8 @@ def test_fault_check_passes_when_left_alone(slurm, tmp_path: Path) -> None:  # t
         ("HvdcoreFaultJob", "pass", 4)], out[-4000:]
     # the nodes as the ranks saw them: ReFrame's job_nodelist is squeue's last view of the job,
     # which names only the nodes still completing when that poll caught it completing
-    case = cases[0]
-    stdout = next(path for path in (Path(d, case["job_stdout"]) for d in
-                                    (case["outputdir"], case["stagedir"]) if d) if path.exists())
-    nodes = {int(r): n for r, n in re.findall(r"^NODE (\d+) (\S+) \S+$", stdout.read_text(), re.M)}
+    nodes = {int(r): n for r, n in re.findall(r"^NODE (\d+) (\S+) \S+$", job_stdout(cases[0]),
+                                              re.M)}
     assert sorted(nodes) == [0, 1, 2, 3] and set(nodes.values()) == {"n1", "n2"}, nodes
     # the time is reported, not asserted; the subprocess timeout above is the hang guard
     print(f"\nReFrame fault check left alone: {time.monotonic() - t0:.0f} s")

@@ -21,6 +21,7 @@ from reframe_helpers import (
     ROOT,
     TOOLS,
     UNGUARDED_EFFICIENCY,
+    job_stdout,
     reframe_env,
     run_reframe,
 )
@@ -65,13 +66,7 @@ def _perf(case: dict) -> dict[str, list]:
 
 def _printed_noise(tc: dict) -> float:
     """The ``timing_noise`` an MNIST example printed in this test case's job."""
-    # a passed case's files are copied to its output folder, a failed one's stay staged; a
-    # passed dependency's copy was once seen missing under load in CI (fef99eb): then the
-    # stage folder is read, when ReFrame kept it
-    dirs = [tc["outputdir"], tc["stagedir"]] if tc["result"] == "pass" else [tc["stagedir"]]
-    found_at = [Path(d) / tc["job_stdout"] for d in dirs if d]
-    path = next((p for p in found_at if p.exists()), found_at[0])
-    text = path.read_text()
+    text = job_stdout(tc)
     found = re.findall(r"^hvdcore-mnist: .* timing_noise=([0-9.]+)$", text, re.M)
     assert found, text[-2000:]
     return float(found[-1])
@@ -127,8 +122,7 @@ def test_local_suite_passes(local_run: dict) -> None:
         return {o for o in tc["executable_opts"] if o.startswith(
             ("--threads", "--batch-size", "--timing-warmup", "--max-steps", "--epochs"))}
     assert opts(mnist) == opts(base) and "--threads=1" in opts(mnist), (opts(mnist), opts(base))
-    text = (Path(mnist["outputdir"]) / mnist["job_stdout"]).read_text() \
-        if mnist["result"] == "pass" else (Path(mnist["stagedir"]) / mnist["job_stdout"]).read_text()
+    text = job_stdout(mnist)
     assert re.search(r"ddp-mnist: backend=gloo ranks=2 .* timed_steps=\d+", text), text[-2000:]
 
 
@@ -152,8 +146,7 @@ def test_tensorflow_mnist_variant_passes(local_run: dict) -> None:
     assert perf["efficiency"] == pytest.approx(100 * perf["images_per_sec_per_rank"] / base_ips,
                                                abs=0.01)
     assert any("keras_mnist.py" in opt for opt in check["executable_opts"])
-    where = "outputdir" if check["result"] == "pass" else "stagedir"
-    text = (Path(check[where]) / check["job_stdout"]).read_text()
+    text = job_stdout(check)
     match = re.search(r"hvdcore-mnist: ranks=2 epochs=1 test_accuracy=([0-9.]+) ", text)
     assert match and float(match[1]) > 0.5, text[-2000:]
 
