@@ -33,7 +33,9 @@ Tables (rank 0 prints them as each part finishes):
    NumPy call lands.
    Lines under the table check issue 16's targets: flat busbw >= 1.0x raw at >= 1 MiB,
    hierarchical >= 1.3x at >= 16 MiB, 4 KiB NumPy within 3x and torch within 4x of raw; each
-   also quotes the control row's spread at the same sizes.
+   also quotes the control row's spread at the same sizes. Lines before and after the table
+   give the core-to-core handoff rate (:func:`handoff_rate`): on a VM it tells whether the
+   two ranks' vCPUs shared a cache during the run, which decides the hier rows.
 2. **torch CPU tensors and Gloo**: raw ``torch.distributed.all_reduce`` on Gloo (DDP's CPU
    transport; the raw peer reuses hvdcore's group when it made one); with ``--cpu-operations
    gloo`` (``HVDCORE_CPU_OPERATIONS=gloo``, set before ``hvd.init()``) hvdcore's torch calls
@@ -309,6 +311,53 @@ def hier_steps(rep: Report, size: str, nbytes: int, before: dict, after: dict) -
             f"{nbytes / read_s / 1e9 if read_s else 0:.1f} GB/s, result written at "
             f"{nbytes / out_s / 1e9 if out_s else 0:.1f} GB/s")
     rep.doc.setdefault("hier_steps", {})[size] = {"calls": calls, "per_call_s": per}
+
+
+HANDOFF_BYTES = 512 << 10
+"""The block of :func:`handoff_rate`: a segment slot of the hierarchical plane (cache-sized)."""
+
+
+def handoff_rate(comm: MPI.Comm, reps: int = 101) -> float | None:
+    """GB/s at which local rank 1 reads a 512 KiB block that local rank 0 has just written to
+    node shared memory (median of ``reps``): the cache-to-cache traffic the hierarchical plane
+    lives on. A VM's two vCPUs can sit on host cores that share a last-level cache or not, and
+    the host may move them between runs: on the 2-core EPYC VM of issue 16, 32-43 GB/s in the
+    first case, 17-21 GB/s in the second (there raw Open MPI is faster and the shared-memory
+    plane slower). None with one rank on this node. Collective over ``comm``."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        if node.size < 2:
+            return None
+        win = MPI.Win.Allocate_shared(HANDOFF_BYTES if node.rank == 0 else 0, 1, comm=node)
+        try:
+            mem, _ = win.Shared_query(0)
+            block = np.frombuffer(mem, np.uint8, count=HANDOFF_BYTES)
+            mine = np.ones(HANDOFF_BYTES, np.uint8)
+            times = []
+            for _ in range(reps):
+                if node.rank == 0:
+                    np.copyto(block, mine)
+                node.Barrier()
+                t0 = time.perf_counter()
+                if node.rank == 1:
+                    np.copyto(mine, block)
+                times.append(time.perf_counter() - t0)
+                node.Barrier()
+            rate = HANDOFF_BYTES / float(np.median(times)) / 1e9
+        finally:
+            win.Free()
+        return node.bcast(rate, root=1)
+    finally:
+        node.Free()
+
+
+def say_handoff(rep: Report, comm: MPI.Comm, when: str) -> None:
+    """One line: the core-to-core handoff rate now (see :func:`handoff_rate`)."""
+    rate = handoff_rate(comm)
+    rep.doc.setdefault("handoff_gbs", {})[when] = rate
+    if rate is not None:
+        rep.say(f"core-to-core handoff at the {when} (512 KiB written by local rank 0 to shared "
+                f"memory, read by local rank 1): {rate:.1f} GB/s")
 
 
 def host_targets(rep: Report, rows: list[dict], n: int) -> None:
@@ -715,8 +764,10 @@ def main() -> None:
     plane = plane if getattr(plane, "enabled_allreduce", False) else None
     rep.say("host plane: " + ("hierarchical allreduce (hier rows)" if plane is not None else
                               "flat (no hier rows: --no-hierarchical, or 1 rank per node)"))
+    say_handoff(rep, comm, "start")
     host_table(args, comm, rep,
                torch_user_calls(hvt, torch, "torch ") if torch_on_mpi else None, plane)
+    say_handoff(rep, comm, "end of table 1")
     gloo = None
     if gloo_ok:
         group = raw_gloo_group(comm, dist)

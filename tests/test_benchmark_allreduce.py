@@ -45,6 +45,10 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert steps["calls"] > 0 and set(steps["per_call_s"]) == {
         "copy_in", "node_sync", "reduce", "cross_node", "copy_out"}
     assert "hier steps per call" in proc.stdout
+    # the core-to-core handoff rate before and after table 1 (measured: positive, finite)
+    assert set(doc["handoff_gbs"]) == {"start", "end of table 1"}, doc.get("handoff_gbs")
+    assert all(0 < v < math.inf for v in doc["handoff_gbs"].values()), doc["handoff_gbs"]
+    assert "core-to-core handoff at the start" in proc.stdout
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
     assert set(doc["batch_ms"]) == {  # table 3's row names (which variants ran), not timings
         "mpi4py 100 blocking calls", "floor: concat + 1 call", "hvdcore fused (100 async)",
