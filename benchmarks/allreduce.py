@@ -34,8 +34,9 @@ Tables (rank 0 prints them as each part finishes):
    Lines under the table check issue 16's targets: flat busbw >= 1.0x raw at >= 1 MiB,
    hierarchical >= 1.3x at >= 16 MiB, 4 KiB NumPy within 3x and torch within 4x of raw; each
    also quotes the control row's spread at the same sizes. Lines before and after the table
-   give the core-to-core handoff rate (:func:`handoff_rate`): on a VM it tells whether the
-   two ranks' vCPUs shared a cache during the run, which decides the hier rows.
+   and each size's ``hier steps`` line give the core-to-core handoff rate (:func:`handoff_rate`):
+   on a VM it tells whether the two ranks' vCPUs shared a cache, which decides the hier rows
+   (the host can move them within a run: a rate before and after each size brackets it).
 2. **torch CPU tensors and Gloo**: raw ``torch.distributed.all_reduce`` on Gloo (DDP's CPU
    transport; the raw peer reuses hvdcore's group when it made one); with ``--cpu-operations
    gloo`` (``HVDCORE_CPU_OPERATIONS=gloo``, set before ``hvd.init()``) hvdcore's torch calls
@@ -279,8 +280,12 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
             for fn in peers.values():
                 fn()
         before = plane.stats() if plane is not None else None
+        handoff = [handoff_rate(comm)] if plane is not None else []
         times = time_interleaved(comm, peers, reps)
         after = plane.stats() if plane is not None else None
+        if plane is not None:
+            handoff.append(handoff_rate(comm))
+            rep.doc.setdefault("handoff_gbs_by_size", {})[size] = handoff
         for peer, t in times.items():
             row = {"size": size, "bytes": nbytes, "peer": peer, "median_us": t * 1e6,
                    "busbw_GBps": busbw(n, nbytes, t), "ratio_to_mpi4py": t / times["mpi4py"],
@@ -289,7 +294,7 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
             rep.say(f"{size:>8} {peer:>26} {t * 1e6:>11.1f} {fmt_bw(n, row['busbw_GBps'])} "
                     f"{row['ratio_to_mpi4py']:>9.2f}x {row['busbw_ratio_to_raw']:>12.2f}x")
         if before is not None and after is not None:
-            hier_steps(rep, size, nbytes, before, after)
+            hier_steps(rep, size, nbytes, before, after, handoff)
     rounds.Free()
     if plane is not None:
         plane.enabled_allreduce = False  # table 3 is flat (Horovod's default) but its hier row
@@ -297,10 +302,12 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
     host_targets(rep, rows, n)
 
 
-def hier_steps(rep: Report, size: str, nbytes: int, before: dict, after: dict) -> None:
+def hier_steps(rep: Report, size: str, nbytes: int, before: dict, after: dict,
+               handoff: list[float | None]) -> None:
     """Where this rank's shared-memory allreduces of one size spent their time, per call
     (from the hierarchical plane's step timers): says whether a slow hier row lost its time
-    reading the input, synchronising, or writing the result."""
+    reading the input, synchronising, or writing the result; and the core-to-core handoff
+    rate just before and after the size's timings (:func:`handoff_rate`)."""
     calls = after["shm_calls"] - before["shm_calls"]
     if calls <= 0:
         return
@@ -309,7 +316,8 @@ def hier_steps(rep: Report, size: str, nbytes: int, before: dict, after: dict) -
     steps = ", ".join(f"{k.replace('_', ' ')} {v * 1e3:.2f}" for k, v in per.items())
     rep.say(f"{'':>8} hier steps per call (this rank, ms): {steps}; input read at "
             f"{nbytes / read_s / 1e9 if read_s else 0:.1f} GB/s, result written at "
-            f"{nbytes / out_s / 1e9 if out_s else 0:.1f} GB/s")
+            f"{nbytes / out_s / 1e9 if out_s else 0:.1f} GB/s; core-to-core handoff before / "
+            f"after: {' / '.join('-' if h is None else f'{h:.1f}' for h in handoff)} GB/s")
     rep.doc.setdefault("hier_steps", {})[size] = {"calls": calls, "per_call_s": per}
 
 

@@ -49,6 +49,9 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert set(doc["handoff_gbs"]) == {"start", "end of table 1"}, doc.get("handoff_gbs")
     assert all(0 < v < math.inf for v in doc["handoff_gbs"].values()), doc["handoff_gbs"]
     assert "core-to-core handoff at the start" in proc.stdout
+    bracket = doc["handoff_gbs_by_size"]  # before and after each size of table 1
+    assert set(bracket) == {"4 KiB", "64 KiB", "1 MiB"} and all(
+        len(v) == 2 and all(0 < h < math.inf for h in v) for v in bracket.values()), bracket
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone"}
     assert set(doc["batch_ms"]) == {  # table 3's row names (which variants ran), not timings
         "mpi4py 100 blocking calls", "floor: concat + 1 call", "hvdcore fused (100 async)",
