@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
 """Training throughput of the MNIST example's CNN: plain torch vs hvdcore vs torch DDP.
 
-In one run, interleaved over ``--rounds`` rounds (medians reported, machines are noisy):
+Every configuration below runs ``--rounds`` times (medians reported, machines are noisy).
+``--mode interleaved`` (the default) runs them all in one launch of N ranks, in chunks of
+``--chunk`` steps whose order is shuffled every round, so that each configuration sees the
+same states of the machine (``mnist_interleaved.py``; the 1-rank ones train on rank 0 while
+the other ranks sleep). ``--mode launches`` starts a separate job for each configuration and
+round instead (plain ``python`` for torch x1, ``mpirun -np 1`` for hvdcore x1): closer to how
+each would run alone, but on a VM the host places the vCPUs anew at each launch, and the
+same configuration varied by ~7 % between launches, more than the differences measured.
 
 * ``torch x1``   : plain PyTorch, one process, no communication;
 * ``hvdcore x1`` : hvdcore.torch DistributedOptimizer, 1 rank (mpirun -np 1);
@@ -25,6 +32,7 @@ Usage::
 
     python benchmarks/mnist_throughput.py                 # table on stdout
     python benchmarks/mnist_throughput.py --json out.json --steps 200 --rounds 3
+    python benchmarks/mnist_throughput.py --mode launches   # one job per configuration
 """
 
 from __future__ import annotations
@@ -140,7 +148,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(kind: str, ranks: int, args: argparse.Namespace) -> float:
+def _env() -> dict[str, str]:
+    """The environment of every launch: this checkout, one thread, Open MPI as root."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                # this checkout's hvdcore, and the example's model (examples/pytorch_mnist.py)
@@ -153,11 +162,20 @@ def _launch(kind: str, ranks: int, args: argparse.Namespace) -> float:
                # they wait instead of spinning (affects MPI users only, i.e. hvdcore, not gloo).
                OMPI_MCA_mpi_yield_when_idle="1",
                BENCH_DDP_INIT=f"tcp://127.0.0.1:{_free_port()}")
+    return env
+
+
+def _mpirun(ranks: int) -> list[str]:
+    return ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none"]
+
+
+def _launch(kind: str, ranks: int, args: argparse.Namespace) -> float:
+    """One job of one configuration (``--mode launches``); its images/s."""
+    env = _env()
     worker = [sys.executable, str(Path(__file__).resolve()), "--worker", kind,
               "--steps", str(args.steps), "--warmup", str(args.warmup),
               "--batch-size", str(args.batch_size)]
-    cmd = worker if kind == "torch" else ["mpirun", "-np", str(ranks), "--oversubscribe",
-                                          "--bind-to", "none", *worker]
+    cmd = worker if kind == "torch" else [*_mpirun(ranks), *worker]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout,
                           cwd=ROOT)
     rates = [float(json.loads(line[6:])["images_per_sec"])
@@ -168,6 +186,38 @@ def _launch(kind: str, ranks: int, args: argparse.Namespace) -> float:
                        f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
 
 
+def _interleaved(args: argparse.Namespace) -> dict[tuple[str, int], list[float]]:
+    """Every configuration in one job (``--mode interleaved``); images/s of each round."""
+    cmd = [*_mpirun(args.ranks), sys.executable, str(Path(__file__).resolve()),
+           "--worker", "interleaved", "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--batch-size", str(args.batch_size), "--rounds", str(args.rounds),
+           "--chunk", str(args.chunk)]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    try:
+        out, err = proc.communicate(timeout=args.timeout * args.rounds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise RuntimeError(f"the interleaved job ran past {args.timeout * args.rounds:.0f} s:"
+                           f"\n{out[-3000:]}\n{err[-3000:]}") from None
+    bench = [line for line in out.splitlines() if line.startswith("BENCH ")]
+    for line in out.splitlines():
+        if line.startswith("round "):
+            print(line, file=sys.stderr, flush=True)
+    if proc.returncode != 0 or len(bench) != 1:
+        raise RuntimeError(f"the interleaved job failed (rc {proc.returncode}):\n"
+                           f"{out[-3000:]}\n{err[-3000:]}")
+    doc = json.loads(bench[0][6:])
+    args.lockstep = doc["lockstep"]
+    rates = doc["rates"]
+    samples: dict[tuple[str, int], list[float]] = {}
+    for label, values in rates.items():
+        kind, ranks = label.rsplit("x", 1)
+        samples[(kind, int(ranks))] = values
+    return samples
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=2, help="ranks of the multi-process runs")
@@ -176,23 +226,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--batch-size", type=int, default=64, help="batch per rank")
     p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions (median)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
+    p.add_argument("--mode", choices=("interleaved", "launches"), default="interleaved",
+                   help="all configurations in one job, in shuffled chunks (default), or one "
+                   "job per configuration and round")
+    p.add_argument("--chunk", type=int, default=100,
+                   help="steps per chunk in --mode interleaved (--steps per configuration "
+                   "and round, in chunks of this many)")
+    p.add_argument("--timeout", type=float, default=900,
+                   help="seconds per launch (--mode interleaved: per round)")
     p.add_argument("--json", default=None, help="also write the results here")
-    p.add_argument("--worker", choices=("torch", "hvdcore", "ddp", "solo", "mpi"),
+    p.add_argument("--worker", choices=("torch", "hvdcore", "ddp", "solo", "mpi", "interleaved"),
                    help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker == "interleaved":
+        from mnist_interleaved import run  # (benchmarks/, the script's directory)
+
+        run(args.steps, args.warmup, args.batch_size, args.rounds, args.chunk)
+        return 0
     if args.worker:
         _worker(args.worker, args.steps, args.warmup, args.batch_size, seed=1)
         return 0
     n = args.ranks
     configs = [("torch", 1), ("hvdcore", 1), ("solo", n), ("mpi", n), ("hvdcore", n),
                ("ddp", n)]
-    samples: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
-    for r in range(args.rounds):
-        for kind, ranks in configs:
-            samples[(kind, ranks)].append(_launch(kind, ranks, args))
-            print(f"round {r + 1}/{args.rounds}: {kind} x{ranks}: "
-                  f"{samples[(kind, ranks)][-1]:.1f} img/s", file=sys.stderr, flush=True)
+    if args.mode == "interleaved":
+        samples = _interleaved(args)
+    else:
+        samples = {c: [] for c in configs}
+        for r in range(args.rounds):
+            for kind, ranks in configs:
+                samples[(kind, ranks)].append(_launch(kind, ranks, args))
+                print(f"round {r + 1}/{args.rounds}: {kind} x{ranks}: "
+                      f"{samples[(kind, ranks)][-1]:.1f} img/s", file=sys.stderr, flush=True)
     med = {c: statistics.median(v) for c, v in samples.items()}
     base = med[("torch", 1)]
     names = {"torch": "plain torch", "hvdcore": "hvdcore", "ddp": "torch DDP (gloo)",
@@ -216,10 +281,18 @@ def main(argv: list[str] | None = None) -> int:
           f"DDP {ddp_eff:.2f}; the machine's ceiling ({n} independent processes) {ceiling:.2f}; "
           f"hvdcore vs that ceiling: {hv_solo:.2f}; hvdcore vs its own 1-rank run: "
           f"{hv_self:.2f}; hvdcore / DDP throughput: {med[('hvdcore', n)] / med[('ddp', n)]:.2f}")
-    print(f"the hand-written mpi4py step: efficiency {raw_eff:.2f} (what lockstep costs here: "
-          f"{raw_eff / ceiling:.2f} of the ceiling); hvdcore / mpi4py throughput: {hv_raw:.2f}")
-    print(f"(batch {args.batch_size}/rank, 1 thread/rank, {args.steps} timed steps, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+    print(f"the hand-written mpi4py step: efficiency {raw_eff:.2f} ({raw_eff / ceiling:.2f} of "
+          f"the ceiling); hvdcore / mpi4py throughput: {hv_raw:.2f}")
+    lockstep = getattr(args, "lockstep", None)
+    if lockstep is not None:
+        print(f"lockstep alone (the independent ranks' step times paired step by step, each "
+              f"step waiting for the slower): {lockstep:.2f} of the ceiling, so a synchronous "
+              f"step whose communication cost nothing would reach ~{lockstep * ceiling:.2f} "
+              f"here; hvdcore reaches {hv_solo / lockstep:.2f} of that")
+    how = (f"one job, chunks of {min(args.chunk, args.steps)} steps in a shuffled order"
+           if args.mode == "interleaved" else "one job per configuration and round")
+    print(f"(batch {args.batch_size}/rank, 1 thread/rank, {args.steps} timed steps per round, "
+          f"{how}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
           "OMPI_MCA_mpi_yield_when_idle=1)")
     if args.json:
         Path(args.json).write_text(json.dumps({
@@ -229,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             "efficiency_hvdcore_self": hv_self, "efficiency_ceiling": ceiling,
             "hvdcore_vs_ceiling": hv_solo, "efficiency_mpi4py": raw_eff,
             "hvdcore_vs_mpi4py": hv_raw, "ranks": n, "batch_size": args.batch_size,
-            "steps": args.steps, "rounds": args.rounds}, indent=2))
+            "steps": args.steps, "rounds": args.rounds, "mode": args.mode,
+            "chunk": args.chunk, "lockstep": lockstep}, indent=2))
     return 0
 
 
