@@ -33,6 +33,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 #: (configuration, ranks it trains on: "one" = rank 0 alone, "all" = every rank)
@@ -40,12 +41,34 @@ KINDS = (("torch", "one"), ("hvdcore", "one"), ("solo", "all"), ("mpi", "all"),
          ("hvdcore", "all"), ("ddp", "all"))
 
 
+def train_steps(model: Any, opt: Any, batches: list[tuple[Any, Any]], start: int, n: int,
+                sync: Callable[[], None] | None = None,
+                steps_took: list[float] | None = None) -> float:
+    """Train ``model`` for ``n`` steps on ``batches`` from index ``start`` (wrapping round);
+    ``sync`` runs between backward and the optimizer's step. Returns the seconds they took
+    and appends each step's to ``steps_took``."""
+    import torch.nn.functional as F
+
+    t0 = t = time.perf_counter()
+    for i in range(start, start + n):
+        xb, yb = batches[i % len(batches)]
+        opt.zero_grad()
+        F.nll_loss(model(xb), yb).backward()
+        if sync is not None:
+            sync()
+        opt.step()
+        if steps_took is not None:
+            now = time.perf_counter()
+            steps_took.append(now - t)
+            t = now
+    return time.perf_counter() - t0
+
+
 def run(steps: int, warmup: int, batch: int, rounds: int, chunk: int, seed: int = 1) -> None:
     """Train every configuration for ``steps`` timed steps per round (in chunks), print the
     ``BENCH`` line on rank 0."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from handwritten_step import averaging_step  # (benchmarks/, the script's directory)
     from mpi4py import MPI
     from step_overhead import build, inputs
@@ -89,24 +112,11 @@ def run(steps: int, warmup: int, batch: int, rounds: int, chunk: int, seed: int 
     done = {key: 0 for key in KINDS}  # steps each configuration has taken (its next batch)
 
     def train(key: tuple[str, str], n: int, steps_took: list[float] | None = None) -> float:
-        """``n`` steps of configuration ``key`` on this rank; seconds they took (and each
-        step's, appended to ``steps_took``)."""
+        """``n`` steps of configuration ``key`` on this rank; seconds they took."""
         model, opt, sync = loops[key]
         start = done[key]
-        t0 = t = time.perf_counter()
-        for i in range(start, start + n):
-            xb, yb = data[i % len(data)]
-            opt.zero_grad()
-            F.nll_loss(model(xb), yb).backward()
-            if sync is not None:
-                sync()
-            opt.step()
-            if steps_took is not None:
-                now = time.perf_counter()
-                steps_took.append(now - t)
-                t = now
         done[key] = start + n
-        return time.perf_counter() - t0
+        return train_steps(model, opt, data, start, n, sync, steps_took)
 
     def chunk_of(key: tuple[str, str], n: int) -> float:
         """One chunk, started together; images/s of all the ranks that trained."""

@@ -44,7 +44,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # ------------------------------------------------------------------------------ workers
 def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
     import torch
-    import torch.nn.functional as F
+    from mnist_interleaved import train_steps  # (benchmarks/, the script's directory)
     from pytorch_mnist import Net, normalise  # examples/ is on PYTHONPATH (_launch)
 
     from hvdcore.datasets import mnist
@@ -117,15 +116,8 @@ def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
 
     def run(n: int) -> float:
         sync_time(0.0)  # start together
-        t0 = time.perf_counter()
-        for i in range(n):
-            xb, yb = batches[i % len(batches)]
-            opt.zero_grad()
-            F.nll_loss(model(xb), yb).backward()
-            if comm is not None:
-                reduce_grads()
-            opt.step()
-        return sync_time(time.perf_counter() - t0)
+        return sync_time(train_steps(model, opt, batches, 0, n,
+                                     reduce_grads if comm is not None else None))
 
     run(warmup)
     elapsed = run(steps)
