@@ -30,7 +30,15 @@ Tables (rank 0 prints them as each part finishes):
    avoid (the response cache's round, a non-blocking bitwise-or allreduce of 272 bytes at
    the default cache capacity, polled to completion, then the data's ``Allreduce``), in raw
    mpi4py: no hvdcore path can beat it, and the ``floor at`` lines say how far above it the
-   NumPy call lands.
+   NumPy call lands. Every peer that only reads its input reads the same array (the torch
+   peers a tensor made from it with ``torch.from_numpy``): at sizes near the last-level cache
+   a peer on an input of its own, touched by it alone, would find it evicted by the others
+   and pay memory's speed where the rest read cache (1.3-1.5x raw's time at 1 MiB, for no
+   reason in the call). In-place peers reduce an array of their own; the ``mpi4py in place``
+   row is the raw in-place call (``Allreduce(IN_PLACE, a)``), the peer to read
+   ``allreduce_(t)`` against: an out-of-place allreduce also copies its input first.
+   After each size's timings every peer runs once more and its result is compared with raw
+   mpi4py's (:func:`check_results`): a mismatch is printed, and the script exits 1.
    Lines under the table check issue 16's targets: flat busbw >= 1.0x raw at >= 1 MiB,
    hierarchical >= 1.3x at >= 16 MiB, 4 KiB NumPy within 3x and torch within 4x of raw; each
    also quotes the control row's spread at the same sizes. Lines before and after the table
@@ -97,6 +105,8 @@ from hvdcore.engine.cache import RoundVector  # noqa: E402
 MIB = 1 << 20
 RAW_AGAIN = "mpi4py again"
 """Table 1's control row: the raw call a second time, into its own output array."""
+RAW_INPLACE = "mpi4py in place"
+"""Table 1's raw in-place row: ``Allreduce(IN_PLACE, a)`` on an array of its own."""
 FLOOR = "floor: round + data"
 """Table 1's floor row: the two MPI calls a cached blocking hvdcore call makes, in raw mpi4py
 (a non-blocking bitwise-or allreduce of the cache round's vector, polled to completion, then
@@ -256,12 +266,14 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
         # Each peer writes into memory of its own (filled once, so no page is faulted in
         # while timed): at sizes near the last-level cache, a peer whose output another peer
         # had just written would find it cached and look faster than it is.
-        raw_out, raw_out2, floor_out, out, hout = (output_for(buf) for _ in range(5))
+        raw_out, raw_out2, floor_out, out, hout, raw_inp = (output_for(buf) for _ in range(6))
         peers: dict[str, Callable[[], object]] = {
             "mpi4py": lambda: comm.Allreduce(buf, raw_out, op=MPI.SUM),
             # The same raw call again, into its own memory: how far two identical calls differ
             # in this run (the target lines quote it; a ratio inside it is noise).
             RAW_AGAIN: lambda: comm.Allreduce(buf, raw_out2, op=MPI.SUM),
+            # (zeros, as the in-place torch tensor: repeated sums stay zero, never inf)
+            RAW_INPLACE: lambda: comm.Allreduce(MPI.IN_PLACE, raw_inp, op=MPI.SUM),
             FLOOR: round_then(lambda: comm.Allreduce(buf, floor_out, op=MPI.SUM)),
             "hvdcore allreduce(x)": on(False, lambda: hvd.allreduce(
                 buf, op=hvd.Sum, name=f"bench.new.{size}")),
@@ -274,7 +286,7 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
             peers["hier out="] = on(True, lambda: hvd.allreduce(
                 buf, op=hvd.Sum, name=f"bench.hout.{size}", out=hout))
         if torch_peers is not None:
-            peers.update({k: on(False, fn) for k, fn in torch_peers(nbytes, size).items()})
+            peers.update({k: on(False, fn) for k, fn in torch_peers(nbytes, size, buf).items()})
         reps = reps_for(args, nbytes)
         if plane is not None:  # the step split covers timed calls only, not first touches
             for fn in peers.values():
@@ -295,11 +307,36 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
                     f"{row['ratio_to_mpi4py']:>9.2f}x {row['busbw_ratio_to_raw']:>12.2f}x")
         if before is not None and after is not None:
             hier_steps(rep, size, nbytes, before, after, handoff)
+        written = {"mpi4py": raw_out, RAW_AGAIN: raw_out2, FLOOR: floor_out,
+                   RAW_INPLACE: raw_inp}
+        check_results(rep, size, peers, written, raw_out)
     rounds.Free()
     if plane is not None:
         plane.enabled_allreduce = False  # table 3 is flat (Horovod's default) but its hier row
     rep.doc["allreduce"] = rows
     host_targets(rep, rows, n)
+
+
+def check_results(rep: Report, size: str, peers: dict[str, Callable[[], object]],
+                  written: dict[str, np.ndarray], reference: np.ndarray) -> None:
+    """Call every peer of one size once more and compare what it computed with raw mpi4py's
+    result (``reference``): out-of-place peers read the raw peers' input, in-place peers
+    reduce zeros (so zeros come back). A peer whose call returns nothing is read from its
+    array in ``written``. A mismatch is printed and recorded (``doc["results"]``), and makes
+    the script exit non-zero: a figure for a call that computes something else means
+    nothing."""
+    zeros = np.zeros_like(reference)
+    bad = []
+    for peer, fn in peers.items():
+        got = fn()
+        got = np.asarray(written[peer] if got is None else got).reshape(reference.shape)
+        want = zeros if peer == RAW_INPLACE or peer.endswith("allreduce_(t)") else reference
+        # (sums in another order on 3+ ranks: not bit-identical, close)
+        if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+            bad.append(f"{peer} (max abs diff {float(np.max(np.abs(got - want))):.3g})")
+    rep.doc.setdefault("results", {})[size] = {"peers": len(peers), "mismatched": bad}
+    if bad:
+        rep.say(f"{'':>8} RESULTS DIFFER from raw mpi4py's at {size}: " + ", ".join(bad))
 
 
 def hier_steps(rep: Report, size: str, nbytes: int, before: dict, after: dict,
@@ -420,15 +457,20 @@ def floor_lines(rep: Report, rows: list[dict]) -> None:
     rep.doc.setdefault("targets", {})["floor"] = found
 
 
-def torch_user_calls(hvt: Any, torch: Any, prefix: str) -> Callable[[int, str], dict]:
-    """The calls users make on a CPU torch tensor, as benchmark peers for one size."""
-    def peers(nbytes: int, size: str) -> dict[str, Callable[[], object]]:
-        t_new = torch.zeros(nbytes // 4)
+def torch_user_calls(hvt: Any, torch: Any, prefix: str) -> Callable[..., dict]:
+    """The calls users make on a CPU torch tensor, as benchmark peers for one size:
+    ``peers(nbytes, size, src=None)``. The calls that only read their input read ``src``
+    (a float32 NumPy array, the raw peers' input) through ``torch.from_numpy`` when given,
+    else a zero tensor of their own; the in-place call reduces a zero tensor of its own."""
+    def peers(nbytes: int, size: str,
+              src: np.ndarray | None = None) -> dict[str, Callable[[], object]]:
+        t_new = torch.zeros(nbytes // 4) if src is None else torch.from_numpy(src)
         t_inp = torch.zeros(nbytes // 4)
-        t_async = torch.zeros(nbytes // 4)
+        t_async = torch.zeros(nbytes // 4) if src is None else t_new
 
-        def async_sync() -> None:
-            hvt.synchronize(hvt.allreduce_async(t_async, op=hvt.Sum, name=f"{prefix}as.{size}"))
+        def async_sync() -> Any:
+            return hvt.synchronize(hvt.allreduce_async(t_async, op=hvt.Sum,
+                                                       name=f"{prefix}as.{size}"))
         return {
             f"{prefix}allreduce(t)": lambda: hvt.allreduce(t_new, op=hvt.Sum,
                                                            name=f"{prefix}new.{size}"),
@@ -456,7 +498,7 @@ def gloo_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, hvt: Any, 
             "raw gloo": lambda: dist.all_reduce(raw_t, group=group),
             "raw gloo clone": lambda: dist.all_reduce(raw_c.clone(), group=group)}
         if user is not None:
-            peers.update(user(nbytes, size))
+            peers.update(user(nbytes, size, raw_c.numpy()))  # the clone peer's input
         reps = reps_for(args, nbytes)
         times = time_interleaved(comm, peers, reps)
         for peer, t in times.items():
@@ -794,6 +836,9 @@ def main() -> None:
         rep.doc["gpu"] = {"skipped": gpu_skip}
     load = os.getloadavg()
     rep.doc["load_avg_end"] = load
+    wrong = {k: v["mismatched"] for k, v in rep.doc.get("results", {}).items() if v["mismatched"]}
+    rep.say("results of table 1: " + (f"WRONG at {', '.join(wrong)}" if wrong else
+                                      "every peer computed raw mpi4py's result, every size"))
     rep.say(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if args.json and comm.rank == 0:
         with open(args.json, "w") as fh:
@@ -805,6 +850,8 @@ def main() -> None:
             dist.destroy_process_group()
     else:
         hvd.shutdown()
+    if wrong:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,14 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert "repeated blocking host allreduces: compiled steady path" in proc.stdout
     assert doc["cpu_operations"].startswith("mpi")
     assert {r["peer"] for r in doc["allreduce"]} == {
-        "mpi4py", "mpi4py again", "floor: round + data", "hvdcore allreduce(x)", "hvdcore out=",
-        "hier allreduce(x)", "hier out=", "torch allreduce(t)", "torch allreduce_(t)",
-        "torch async+sync"}
+        "mpi4py", "mpi4py again", "mpi4py in place", "floor: round + data",
+        "hvdcore allreduce(x)", "hvdcore out=", "hier allreduce(x)", "hier out=",
+        "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync"}
     assert {r["size"] for r in doc["allreduce"]} == {"4 KiB", "64 KiB", "1 MiB"}
+    # every peer computed what raw mpi4py did (the torch calls read the raw peers' input)
+    assert doc["results"] == {s: {"peers": 11, "mismatched": []}
+                              for s in ("4 KiB", "64 KiB", "1 MiB")}, doc["results"]
+    assert "every peer computed raw mpi4py's result, every size" in proc.stdout
     # the hierarchical plane's step split, for the size its shared-memory path takes
     assert set(doc["hier_steps"]) == {"1 MiB"}, doc.get("hier_steps")
     steps = doc["hier_steps"]["1 MiB"]
@@ -86,8 +90,9 @@ def test_cpu_operations_gloo_puts_torch_rows_in_the_gloo_table(tmp_path: Path) -
     doc = json.loads(out.read_text())
     assert doc["cpu_operations"].startswith("gloo")
     assert {r["peer"] for r in doc["allreduce"]} == {"mpi4py", "mpi4py again",
-                                                     "floor: round + data",
+                                                     "mpi4py in place", "floor: round + data",
                                                      "hvdcore allreduce(x)", "hvdcore out="}
+    assert doc["results"] == {"4 KiB": {"peers": 6, "mismatched": []}}, doc["results"]
     assert {r["peer"] for r in doc["gloo"]} == {"raw gloo", "raw gloo clone", "allreduce(t)",
                                                  "allreduce_(t)", "async+sync"}
     assert "hvdcore-gloo grouped (1 call)" in doc["batch_ms"]
