@@ -96,6 +96,9 @@ import numpy as np
 # engine thread does not spin on cores the ranks share); importing mpi4py.MPI below starts MPI,
 # so every peer here, raw ones included, runs under the setting an hvdcore job has.
 os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+# What hvdcorerun gives every rank (torch reads it when it starts: set before the import):
+# huge pages for torch's CPU tensors of 2 MiB and more, as NumPy's large arrays have.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 from mpi4py import MPI  # noqa: E402
 
 import hvdcore as hvd  # noqa: E402
@@ -337,6 +340,34 @@ def check_results(rep: Report, size: str, peers: dict[str, Callable[[], object]]
     rep.doc.setdefault("results", {})[size] = {"peers": len(peers), "mismatched": bad}
     if bad:
         rep.say(f"{'':>8} RESULTS DIFFER from raw mpi4py's at {size}: " + ", ".join(bad))
+
+
+def torch_huge_pages(torch: Any) -> dict[str, Any]:
+    """How much of a new 4 MiB torch CPU tensor (filled) sits on transparent huge pages
+    (``AnonHugePages`` of its mapping in ``/proc/self/smaps``; -1 where that is unreadable),
+    with torch's switch and the kernel's THP mode: MPI moves 4 KiB-paged memory slower."""
+    t = torch.ones(1 << 20)
+    addr = t.data_ptr()
+    try:
+        mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+        kernel = re.search(r"\[(\w+)\]", mode).group(1)  # type: ignore[union-attr]
+    except (OSError, AttributeError):
+        kernel = "unknown"
+    huge, size = -1, t.numel() * 4 // 1024
+    try:
+        inside = False
+        with open("/proc/self/smaps") as fh:
+            for line in fh:
+                head = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+                if head:
+                    inside = int(head.group(1), 16) <= addr < int(head.group(2), 16)
+                elif inside and line.startswith("AnonHugePages:"):
+                    huge = int(line.split()[1])
+                    break
+    except OSError:
+        pass
+    return {"huge_kib": min(huge, size), "kib": size, "kernel": kernel,
+            "switch": os.environ.get("THP_MEM_ALLOC_ENABLE", "unset")}
 
 
 def hier_steps(rep: Report, size: str, nbytes: int, before: dict, after: dict,
@@ -803,6 +834,11 @@ def main() -> None:
         rep.say(f"torch {torch.__version__} ({torch.get_num_threads()} threads/rank); hvdcore "
                 f"planes: CPU tensors {hvt.cpu_operations()}, device tensors "
                 f"{hvt.gpu_operations()}")
+        pages = torch_huge_pages(torch)
+        rep.doc["torch_huge_pages"] = pages
+        rep.say(f"torch CPU tensors of 4 MiB: {pages['huge_kib']} of {pages['kib']} KiB on huge "
+                f"pages (THP_MEM_ALLOC_ENABLE={pages['switch']}, kernel THP mode "
+                f"{pages['kernel']})")
     on_gloo = hvt is not None and hvt.cpu_operations().startswith("gloo")
     torch_on_mpi = hvt is not None and not on_gloo
     steady = basics.state().engine.rounds.steady

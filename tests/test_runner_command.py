@@ -63,7 +63,7 @@ def test_openmpi_as_root_localhost(capsys: pytest.CaptureFixture[str]) -> None:
                   which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
     assert cmd == ["/opt/mpi/bin/mpirun", "--allow-run-as-root", "-np", "3",
                    "-H", "localhost:3", "--bind-to", "none", "--map-by", "slot",
-                   "-x", "HVDCORE_FUSION_THRESHOLD=524288", "-x", "HVDCORE_CYCLE_TIME=2.5",
+                   "-x", "THP_MEM_ALLOC_ENABLE=1", "-x", "HVDCORE_FUSION_THRESHOLD=524288", "-x", "HVDCORE_CYCLE_TIME=2.5",
                    "python", "train.py", "--lr", "0.1"]
 
 
@@ -75,7 +75,8 @@ def test_openmpi_non_root_hosts_and_passthrough(capsys: pytest.CaptureFixture[st
                   environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=1000)
     assert "--allow-run-as-root" not in cmd
     text = shlex.join(cmd)
-    assert "-np 4 -H node1:2,node2:2 --bind-to core -x PATH -x PYTHONPATH -x HOROVOD_CYCLE_TIME " \
+    assert "-np 4 -H node1:2,node2:2 --bind-to core -x THP_MEM_ALLOC_ENABLE=1 -x PATH " \
+           "-x PYTHONPATH -x HOROVOD_CYCLE_TIME " \
            "--mca btl tcp,self python x.py" in text
     assert "SECRET_THING" not in text and "--map-by" not in text
 
@@ -98,7 +99,7 @@ def test_hydra_command(capsys: pytest.CaptureFixture[str], version: str, family:
                            "--timeline-filename", "/tmp/tl dir/t.json", "python", "x.py"],
                   which=_which, mpi_version_output=version, uid=0)
     assert cmd == ["/opt/mpi/bin/mpirun", "-n", "2", "-hosts", "a,b", "-ppn", "1",
-                   "-genv", "HVDCORE_STALL_CHECK_DISABLE", "1",
+                   "-genv", "THP_MEM_ALLOC_ENABLE", "1", "-genv", "HVDCORE_STALL_CHECK_DISABLE", "1",
                    "-genv", "HVDCORE_TIMELINE", "/tmp/tl dir/t.json", "python", "x.py"]
 
 
@@ -124,7 +125,7 @@ def test_srun_inside_allocation(capsys: pytest.CaptureFixture[str]) -> None:
     cmd = dry_run(capsys, ["-np", "3", "--log-level", "INFO", "python", "x.py"],
                   environ=SLURM_ENV, which=_which)
     assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-n", "3",
-                   "--export=ALL,HVDCORE_LOG_LEVEL=info", "python", "x.py"]
+                   "--export=ALL,THP_MEM_ALLOC_ENABLE=1,HVDCORE_LOG_LEVEL=info", "python", "x.py"]
 
 
 def test_srun_tasks_from_allocation_and_mpi_type(capsys: pytest.CaptureFixture[str]) -> None:
@@ -133,7 +134,7 @@ def test_srun_tasks_from_allocation_and_mpi_type(capsys: pytest.CaptureFixture[s
     cmd = dry_run(capsys, ["--timeline-filename", "a,b.json", "python", "x.py"],
                   environ=env, which=_which)
     assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "-n", "4",
-                   "--export=ALL,HVDCORE_TIMELINE", "python", "x.py"]
+                   "--export=ALL,THP_MEM_ALLOC_ENABLE=1,HVDCORE_TIMELINE", "python", "x.py"]
     cmd = dry_run(capsys, ["--slurm-mpi", "pmix_v4", "python", "x.py"], environ=SLURM_ENV,
                   which=_which)
     assert "--mpi=pmix_v4" in cmd and cmd[cmd.index("-n") + 1] == "4"
@@ -171,3 +172,43 @@ def test_cli_dry_run_subprocess_prints_real_command() -> None:
     assert "HVDCORE_STALL_CHECK_TIME_SECONDS=5" in cmd
     assert cmd[-3:] == ["python", "-c", "print(1)"]
     assert ("--allow-run-as-root" in cmd) == (os.getuid() == 0)
+
+
+def test_torch_huge_pages_switch_on_by_default_and_user_value_kept(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every launcher gets THP_MEM_ALLOC_ENABLE on its command line: 1 by default, the
+    environment's value (0 here) when set."""
+    cmd = dry_run(capsys, ["-np", "2", "python", "x.py"], which=_which,
+                  mpi_version_output=OPENMPI_VERSION, uid=0)
+    assert cmd[cmd.index("THP_MEM_ALLOC_ENABLE=1") - 1] == "-x"
+    cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "python", "x.py"],
+                  environ={"PATH": "/usr/bin", "THP_MEM_ALLOC_ENABLE": "0"}, which=_which,
+                  mpi_version_output=OPENMPI_VERSION, uid=0)
+    assert "THP_MEM_ALLOC_ENABLE=0" in cmd and "THP_MEM_ALLOC_ENABLE=1" not in cmd
+    cmd = dry_run(capsys, ["-np", "2", "python", "x.py"],
+                  environ={**SLURM_ENV, "THP_MEM_ALLOC_ENABLE": "0"}, which=_which)
+    assert "--export=ALL,THP_MEM_ALLOC_ENABLE=0" in cmd
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.parametrize("given", [None, "0"])
+def test_ranks_receive_the_torch_huge_pages_switch(given: str | None) -> None:
+    """A real 2-rank launch: each rank's torch sees the switch (1 by default, or the value
+    the launcher's environment gave)."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not on PATH (apt install openmpi-bin)")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HVDCORE_", "HOROVOD_", "SLURM_", "THP_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    if given is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = given
+    probe = ("import os, torch; from mpi4py import MPI; "
+             "print('rank', MPI.COMM_WORLD.rank, 'THP', os.environ.get('THP_MEM_ALLOC_ENABLE'))")
+    proc = subprocess.run([sys.executable, "-m", "hvdcore.runner", "-np", "2", sys.executable,
+                           "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    want = given or "1"
+    assert sorted(line for line in proc.stdout.splitlines() if line.startswith("rank")) == [
+        f"rank 0 THP {want}", f"rank 1 THP {want}"], proc.stdout + proc.stderr

