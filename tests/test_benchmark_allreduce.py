@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,10 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert doc["hot_path"] == "compiled"  # (scripts/setup.sh builds it: the figures are its)
     assert "repeated blocking host allreduces: compiled steady path" in proc.stdout
     assert doc["cpu_operations"].startswith("mpi")
+    pages = doc["torch_huge_pages"]  # what hvdcorerun's THP_MEM_ALLOC_ENABLE gave torch here
+    assert pages["kib"] == 4096 and -1 <= pages["huge_kib"] <= 4096, pages
+    assert pages["switch"] == os.environ.get("THP_MEM_ALLOC_ENABLE", "1"), pages
+    assert "torch CPU tensors of 4 MiB:" in proc.stdout
     assert {r["peer"] for r in doc["allreduce"]} == {
         "mpi4py", "mpi4py again", "mpi4py in place", "floor: round + data",
         "hvdcore allreduce(x)", "hvdcore out=", "hier allreduce(x)", "hier out=",
