@@ -193,7 +193,7 @@ def test_torch_huge_pages_switch_on_by_default_and_user_value_kept(
 @pytest.mark.mpi
 @pytest.mark.torch
 @pytest.mark.parametrize("given", [None, "0"])
-def test_ranks_receive_the_torch_huge_pages_switch(given: str | None) -> None:
+def test_ranks_receive_the_torch_huge_pages_switch(given: str | None, tmp_path: Path) -> None:
     """A real 2-rank launch: each rank's torch sees the switch (1 by default, or the value
     the launcher's environment gave)."""
     if shutil.which("mpirun") is None:
@@ -203,12 +203,14 @@ def test_ranks_receive_the_torch_huge_pages_switch(given: str | None) -> None:
     env["PYTHONPATH"] = str(ROOT)
     if given is not None:
         env["THP_MEM_ALLOC_ENABLE"] = given
-    probe = ("import os, torch; from mpi4py import MPI; "
-             "print('rank', MPI.COMM_WORLD.rank, 'THP', os.environ.get('THP_MEM_ALLOC_ENABLE'))")
+    # (each rank writes a file: the ranks' stdout lines can interleave mid-line)
+    probe = ("import os, sys, torch; from mpi4py import MPI; "
+             "open(os.path.join(sys.argv[1], f'rank{MPI.COMM_WORLD.rank}'), 'w')"
+             ".write(os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset'))")
     proc = subprocess.run([sys.executable, "-m", "hvdcore.runner", "-np", "2", sys.executable,
-                           "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=120)
+                           "-c", probe, str(tmp_path)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     want = given or "1"
-    assert sorted(line for line in proc.stdout.splitlines() if line.startswith("rank")) == [
-        f"rank 0 THP {want}", f"rank 1 THP {want}"], proc.stdout + proc.stderr
+    got = {f.name: f.read_text() for f in tmp_path.iterdir()}
+    assert got == {"rank0": want, "rank1": want}, (got, proc.stdout + proc.stderr)
