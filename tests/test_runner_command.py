@@ -63,7 +63,8 @@ def test_openmpi_as_root_localhost(capsys: pytest.CaptureFixture[str]) -> None:
                   which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
     assert cmd == ["/opt/mpi/bin/mpirun", "--allow-run-as-root", "-np", "3",
                    "-H", "localhost:3", "--bind-to", "none", "--map-by", "slot",
-                   "-x", "THP_MEM_ALLOC_ENABLE=1", "-x", "HVDCORE_FUSION_THRESHOLD=524288", "-x", "HVDCORE_CYCLE_TIME=2.5",
+                   "-x", "THP_MEM_ALLOC_ENABLE=1", "-x", "HVDCORE_FUSION_THRESHOLD=524288",
+                   "-x", "HVDCORE_CYCLE_TIME=2.5",
                    "python", "train.py", "--lr", "0.1"]
 
 
@@ -99,7 +100,8 @@ def test_hydra_command(capsys: pytest.CaptureFixture[str], version: str, family:
                            "--timeline-filename", "/tmp/tl dir/t.json", "python", "x.py"],
                   which=_which, mpi_version_output=version, uid=0)
     assert cmd == ["/opt/mpi/bin/mpirun", "-n", "2", "-hosts", "a,b", "-ppn", "1",
-                   "-genv", "THP_MEM_ALLOC_ENABLE", "1", "-genv", "HVDCORE_STALL_CHECK_DISABLE", "1",
+                   "-genv", "THP_MEM_ALLOC_ENABLE", "1",
+                   "-genv", "HVDCORE_STALL_CHECK_DISABLE", "1",
                    "-genv", "HVDCORE_TIMELINE", "/tmp/tl dir/t.json", "python", "x.py"]
 
 

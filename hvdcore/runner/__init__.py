@@ -34,12 +34,13 @@ Environment every rank receives
       The launcher checks every value, and every ``HVDCORE_*``/``HOROVOD_*`` variable in its
       environment, with the same rules as ``hvdcore.init()``: a bad one is a usage error here.
     * ``THP_MEM_ALLOC_ENABLE=1``, or the launcher environment's value where it sets one
-      (exported by name on the command line, remote hosts included): PyTorch's CPU allocator then asks for transparent huge pages for
-      tensors of 2 MiB and more, as NumPy does for its large arrays. Where the kernel gives
-      huge pages on request only (``/sys/kernel/mm/transparent_hugepage/enabled`` reads
-      ``madvise``), MPI moves 4 KiB-paged tensors slower (16 MiB in place: 1.14-1.16x the
-      time on the 2-core test VM). ``THP_MEM_ALLOC_ENABLE=0 hvdcorerun ...`` turns it off.
-      Under ``srun`` or a plain ``mpirun``, export it in the job script.
+      (exported by name on the command line, remote hosts included): PyTorch's CPU allocator
+      then asks for transparent huge pages for tensors of 2 MiB and more, as NumPy does for
+      its large arrays. Where the kernel gives huge pages on request only
+      (``/sys/kernel/mm/transparent_hugepage/enabled`` reads ``madvise``), MPI moves
+      tensors on 4 KiB pages slower (16 MiB in place: 1.14-1.16x the time on the 2-core test
+      VM). ``THP_MEM_ALLOC_ENABLE=0 hvdcorerun ...`` turns it off. Under ``srun`` or a plain
+      ``mpirun``, export it in the job script.
     * From the MPI launcher: Open MPI ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
       ``OMPI_COMM_WORLD_LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_SIZE``, ``PMIX_RANK``; MPICH/Intel
       MPI ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``; srun ``SLURM_PROCID``,
