@@ -180,7 +180,11 @@ def allreduce_batch_async(
     Passing the same ``names`` *tuple* object as an earlier batch, with the same op, scale
     factors and process set, reuses that batch's checked requests for every array of the
     dtype and shape it had (C-contiguous and writeable): one pass over the arrays instead of
-    a per-name lookup (a step of a model with hundreds of gradients).
+    a per-name lookup (a step of a model with hundreds of gradients). With caller progress,
+    when every array matched and the batch is one fused response of the response cache, the
+    round and the fused data call are then made at once as one call (the engine's steady
+    path, compiled where it can be: ``HVDCORE_HOTPATH``): the returned handle is already done,
+    or, when a peer has not offered the batch yet, its requests wait in the round as usual.
 
     >>> hvd.synchronize(hvd.ops.allreduce_batch_async([w, b], ["grad.w", "grad.b"]))
     """
@@ -206,6 +210,12 @@ def allreduce_batch_async(
                         and arr.flags.writeable):
                     break  # this one and the rest take the checks below
                 items.append((meta, arr, arr))
+            else:
+                if engine.caller_progress:
+                    got = requests.batch_steady(engine, metas, arrays,
+                                                f"{len(arrays)} allreduces")
+                    if got is not None:
+                        return got
     done = len(items)
     try:
         for i in range(done, len(arrays)):

@@ -8,6 +8,11 @@ GIL (``hvdcore/engine/_hotpath.c``, built when the package is installed where ``
 :class:`PythonSteady` makes the same MPI calls through mpi4py. They return the same results
 (the same two MPI calls on the same buffers); the C one costs less at small sizes.
 
+``bind_batch`` does the same for a fused allreduce of several tensors reduced in place (a
+training step's gradients, :meth:`~hvdcore.engine.rounds.RoundScheduler.steady_batch`): after
+the round, the copies into the fusion buffer, the data call and the copies back, scaled as
+the executor scales them.
+
 A call returns :data:`DONE`, :data:`NOT_READY` (the round completed, ``recv`` holds it, and it
 does not let the data run now) or ``(PENDING, token)``: the round is still in flight, and
 ``pending(token)`` is its request (an object with ``Test()``). An MPI error raises (mpi4py's
@@ -73,6 +78,21 @@ class SteadyCalls(Protocol):
         token)``, where :meth:`pending` turns ``token`` into the round's request. None when
         this dtype has no direct MPI call."""
 
+    def bind_batch(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
+                   dtype: np.dtype, op: Any) -> Callable[..., Any] | None:
+        """The call for a fused in-place batch: ``call(lists, lists_done, arrays, places,
+        gaps, buf, count, scale, post)`` makes the round as :meth:`bind`'s call does; when it
+        lets the data run, copies each array into ``buf`` at its place (``places``: an int64
+        array of (byte offset, byte length) rows, one per array), zeroes the ``gaps`` (rows
+        of byte offset and length), allreduces ``count`` elements of ``buf`` in place and
+        copies each array's part back, multiplied by ``post`` unless ``scale`` is 0 (1:
+        float32, 2: float64). Same returns; the arrays are untouched unless DONE."""
+
+    def bind_batch_data(self, comm: Any, dtype: np.dtype, op: Any
+                        ) -> Callable[..., Any] | None:
+        """The data part of :meth:`bind_batch`'s call, for a batch whose round completed
+        later: ``call(arrays, places, gaps, buf, count, scale, post)``."""
+
     def pending(self, token: Any) -> Any:
         """The round request (an object with ``Test()``) of a call that returned
         ``(PENDING, token)``."""
@@ -86,6 +106,8 @@ class CompiledSteady:
     def __init__(self, rounds: Any, spin_s: float, module: Any) -> None:
         self.spin_s = spin_s
         self._steady = module.steady
+        self._batch = module.steady_batch
+        self._batch_data = module.batch_data
         self._rounds_handle = rounds.handle
         self._spin_ns = int(spin_s * 1e9)
 
@@ -98,6 +120,26 @@ class CompiledSteady:
             return None
         return functools.partial(self._steady, self._rounds_handle, send, recv, tail,
                                  self._spin_ns, comm.handle, mtype.handle, op.handle)
+
+    def bind_batch(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
+                   dtype: np.dtype, op: Any) -> Callable[..., Any] | None:
+        """See :meth:`SteadyCalls.bind_batch`: ``_hotpath.steady_batch`` with the batch's
+        constants."""
+        try:
+            mtype = MPI.Datatype.fromcode(dtype.char)
+        except (KeyError, ValueError):
+            return None
+        return functools.partial(self._batch, self._rounds_handle, send, recv, tail,
+                                 self._spin_ns, comm.handle, mtype.handle, op.handle)
+
+    def bind_batch_data(self, comm: Any, dtype: np.dtype, op: Any
+                        ) -> Callable[..., Any] | None:
+        """See :meth:`SteadyCalls.bind_batch_data`: ``_hotpath.batch_data``."""
+        try:
+            mtype = MPI.Datatype.fromcode(dtype.char)
+        except (KeyError, ValueError):
+            return None
+        return functools.partial(self._batch_data, comm.handle, mtype.handle, op.handle)
 
     def pending(self, token: Any) -> Any:
         """See :meth:`SteadyCalls.pending`: ``token`` is the MPI request handle."""
@@ -119,12 +161,57 @@ class PythonSteady:
         return functools.partial(self._call, [send, MPI.UINT64_T], [recv, MPI.UINT64_T], tail,
                                  comm, op)
 
+    def bind_batch(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
+                   dtype: np.dtype, op: Any) -> Callable[..., Any] | None:
+        """See :meth:`SteadyCalls.bind_batch`."""
+        return functools.partial(self._batch, [send, MPI.UINT64_T], [recv, MPI.UINT64_T],
+                                 tail, comm, op)
+
+    def bind_batch_data(self, comm: Any, dtype: np.dtype, op: Any
+                        ) -> Callable[..., Any] | None:
+        """See :meth:`SteadyCalls.bind_batch_data`."""
+        return functools.partial(self._batch_data, comm, op)
+
     def pending(self, token: Any) -> Any:
         """See :meth:`SteadyCalls.pending`: ``token`` is the mpi4py request itself."""
         return token
 
+    def _batch(self, send_msg: list[Any], recv_msg: list[Any], tail: bytes, comm: Any,
+               op: Any, lists: int, lists_done: int, arrays: Any, places: np.ndarray,
+               gaps: np.ndarray, buf: np.ndarray, count: int, scale: int, post: float) -> Any:
+        got = self._round(send_msg, recv_msg, tail, lists, lists_done)
+        if got != DONE:
+            return got
+        self._batch_data(comm, op, arrays, places, gaps, buf, count, scale, post)
+        return DONE
+
+    @staticmethod
+    def _batch_data(comm: Any, op: Any, arrays: Any, places: np.ndarray, gaps: np.ndarray,
+                    buf: np.ndarray, count: int, scale: int, post: float) -> None:
+        size = buf.itemsize
+        flat = buf[:count]
+        slots = [flat[off // size:(off + nbytes) // size] for off, nbytes in places.tolist()]
+        for arr, slot in zip(arrays, slots, strict=True):
+            np.copyto(slot, arr.reshape(-1))
+        for off, nbytes in gaps.tolist():
+            flat[off // size:(off + nbytes) // size] = 0
+        comm.Allreduce(MPI.IN_PLACE, flat, op=op)
+        for arr, slot in zip(arrays, slots, strict=True):
+            if scale:  # as the executor's unpacking does it
+                np.multiply(slot, post, out=arr.reshape(-1), casting="unsafe")
+            else:
+                np.copyto(arr.reshape(-1), slot)
+
     def _call(self, send_msg: list[Any], recv_msg: list[Any], tail: bytes, comm: Any, op: Any,
               lists: int, lists_done: int, src: np.ndarray, dst: np.ndarray, count: int) -> Any:
+        got = self._round(send_msg, recv_msg, tail, lists, lists_done)
+        if got != DONE:
+            return got
+        comm.Allreduce(MPI.IN_PLACE if src is dst else src, dst, op=op)
+        return DONE
+
+    def _round(self, send_msg: list[Any], recv_msg: list[Any], tail: bytes, lists: int,
+               lists_done: int) -> Any:
         send, recv = send_msg[0], recv_msg[0]
         _HEAD.pack_into(send, 0, lists, 0)
         if not send.endswith(tail):
@@ -138,7 +225,6 @@ class PythonSteady:
         got_lists, flags = _HEAD.unpack_from(recv, 0)
         if flags or got_lists > lists_done or not recv.endswith(tail):
             return NOT_READY
-        comm.Allreduce(MPI.IN_PLACE if src is dst else src, dst, op=op)
         return DONE
 
 

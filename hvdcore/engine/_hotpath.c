@@ -8,6 +8,10 @@
  * themselves at 4 KiB; this module makes both calls, and the comparison between them, in one
  * call without the GIL.
  *
+ * A training step's gradients, reduced in place as one fused allreduce, have a steady state
+ * too (``steady_batch``): the same round, then the copies into the fusion buffer, the data
+ * call and the copies back with the average's scaling, in one call.
+ *
  * MPI handles travel as Python ints (mpi4py's ``.handle``), so the module needs mpi.h and the
  * MPI library mpi4py uses, not mpi4py's headers. steady.py uses it only when it reports the
  * same library as mpi4py and MPI is initialised in it (see ``usable``).
@@ -43,6 +47,66 @@ static PyObject *raise_mpi(int code, const char *what)
 
 /* Status of one call, in the order the work goes. */
 enum { DONE = 0, NOT_READY = 1, PENDING = 2 };
+
+/* Post the cache round (header [lists, 0] and the tail already in ``send``), poll it for up
+ * to spin_ns, and say whether the data call may run: DONE (it may), NOT_READY (the round
+ * completed and ``recv`` holds a result that does not let it run) or PENDING (``*req`` is
+ * the round, still in flight). Called without the GIL. Returns the MPI error code, with the
+ * failing call in ``*failed``. */
+static int run_round(MPI_Comm rounds, unsigned char *sbytes, const unsigned char *rbytes,
+                     Py_ssize_t nbytes, long long spin_ns, unsigned long long lists_done,
+                     MPI_Request *req, int *status, const char **failed)
+{
+    int flag = 0;
+    size_t tail = (size_t)nbytes - 16;
+    *status = DONE;
+    *req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(sbytes, (void *)rbytes, (int)(nbytes / 8), MPI_UINT64_T, MPI_BOR,
+                            rounds, req);
+    if (rc != MPI_SUCCESS) {
+        *failed = "MPI_Iallreduce";
+        return rc;
+    }
+    rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && !flag) {
+        int64_t end = now_ns() + spin_ns;
+        while (rc == MPI_SUCCESS && !flag && now_ns() < end)
+            rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    }
+    if (rc != MPI_SUCCESS) {
+        *failed = "MPI_Test";
+        return rc;
+    }
+    if (!flag) {
+        *status = PENDING;
+        return rc;
+    }
+    uint64_t got[2];
+    memcpy(got, rbytes, sizeof got);
+    if (got[1] != 0 || got[0] > (uint64_t)lists_done || memcmp(rbytes + 16, sbytes + 16, tail) != 0)
+        *status = NOT_READY;
+    return rc;
+}
+
+/* Write this rank's header [lists, 0] and ``tail`` into the round's send buffer. */
+static void pack_round(unsigned char *sbytes, unsigned long long lists, const Py_buffer *tail)
+{
+    uint64_t header[2] = {(uint64_t)lists, 0};
+    /* (x86-64 and aarch64 are little-endian, as RoundVector's Python side writes it) */
+    memcpy(sbytes, header, sizeof header);
+    if (memcmp(sbytes + 16, tail->buf, (size_t)tail->len) != 0)
+        memcpy(sbytes + 16, tail->buf, (size_t)tail->len);
+}
+
+/* The result of a call: 0, 1 or (2, request); NULL with the error set when an MPI call failed. */
+static PyObject *outcome(int rc, const char *failed, int status, MPI_Request req)
+{
+    if (failed != NULL)
+        return raise_mpi(rc, failed);
+    if (status == PENDING)
+        return Py_BuildValue("(iN)", PENDING, PyLong_FromVoidPtr((void *)(intptr_t)req));
+    return PyLong_FromLong(status);
+}
 
 PyDoc_STRVAR(steady_doc,
 "steady(rounds, send, recv, tail, spin_ns, data, dtype, op, lists, lists_done, src, dst, count)\n"
@@ -109,55 +173,21 @@ static PyObject *steady(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
 
     unsigned char *sbytes = (unsigned char *)send.buf;
-    const unsigned char *rbytes = (const unsigned char *)recv.buf;
-    uint64_t header[2] = {(uint64_t)lists, 0};
-    /* (x86-64 and aarch64 are little-endian, as RoundVector's Python side writes it) */
-    memcpy(sbytes, header, sizeof header);
-    if (memcmp(sbytes + 16, tail.buf, (size_t)tail.len) != 0)
-        memcpy(sbytes + 16, tail.buf, (size_t)tail.len);
+    pack_round(sbytes, lists, &tail);
 
-    int rc, flag = 0, status = DONE;
+    int rc, status = DONE;
     const char *failed = NULL;
     MPI_Request req = MPI_REQUEST_NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = MPI_Iallreduce(send.buf, recv.buf, (int)(send.len / 8), MPI_UINT64_T, MPI_BOR,
-                        rounds, &req);
-    if (rc != MPI_SUCCESS) {
-        failed = "MPI_Iallreduce";
-    } else {
-        rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-        if (rc == MPI_SUCCESS && !flag) {
-            int64_t end = now_ns() + spin_ns;
-            while (rc == MPI_SUCCESS && !flag && now_ns() < end)
-                rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-        }
-        if (rc != MPI_SUCCESS) {
-            failed = "MPI_Test";
-        } else if (!flag) {
-            status = PENDING;
-        } else {
-            uint64_t got[2];
-            memcpy(got, rbytes, sizeof got);
-            if (got[1] != 0 || got[0] > (uint64_t)lists_done
-                    || memcmp(rbytes + 16, sbytes + 16, (size_t)tail.len) != 0) {
-                status = NOT_READY;
-            } else {
-                rc = MPI_Allreduce(same ? MPI_IN_PLACE : src.buf, dst.buf, (int)count, dtype,
-                                   op, data);
-                if (rc != MPI_SUCCESS)
-                    failed = "MPI_Allreduce";
-            }
-        }
+    rc = run_round(rounds, sbytes, (const unsigned char *)recv.buf, send.len, spin_ns,
+                   lists_done, &req, &status, &failed);
+    if (rc == MPI_SUCCESS && status == DONE) {
+        rc = MPI_Allreduce(same ? MPI_IN_PLACE : src.buf, dst.buf, (int)count, dtype, op, data);
+        if (rc != MPI_SUCCESS)
+            failed = "MPI_Allreduce";
     }
     Py_END_ALLOW_THREADS
-
-    if (failed != NULL)
-        raise_mpi(rc, failed);
-
-    else if (status == PENDING)
-        result = Py_BuildValue("(iN)", PENDING, PyLong_FromVoidPtr((void *)(intptr_t)req));
-    else
-        result = PyLong_FromLong(status);
+    result = outcome(rc, failed, status, req);
 
 release_all:
     if (!same)
@@ -171,6 +201,251 @@ release_recv:
 release_send:
     PyBuffer_Release(&send);
     return result;
+}
+
+/* The arrays, places, gaps, fusion buffer and scaling of one batch call, held while it runs. */
+struct batch {
+    PyObject *seq;
+    Py_buffer *views;
+    Py_ssize_t n, got, ngaps, count;
+    Py_buffer places, gaps, buf;
+    int have_places, have_gaps, have_buf;
+    const int64_t *place, *gap;
+    long scale;
+    double post;
+};
+
+static void batch_close(struct batch *b)
+{
+    for (Py_ssize_t i = 0; i < b->got; i++)
+        PyBuffer_Release(&b->views[i]);
+    if (b->have_buf)
+        PyBuffer_Release(&b->buf);
+    if (b->have_gaps)
+        PyBuffer_Release(&b->gaps);
+    if (b->have_places)
+        PyBuffer_Release(&b->places);
+    PyMem_Free(b->views);
+    Py_XDECREF(b->seq);
+}
+
+/* Take and check ``arrays, places, gaps, buf, count, scale, post`` (args[0..6]); on error
+ * everything taken is released and -1 returned with the exception set. */
+static int batch_open(struct batch *b, PyObject *const *args, MPI_Datatype dtype)
+{
+    memset(b, 0, sizeof *b);
+    b->count = PyLong_AsSsize_t(args[4]);
+    b->scale = PyLong_AsLong(args[5]);
+    b->post = PyFloat_AsDouble(args[6]);
+    if (PyErr_Occurred())
+        return -1;
+    if (b->count < 0 || b->count > INT32_MAX || b->scale < 0 || b->scale > 2) {
+        PyErr_SetString(PyExc_ValueError, "batch: count or scale out of range");
+        return -1;
+    }
+    b->seq = PySequence_Fast(args[0], "batch: arrays must be a sequence");
+    if (b->seq == NULL)
+        return -1;
+    b->n = PySequence_Fast_GET_SIZE(b->seq);
+    PyObject **items = PySequence_Fast_ITEMS(b->seq);
+    b->views = PyMem_Calloc(b->n > 0 ? (size_t)b->n : 1, sizeof(Py_buffer));
+    if (b->views == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (PyObject_GetBuffer(args[1], &b->places, PyBUF_SIMPLE) < 0)
+        goto fail;
+    b->have_places = 1;
+    if (PyObject_GetBuffer(args[2], &b->gaps, PyBUF_SIMPLE) < 0)
+        goto fail;
+    b->have_gaps = 1;
+    if (PyObject_GetBuffer(args[3], &b->buf, PyBUF_WRITABLE) < 0)
+        goto fail;
+    b->have_buf = 1;
+    for (; b->got < b->n; b->got++)
+        if (PyObject_GetBuffer(items[b->got], &b->views[b->got], PyBUF_WRITABLE) < 0)
+            goto fail;
+
+    int tsize = 0;
+    if (MPI_Type_size(dtype, &tsize) != MPI_SUCCESS || tsize <= 0
+            || b->buf.len < (Py_ssize_t)b->count * tsize
+            || (b->scale == 1 && tsize != (int)sizeof(float))
+            || (b->scale == 2 && tsize != (int)sizeof(double))) {
+        PyErr_SetString(PyExc_ValueError, "batch: buffer shorter than count elements, or "
+                        "scale for another element size");
+        goto fail;
+    }
+    const Py_ssize_t pair = (Py_ssize_t)(2 * sizeof(int64_t));
+    if (b->places.len != b->n * pair || b->gaps.len % pair != 0) {
+        PyErr_SetString(PyExc_ValueError, "batch: places or gaps of the wrong size");
+        goto fail;
+    }
+    b->place = (const int64_t *)b->places.buf;
+    b->gap = (const int64_t *)b->gaps.buf;
+    b->ngaps = b->gaps.len / pair;
+    Py_ssize_t used = b->count * tsize;
+    for (Py_ssize_t i = 0; i < b->n; i++) {
+        const int64_t off = b->place[2 * i], len = b->place[2 * i + 1];
+        if (off < 0 || len != b->views[i].len || off + len > used || len % tsize != 0) {
+            PyErr_Format(PyExc_ValueError, "batch: array %zd (%zd bytes) does not fit its "
+                         "place", i, b->views[i].len);
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < b->ngaps; i++) {
+        if (b->gap[2 * i] < 0 || b->gap[2 * i + 1] < 0
+                || b->gap[2 * i] + b->gap[2 * i + 1] > used) {
+            PyErr_SetString(PyExc_ValueError, "batch: a gap outside the buffer");
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    batch_close(b);
+    memset(b, 0, sizeof *b);
+    return -1;
+}
+
+/* Copy the arrays into the fusion buffer, zero the gaps, allreduce it in place and copy each
+ * array's part back, scaled as the executor's unpacking scales it (NumPy multiplies float32
+ * by the factor as a float32: a Python float is a weak scalar; float64 by the double).
+ * Called without the GIL. */
+static int batch_run(const struct batch *b, MPI_Datatype dtype, MPI_Op op, MPI_Comm data,
+                     const char **failed)
+{
+    unsigned char *base = (unsigned char *)b->buf.buf;
+    for (Py_ssize_t i = 0; i < b->n; i++)
+        memcpy(base + b->place[2 * i], b->views[i].buf, (size_t)b->views[i].len);
+    for (Py_ssize_t i = 0; i < b->ngaps; i++)
+        memset(base + b->gap[2 * i], 0, (size_t)b->gap[2 * i + 1]);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, base, (int)b->count, dtype, op, data);
+    if (rc != MPI_SUCCESS) {
+        *failed = "MPI_Allreduce";
+        return rc;
+    }
+    for (Py_ssize_t i = 0; i < b->n; i++) {
+        const unsigned char *from = base + b->place[2 * i];
+        const Py_ssize_t len = b->views[i].len;
+        if (b->scale == 0) {
+            memcpy(b->views[i].buf, from, (size_t)len);
+        } else if (b->scale == 1) {
+            const float f = (float)b->post;
+            const float *x = (const float *)from;
+            float *y = (float *)b->views[i].buf;
+            for (Py_ssize_t k = 0; k < len / (Py_ssize_t)sizeof(float); k++)
+                y[k] = x[k] * f;
+        } else {
+            const double d = b->post;
+            const double *x = (const double *)from;
+            double *y = (double *)b->views[i].buf;
+            for (Py_ssize_t k = 0; k < len / (Py_ssize_t)sizeof(double); k++)
+                y[k] = x[k] * d;
+        }
+    }
+    return rc;
+}
+
+PyDoc_STRVAR(steady_batch_doc,
+"steady_batch(rounds, send, recv, tail, spin_ns, data, dtype, op, lists, lists_done, arrays,\n"
+"             places, gaps, buf, count, scale, post)\n"
+"\n"
+"The round of :func:`steady` for a fused allreduce of several tensors reduced in place; when\n"
+"it lets the data run, :func:`batch_data` with the last seven arguments. The first eight\n"
+"arguments are constants of one batch. Returns what steady() returns; the arrays are\n"
+"untouched unless it returns 0.");
+
+static PyObject *steady_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 17) {
+        PyErr_Format(PyExc_TypeError, "steady_batch() takes 17 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    MPI_Comm rounds = AS_HANDLE(MPI_Comm, args[0]);
+    long long spin_ns = PyLong_AsLongLong(args[4]);
+    MPI_Comm data = AS_HANDLE(MPI_Comm, args[5]);
+    MPI_Datatype dtype = AS_HANDLE(MPI_Datatype, args[6]);
+    MPI_Op op = AS_HANDLE(MPI_Op, args[7]);
+    unsigned long long lists = PyLong_AsUnsignedLongLong(args[8]);
+    unsigned long long lists_done = PyLong_AsUnsignedLongLong(args[9]);
+    if (PyErr_Occurred())
+        return NULL;
+
+    PyObject *result = NULL;
+    Py_buffer send, recv, tail;
+    struct batch b;
+    if (batch_open(&b, args + 10, dtype) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &send, PyBUF_WRITABLE) < 0)
+        goto release_batch;
+    if (PyObject_GetBuffer(args[2], &recv, PyBUF_WRITABLE) < 0)
+        goto release_send;
+    if (PyObject_GetBuffer(args[3], &tail, PyBUF_SIMPLE) < 0)
+        goto release_recv;
+    if (send.len != recv.len || send.len < 16 || send.len % 8 != 0
+            || tail.len != send.len - 16) {
+        PyErr_SetString(PyExc_ValueError, "steady_batch(): round buffers of mismatched sizes");
+        goto release_tail;
+    }
+
+    unsigned char *sbytes = (unsigned char *)send.buf;
+    pack_round(sbytes, lists, &tail);
+    int rc, status = DONE;
+    const char *failed = NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_round(rounds, sbytes, (const unsigned char *)recv.buf, send.len, spin_ns,
+                   lists_done, &req, &status, &failed);
+    if (rc == MPI_SUCCESS && status == DONE)
+        rc = batch_run(&b, dtype, op, data, &failed);
+    Py_END_ALLOW_THREADS
+    result = outcome(rc, failed, status, req);
+
+release_tail:
+    PyBuffer_Release(&tail);
+release_recv:
+    PyBuffer_Release(&recv);
+release_send:
+    PyBuffer_Release(&send);
+release_batch:
+    batch_close(&b);
+    return result;
+}
+
+PyDoc_STRVAR(batch_data_doc,
+"batch_data(data, dtype, op, arrays, places, gaps, buf, count, scale, post)\n"
+"\n"
+"The data part of a fused in-place allreduce of several tensors, once its round let it run:\n"
+"copy each of ``arrays`` into ``buf`` at its place (``places``: native int64 pairs, byte\n"
+"offset and byte length, one per array), zero the ``gaps`` (int64 pairs, byte offset and\n"
+"length), allreduce ``count`` elements of ``buf`` in place on communicator ``data``, and copy\n"
+"each array's part back, multiplied by ``post`` when ``scale`` is 1 (float32) or 2\n"
+"(float64); 0 copies. Returns None; raises MPIError when the MPI call fails.");
+
+static PyObject *batch_data(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "batch_data() takes 10 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    MPI_Comm data = AS_HANDLE(MPI_Comm, args[0]);
+    MPI_Datatype dtype = AS_HANDLE(MPI_Datatype, args[1]);
+    MPI_Op op = AS_HANDLE(MPI_Op, args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    struct batch b;
+    if (batch_open(&b, args + 3, dtype) < 0)
+        return NULL;
+    int rc;
+    const char *failed = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = batch_run(&b, dtype, op, data, &failed);
+    Py_END_ALLOW_THREADS
+    batch_close(&b);
+    if (failed != NULL)
+        return raise_mpi(rc, failed);
+    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(usable_doc,
@@ -195,6 +470,9 @@ static PyObject *usable(PyObject *self, PyObject *noargs)
 
 static PyMethodDef methods[] = {
     {"steady", (PyCFunction)(void (*)(void))steady, METH_FASTCALL, steady_doc},
+    {"steady_batch", (PyCFunction)(void (*)(void))steady_batch, METH_FASTCALL,
+     steady_batch_doc},
+    {"batch_data", (PyCFunction)(void (*)(void))batch_data, METH_FASTCALL, batch_data_doc},
     {"usable", usable, METH_NOARGS, usable_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -55,6 +55,9 @@ class ResponseCache:
         self._matched: list[Meta | None] = []
         # fused responses of recurring sets of ready ids (a training loop's step)
         self._fused: dict[tuple[tuple[int, ...], int], list[Response]] = {}
+        #: Changes whenever a live id is dropped or the cache is switched off or on: what a
+        #: caller that kept ids and their fused response checks to know they still hold.
+        self.generation = 0
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -105,16 +108,19 @@ class ResponseCache:
             self._single[cid] = None
             self._matched[cid] = None
             self._fused.clear()
+            self.generation += 1
             if self._ids.get(meta.name) == cid:
                 del self._ids[meta.name]
 
     def disable(self) -> None:
         """Stop caching (a rank joined): every allreduce goes through the coordinator."""
         self.enabled = False
+        self.generation += 1
 
     def enable(self) -> None:
         """Resume caching (the join finished)."""
         self.enabled = self.capacity > 0
+        self.generation += 1
 
     def current(self, cid: int, meta: Meta, resp: Response) -> bool:
         """True while ``meta`` is the request :meth:`lookup` last matched to live id ``cid``

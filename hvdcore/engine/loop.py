@@ -94,6 +94,9 @@ class Engine:
         #: The same for an asynchronous call (:meth:`RoundScheduler.steady_start`; used with
         #: caller progress only, where no engine thread would run it sooner).
         self.steady_start: Callable[[Meta, Any, Any], Any] = self.rounds.steady_start
+        #: A recurring batch of in-place host allreduces (a training step's gradients) in one
+        #: call (:meth:`RoundScheduler.steady_batch`; see :func:`requests.batch_steady`).
+        self.steady_batch: Callable[..., Any] = self.rounds.steady_batch
         self.lone = LoneCalls()  # when an async call may take it (requests.allreduce_async)
         # The blocking-call entry points are the Progress methods themselves (no extra call
         # layer on the hot path); see Progress for what each does.

@@ -25,8 +25,8 @@ from hvdcore.engine.executor import Request, first, one_request
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import DATA_KINDS, Meta
 
-__all__ = ["first", "submit", "submit_control", "single", "allreduce", "wait", "blocking",
-           "poll", "check_names", "reject"]
+__all__ = ["first", "submit", "submit_control", "single", "allreduce", "batch_steady", "wait",
+           "blocking", "poll", "check_names", "reject"]
 
 Item = tuple[Meta, Any, "np.ndarray | None"]
 """(meta, input buffer or None for control requests, caller's output array or None)."""
@@ -163,6 +163,32 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
     finally:
         engine.end_drive()
     return handle.wait()
+
+
+def batch_steady(engine: Any, metas: list[Meta], arrays: Sequence[Any],
+                 description: str) -> Handle | None:
+    """A batch of in-place allreduces (``arrays[i]`` under ``metas[i]``, the API layer's
+    remembered checks) through the engine's steady path for batches
+    (:meth:`~hvdcore.engine.rounds.RoundScheduler.steady_batch`): a finished handle (the
+    arrays hold the results); or the handle of its requests, pending hits of the round, when a
+    peer has not offered them yet; or None, nothing done (submit them as usual). Its
+    ``synchronize`` returns the list of arrays, as :func:`submit`'s with ``list`` does."""
+
+    def make() -> list[Request]:
+        handle = Handle(len(metas), list, description)
+        return [Request(meta, arr, arr, handle, i)
+                for i, (meta, arr) in enumerate(zip(metas, arrays, strict=True))]
+
+    got = engine.steady_batch(metas, arrays, make)
+    if got is None:
+        return None
+    if got is True:
+        return Handle.finished(list(arrays), description)
+    names, ref = engine.names, weakref.ref(got)
+    for meta in metas:  # (the engine was idle: none of these names was in use)
+        if "#" not in meta.name:
+            names[(meta.set_id, meta.name)] = ref
+    return got
 
 
 def allreduce_async(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> Handle:

@@ -22,6 +22,7 @@ from hvdcore.engine.cache import FLAG_JOINING, HIT, STALE, ResponseCache, RoundV
 from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.dispatch import Dispatcher
 from hvdcore.engine.executor import Executor, Request, SetState, one_request
+from hvdcore.engine.fusion import fused_layout
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import ALLREDUCE, JOIN, SHUTDOWN, Meta, Response
 from hvdcore.engine.progress import RunState
@@ -44,6 +45,27 @@ class _Steady:
     dtype: np.dtype
     post: float  # postscale, divided by the set size for an average
     fresh: bool  # results are fresh arrays, not pooled memory (np.empty of the input's shape)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What the steady path keeps about one recurring batch of in-place allreduces (see
+    :meth:`RoundScheduler.steady_batch`)."""
+
+    metas: list[Meta]  # the API layer's checked requests, one per array, in its order
+    cids: list[int]  # their cache ids, in the same order
+    names: list[str]
+    generation: int  # the cache's generation when this was made
+    threshold: int  # the fusion threshold then
+    comm: Any  # the data communicator (the backend's direct call must still be on it)
+    call: Callable[..., Any]  # SteadyCalls.bind_batch's call
+    data: Callable[..., Any]  # its data part (SteadyCalls.bind_batch_data)
+    rdtype: np.dtype  # the fusion buffer's dtype
+    total: int  # elements reduced
+    places: np.ndarray  # (byte offset, byte length) of each array in the fusion buffer
+    gaps: np.ndarray  # (byte offset, byte length) of the padding between them
+    scale: int  # 0: results copied back; 1 / 2: multiplied by post as float32 / float64
+    post: float
 
 
 class RoundScheduler:
@@ -92,6 +114,11 @@ class RoundScheduler:
         self.steady = calls(_ROUND_SPIN_S, getattr(cfg, "hotpath", True)) if calls else None
         self._steady: dict[int, _Steady] = {}
         self._steady_names: dict[str, _Steady] = {}
+        self._batches: dict[int, _Batch | None] = {}  # by id() of the API layer's metas list
+        self._batch_tried: dict[int, tuple[list[Meta], int, int, int]] = {}
+        # A batch whose round was still in flight when steady_batch returned: its arrays
+        # and requests (pending hits), for _execute_round's data call.
+        self._batch_wait: tuple[_Batch, list[Any], list[Request]] | None = None
         self._progress: Any = None
         self._host: Executor | None = None
         self._world: SetState | None = None
@@ -160,6 +187,7 @@ class RoundScheduler:
     def drop_hits(self) -> list[Request]:
         """Forget every waiting hit (for a fatal error); returns their requests."""
         pending = list(self._hits.values())
+        self._batch_wait = None
         self._hits.clear()
         self._hit_since.clear()
         return pending
@@ -235,6 +263,11 @@ class RoundScheduler:
 
     def _execute_round(self, _lists: int, flags: int, ready: list[int],
                        invalid: list[int]) -> None:
+        wait = self._batch_wait
+        if wait is not None and (ready or invalid or flags):
+            self._batch_wait = None
+            if ready and not invalid and not flags and self._batch_data(*wait, ready):
+                ready = []
         if ready:
             coord = self.coordinator
             hits, since = self._hits, self._hit_since
@@ -499,4 +532,176 @@ class RoundScheduler:
         by_name = {req.meta.name: req for req in reqs}
         for resp in self.cache.responses(cids, self.cfg.fusion_threshold):
             executor.allreduce(resp, [by_name[n] for n in resp.names], world)
+        return True
+
+    # -- the steady path of a batch ---------------------------------------------------------
+
+    def steady_batch(self, metas: list[Meta], arrays: list[Any],
+                     make_requests: Callable[[], list[Request]]) -> Any:
+        """A batch of in-place host allreduces (``arrays[i]`` reduced into itself under
+        ``metas[i]``, the API layer's checked requests, the same list object every step) on
+        an idle engine, when every one is a cached tensor and together they are one fused
+        response of the cache: the round offering just them and the fused data call as one
+        call of the control plane (compiled where it can be), the arrays then holding the
+        results. Returns True when done; the handle of ``make_requests()``'s requests, now
+        ordinary hits of the posted round, when a peer has not offered them yet (it never
+        waits for one: drive the handle); None, with nothing done, when the path does not
+        apply. Same round, same fused response, same MPI calls and results as
+        :meth:`fast_queued` (the fusion buffer's gaps are zeroed as the executor's are)."""
+        if self.steady is None:
+            return None
+        progress = self._progress
+        if not progress.begin_drive():
+            return None
+        try:
+            run = self.run
+            host = self._host
+            idle = (not progress.queue and not self.dispatcher.inflight and run.fatal is None
+                    and not run.stopped and host.timeline is None)  # type: ignore[union-attr]
+            if not self._can_skip_queue(idle):
+                return None
+            e = self._batches.get(id(metas))
+            cache = self.cache
+            if (e is None or e.metas is not metas or e.generation != cache.generation
+                    or e.threshold != self.cfg.fusion_threshold or not cache.enabled):
+                e = self._make_batch(metas)
+                if e is None:
+                    return None
+            direct = host.backend.direct_allreduce(  # type: ignore[union-attr]
+                self._world, e.total * e.rdtype.itemsize)
+            if direct is None or direct[0] is not e.comm:
+                return None  # (the hierarchical plane takes this size now: the general path)
+            buf = host._buffer(e.rdtype, e.total)  # type: ignore[union-attr]
+            m = self.posted + 1
+            self._round_hits = e.cids
+            got = e.call(self._lists_before(m) if self.coordinator is not None else 0,
+                         self._lists_executed, arrays, e.places, e.gaps, buf, e.total,
+                         e.scale, e.post)
+            self.posted = m
+            if got == STEADY_DONE:  # every rank offered them, and the data call ran
+                self._rounds_executed += 1
+                coord = self.coordinator
+                if coord is not None and coord.hit_waits:
+                    for name in e.names:
+                        coord.hit_done(name)
+                self.fast_count += 1
+                return True
+            if got == STEADY_NOT_READY:  # the completed round runs in order, these hits
+                assert self._rv is not None
+                self._rounds_ready.append(self._rv.unpack(self._round_recv, e.cids,
+                                                          self._round_send))
+            else:  # (STEADY_PENDING, token): the round is still in flight
+                self._round_req = self.steady.pending(got[1])
+            reqs = make_requests()
+            now = time.perf_counter()
+            for cid, req in zip(e.cids, reqs, strict=True):
+                self._pending_hit(cid, req, now)
+            self._batch_wait = (e, arrays, reqs)
+            return reqs[0].handle
+        finally:
+            progress.end_drive()
+
+    def _make_batch(self, metas: list[Meta]) -> _Batch | None:
+        """The steady path's constants for the batch of ``metas``; None (remembered until the
+        cache changes) when it cannot take it: a tensor not cached, not one fused response,
+        a conversion or prescale, no direct MPI call for it, or a factor on an integer type."""
+        cache, threshold = self.cache, self.cfg.fusion_threshold
+        key = id(metas)
+        tried = self._batch_tried.get(key)
+        state = (len(cache), cache.generation, threshold)
+        if tried is not None and tried[0] is metas and tried[1:] == state:
+            return None
+        self._batches.pop(key, None)
+        e = self._build_batch(metas, threshold)
+        if len(self._batches) >= _STEADY_MAX:
+            self._batches.clear()
+            self._batch_tried.clear()
+        if e is None:
+            self._batch_tried[key] = (metas, *state)
+        else:
+            self._batches[key] = e
+        return e
+
+    def _build_batch(self, metas: list[Meta], threshold: int) -> _Batch | None:
+        host, world, cache = self._host, self._world, self.cache
+        assert self.steady is not None and self._rv is not None and host and world
+        if len(metas) < 2 or not cache.enabled:
+            return None
+        cids: list[int] = []
+        for meta in metas:
+            state, cid = cache.lookup(meta)
+            if state != HIT or meta.device:
+                return None
+            cids.append(cid)
+        if len(set(cids)) != len(cids):
+            return None
+        resps = cache.responses(cids, threshold)
+        if len(resps) != 1:
+            return None
+        resp = resps[0]
+        plan = host.direct_plan(resp, world)
+        direct = getattr(host.backend, "direct_allreduce", None)
+        if plan is None or direct is None:
+            return None
+        dtype, op, post = plan
+        scale = (0 if post == 1.0 else 1 if dtype == np.float32 else 2 if dtype == np.float64
+                 else -1)
+        if scale < 0:
+            return None
+        layout = fused_layout(resp.shapes, dtype.itemsize)
+        if layout.total > _INT32_MAX:
+            return None
+        got = direct(world, layout.total * dtype.itemsize)
+        if got is None:
+            return None
+        comm, ops = got
+        call = self.steady.bind_batch(self._round_send, self._round_recv, self._rv.tail(cids),
+                                      comm, dtype, ops[op])
+        data = self.steady.bind_batch_data(comm, dtype, ops[op])
+        if call is None or data is None:
+            return None
+        size = dtype.itemsize
+        where = {name: j for j, name in enumerate(resp.names)}
+        places = np.array([[layout.offsets[where[m.name]] * size,
+                            layout.counts[where[m.name]] * size] for m in metas], np.int64)
+        gaps = np.array([[(off + n) * size, gap * size] for off, n, gap
+                         in zip(layout.offsets, layout.counts, layout.gaps, strict=True) if gap],
+                        np.int64).reshape(-1, 2)
+        return _Batch(metas, cids, [m.name for m in metas], cache.generation, threshold, comm,
+                      call, data, dtype, layout.total, places, gaps, scale, post)
+
+    def _batch_data(self, e: _Batch, arrays: list[Any], reqs: list[Request],
+                    ready: list[int]) -> bool:
+        """Execute a completed round whose ready ids are exactly the batch ``e`` that
+        steady_batch left pending, through its data call (what executing the cache's fused
+        response would do, in one call). False, nothing done, when anything changed."""
+        if len(ready) != len(e.cids) or set(ready) != set(e.cids):
+            return False
+        hits = self._hits
+        for cid, req in zip(e.cids, reqs, strict=True):
+            if hits.get(cid) is not req:
+                return False
+        cache, host = self.cache, self._host
+        assert host is not None
+        if (not cache.enabled or e.generation != cache.generation
+                or e.threshold != self.cfg.fusion_threshold or host.timeline is not None):
+            return False
+        direct = host.backend.direct_allreduce(self._world, e.total * e.rdtype.itemsize)
+        if direct is None or direct[0] is not e.comm:
+            return False
+        since, inflight = self._hit_since, self.dispatcher.inflight
+        for cid, name in zip(e.cids, e.names, strict=True):
+            del hits[cid]
+            del since[cid]
+            inflight.pop((0, name), None)
+        if self._hit_reported:
+            self._hit_reported.difference_update(ready)
+        coord = self.coordinator
+        if coord is not None and coord.hit_waits:
+            for name in e.names:
+                coord.hit_done(name)
+        e.data(arrays, e.places, e.gaps, host._buffer(e.rdtype, e.total), e.total, e.scale,
+               e.post)
+        for req in reqs:
+            req.handle.set_part(req.part, req.tensor)
         return True
