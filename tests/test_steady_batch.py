@@ -47,3 +47,17 @@ def test_both_batch_implementations_agree_when_called_directly(world_size: int) 
     res = run_mpi(world_size, [program("steady_batch.py"), "direct"], timeout=120)
     lines = _ok(res, world_size, "direct")
     assert all(ln.endswith("direct ok: PythonSteady CompiledSteady") for ln in lines), lines
+
+
+def test_the_degraded_data_path_is_never_bypassed_by_batches() -> None:
+    """FAULTS_DATA_PATH wraps the host backend to make it slower (the ReFrame checks must then
+    FAIL): the batch path must not make the wrapped backend's MPI call itself."""
+    code = ("import numpy as np\nimport hvdcore as hvd\nfrom hvdcore import basics, ops\n"
+            "hvd.init()\nxs = [np.ones(4, np.float32), np.ones(3, np.float32)]\n"
+            "names = ('w', 'b')\n"
+            "for _ in range(50): hvd.synchronize(ops.allreduce_batch_async(xs, names))\n"
+            "print('batches kept', len(basics.state().engine.rounds._batches), xs[0][0])\n"
+            "hvd.shutdown()\n")
+    res = run_mpi(2, ["-c", code], env={"FAULTS_DATA_PATH": "repeat=2"}, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("batches kept 0 1.0") == 2, res.stdout

@@ -13,10 +13,12 @@ on the ``backward_passes_per_step``-th one it starts an asynchronous in-place al
 backward pass. With caller progress (``HVDCORE_PROGRESS``; the default when a rank has one
 CPU) nothing would move before ``step()`` anyway: there the hook only notes the gradient, and
 ``step()`` submits the noted gradients together (:func:`hvdcore.ops.allreduce_batch_async`:
-the same names, requests and results). ``step()`` (or ``synchronize()``) also starts the
-allreduce of every parameter that got no gradient on this rank (a zero gradient, so ranks that did use it are not left waiting
-and the average counts this rank's zero contribution), waits for all of them, and then runs
-the wrapped optimizer's ``step``.
+the same names, requests and results; once the ranks cached them, a step's batch is one call
+of the engine's steady path, round and fused data together: ``RoundScheduler.steady_batch``).
+``step()`` (or ``synchronize()``) also starts the allreduce of every parameter that got no
+gradient on this rank (a zero gradient, so ranks that did use it are not left waiting and the
+average counts this rank's zero contribution), waits for all of them, and then runs the
+wrapped optimizer's ``step``.
 
 At construction every rank checks that all ranks wrap the same parameters (names, shapes,
 dtypes, trainability): a model that differs between ranks is a
