@@ -63,6 +63,31 @@ def test_error_sequence_on_gloo(world_size: int) -> None:
     assert "stalled collectives" not in out
 
 
+THREAD = {**GLOO, "HVDCORE_PROGRESS": "thread"}
+
+
+def test_blocking_calls_on_gloo_with_thread_progress(world_size: int, shared_launch) -> None:
+    """Thread progress (``auto``'s choice where each rank has 2+ CPUs: GPU nodes), where the
+    binding's blocking calls on a torch.distributed plane hold the engine before they submit
+    (``hvdcore.torch.handles.blocking``): the collectives, the optimizer and the errors
+    programs give their in-process references and errors at every world size."""
+    res = shared_launch("torch", world_size, THREAD)
+    for marker in ("torch-collectives", "torch-optimizer", "torch-errors"):
+        ok_lines(res, world_size, marker)
+
+
+def test_error_sequence_on_gloo_with_thread_progress() -> None:
+    """One-rank argument errors and mismatches of blocking calls raised on every rank while
+    the caller holds the engine; the next collective works; shutdown returns."""
+    env = {**THREAD, "HVDCORE_STALL_CHECK_TIME_SECONDS": "10",
+           "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "0", "ROUNDS": "2"}
+    res = run_mpi(3, [program("torch_error_sequence.py")], env=env, timeout=180)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    assert [int(d) for d in re.findall(r"SEQUENCE OK (\d+)", res.stdout)] == [24] * 3, out[-4000:]
+    assert "stalled collectives" not in out
+
+
 @pytest.fixture(scope="module")
 def semantics_on_gloo() -> subprocess.CompletedProcess[str]:
     """Every section of tests/programs/torch_semantics.py in one launch of 3 ranks on Gloo."""

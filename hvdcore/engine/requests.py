@@ -148,11 +148,12 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
     names = engine.names
     if names and _pending(names, (meta.set_id, meta.name)) is not None:
         check_names(engine, (meta,))  # raises the duplicate-name error
-    if meta.device or not engine.begin_drive():
+    if not engine.begin_drive():
         return engine.drive(single(engine, meta, arr, out).handle)
     try:
-        got = engine.fast_allreduce(meta, arr, out,
-                                    lambda: single(engine, meta, arr, out, False))
+        # (held before the submission: with thread progress the engine thread is not woken)
+        got = None if meta.device else engine.fast_allreduce(
+            meta, arr, out, lambda: single(engine, meta, arr, out, False))
         if got is None:
             handle = single(engine, meta, arr, out).handle
         elif isinstance(got, Handle):

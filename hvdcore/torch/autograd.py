@@ -28,6 +28,7 @@ import torch
 import hvdcore as _core
 from hvdcore.errors import ArgumentError
 from hvdcore.torch import collectives as C
+from hvdcore.torch.handles import blocking
 
 __all__ = ["AllreduceFn", "GroupedAllreduceFn", "AllgatherFn", "BroadcastFn", "AlltoallFn",
            "ReducescatterFn", "is_root", "gradient_mode", "GRADIENT_MODES"]
@@ -53,7 +54,8 @@ def is_root(root_rank: int, process_set: Any) -> bool:
 
 
 def _reduce(t: torch.Tensor, op: Any, name: str | None, ps: Any) -> torch.Tensor:
-    return C.allreduce_async_impl(t.contiguous(), op, name, 1.0, 1.0, ps, False).wait()
+    return blocking(lambda: C.allreduce_async_impl(t.contiguous(), op, name, 1.0, 1.0, ps,
+                                                   False))
 
 
 class AllreduceFn(torch.autograd.Function):
@@ -77,10 +79,10 @@ class AllreduceFn(torch.autograd.Function):
         z = x.detach() * pre
         gsum = _reduce(grad, _core.Sum, name, ps)
         if op == _core.Product:
-            gathered = C.allgather_async_impl(z.unsqueeze(0), None, ps).wait()
+            gathered = blocking(lambda: C.allgather_async_impl(z.unsqueeze(0), None, ps))
             others = torch.cat([gathered[: ps.rank()], gathered[ps.rank() + 1:]])
             return (gsum * pre * post * torch.prod(others, dim=0), *none)
-        extreme = C.allreduce_async_impl(z, op, None, 1.0, 1.0, ps, False).wait()
+        extreme = blocking(lambda: C.allreduce_async_impl(z, op, None, 1.0, 1.0, ps, False))
         mask = (z == extreme).to(grad.dtype)
         count = _reduce(mask, _core.Sum, None, ps)
         return (gsum * pre * post * mask / count, *none)
@@ -95,15 +97,16 @@ class GroupedAllreduceFn(torch.autograd.Function):
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.op, ctx.name, ctx.pre, ctx.post, ctx.ps = op, name, pre, post, ps
         ctx.shapes = [(t.shape, t.dtype, t.device) for t in tensors]
-        out = C.grouped_allreduce_async_impl(list(tensors), op, name, pre, post, ps, False).wait()
+        out = blocking(lambda: C.grouped_allreduce_async_impl(list(tensors), op, name, pre,
+                                                              post, ps, False))
         return tuple(out)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
         filled = [torch.zeros(s, dtype=d, device=dev) if g is None else g.contiguous()
                   for g, (s, d, dev) in zip(grads, ctx.shapes, strict=True)]
-        out = C.grouped_allreduce_async_impl(filled, ctx.op, _grad_name(ctx.name), ctx.pre,
-                                             ctx.post, ctx.ps, False).wait()
+        out = blocking(lambda: C.grouped_allreduce_async_impl(
+            filled, ctx.op, _grad_name(ctx.name), ctx.pre, ctx.post, ctx.ps, False))
         return (None, None, None, None, None, *out)
 
 
@@ -114,15 +117,15 @@ class AllgatherFn(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, name: str | None, ps: Any,
                 exact: bool = False) -> torch.Tensor:
         ctx.name, ctx.ps, ctx.shape, ctx.exact = name, ps, tensor.shape, exact
-        return C.allgather_async_impl(tensor, name, ps).wait()
+        return blocking(lambda: C.allgather_async_impl(tensor, name, ps))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         rows = ctx.shape[0] if len(ctx.shape) else 1
         op = _core.Sum if ctx.exact else _core.Average
         reduced = _reduce(grad, op, _grad_name(ctx.name), ctx.ps)
-        sizes = C.allgather_async_impl(torch.tensor([rows], dtype=torch.int64), None,
-                                       ctx.ps).wait()
+        sizes = blocking(lambda: C.allgather_async_impl(
+            torch.tensor([rows], dtype=torch.int64), None, ctx.ps))
         offset = int(sizes[: ctx.ps.rank()].sum())
         return reduced.narrow(0, offset, rows).reshape(ctx.shape), None, None, None
 
@@ -134,7 +137,7 @@ class BroadcastFn(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, root_rank: int, name: str | None,
                 ps: Any, exact: bool = False) -> torch.Tensor:
         ctx.root, ctx.name, ctx.ps, ctx.exact = root_rank, name, ps, exact
-        return C.broadcast_async_impl(tensor, root_rank, name, ps, False).wait()
+        return blocking(lambda: C.broadcast_async_impl(tensor, root_rank, name, ps, False))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -153,7 +156,7 @@ class AlltoallFn(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, splits: Any, name: str | None,
                 ps: Any) -> Any:
         ctx.name, ctx.ps = name, ps
-        out, received = C.alltoall_async_impl(tensor, splits, name, ps).wait()
+        out, received = blocking(lambda: C.alltoall_async_impl(tensor, splits, name, ps))
         ctx.received = received
         if splits is None:
             return out
@@ -162,8 +165,8 @@ class AlltoallFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor, *_unused: Any) -> tuple[Any, ...]:
-        back, _ = C.alltoall_async_impl(grad.contiguous(), ctx.received, _grad_name(ctx.name),
-                                        ctx.ps).wait()
+        back, _ = blocking(lambda: C.alltoall_async_impl(
+            grad.contiguous(), ctx.received, _grad_name(ctx.name), ctx.ps))
         return back, None, None, None
 
 
@@ -174,14 +177,15 @@ class ReducescatterFn(torch.autograd.Function):
     def forward(ctx: Any, tensor: torch.Tensor, op: Any, name: str | None, ps: Any, pre: float,
                 post: float, exact: bool = False) -> torch.Tensor:
         ctx.op, ctx.name, ctx.ps, ctx.pre, ctx.post, ctx.exact = op, name, ps, pre, post, exact
-        return C.reducescatter_async_impl(tensor, op, name, ps, pre, post).wait()
+        return blocking(lambda: C.reducescatter_async_impl(tensor, op, name, ps, pre, post))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         if ctx.op not in (_core.Sum, _core.Average):
             raise ArgumentError("the gradient of reducescatter is defined for Sum and Average, "
                                 f"not {ctx.op.name.capitalize()}")
-        gathered = C.allgather_async_impl(grad.contiguous(), _grad_name(ctx.name), ctx.ps).wait()
+        gathered = blocking(lambda: C.allgather_async_impl(grad.contiguous(),
+                                                           _grad_name(ctx.name), ctx.ps))
         n = ctx.ps.size()
         if ctx.exact:
             scale = 1.0 / n if ctx.op == _core.Average else 1.0

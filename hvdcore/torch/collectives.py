@@ -22,7 +22,7 @@ from hvdcore.ops import allreduce as _core_allreduce
 from hvdcore.ops import allreduce_async as _core_allreduce_async
 from hvdcore.torch import dataplanes
 from hvdcore.torch.backends import TorchBackend
-from hvdcore.torch.handles import CoreResult, Handle
+from hvdcore.torch.handles import CoreResult, Handle, blocking
 from hvdcore.torch.tensors import (
     CORE_DTYPES,
     HostBuffer,
@@ -157,8 +157,8 @@ def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
     check_tensor(tensor, "allreduce")
     arr = inplace_host_array(tensor)
     if arr is None:
-        return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
-                                    process_set, True).wait()
+        return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
+                                                     postscale_factor, process_set, True))
     _core_allreduce(arr, None, name, op, prescale_factor, postscale_factor, process_set, arr)
     return tensor
 
@@ -209,8 +209,8 @@ def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_fac
     if arr is not None:
         return reduced_view(arr, op, name, prescale_factor, postscale_factor, process_set)
     if not tensor.is_cpu or dataplanes.plane_for(tensor) is not None:
-        return allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
-                                    process_set, False).wait()
+        return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
+                                                     postscale_factor, process_set, False))
     buf = reduce_buffer(tensor, op.name)
     raw = _core.allreduce(buf.array(), name=name, op=op, prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, process_set=process_set)

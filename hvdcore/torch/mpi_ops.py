@@ -50,7 +50,7 @@ from hvdcore.torch.autograd import (
     gradient_mode,
 )
 from hvdcore.torch.compression import Compression, Compressor
-from hvdcore.torch.handles import Handle
+from hvdcore.torch.handles import Handle, blocking
 
 __all__ = [
     "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
@@ -180,8 +180,9 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = N
                        postscale_factor: float = 1.0,
                        process_set: Any = _GLOBAL) -> list[torch.Tensor]:
     """Grouped allreduce in place; returns the input tensors holding the results."""
-    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                    postscale_factor, process_set).wait()
+    return blocking(lambda: grouped_allreduce_async_(tensors, average, name, op,
+                                                     prescale_factor, postscale_factor,
+                                                     process_set))
 
 
 @rejecting(ALLREDUCE, grouped=True)
@@ -234,7 +235,7 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
     if any(t.requires_grad for t in tensors):
         return [AllgatherFn.apply(t, None if name is None else f"{name}.{i}", process_set, exact)
                 for i, t in enumerate(tensors)]
-    return C.grouped_allgather_async_impl(tensors, name, process_set).wait()
+    return blocking(lambda: C.grouped_allgather_async_impl(tensors, name, process_set))
 
 
 @rejecting(ALLGATHER, grouped=True)
@@ -266,7 +267,7 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = Non
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: Any = _GLOBAL) -> torch.Tensor:
     """Broadcast in place: ``tensor`` receives ``root_rank``'s values."""
-    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+    return blocking(lambda: broadcast_async_(tensor, root_rank, name, process_set))
 
 
 @rejecting(BROADCAST)
@@ -341,8 +342,8 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = No
                                       process_set, prescale_factor, postscale_factor, exact)
                 for i, (t, _) in enumerate(pairs)]
     else:
-        outs = C.grouped_reducescatter_async_impl([t for t, _ in pairs], op, name, process_set,
-                                                  prescale_factor, postscale_factor).wait()
+        outs = blocking(lambda: C.grouped_reducescatter_async_impl(
+            [t for t, _ in pairs], op, name, process_set, prescale_factor, postscale_factor))
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs, strict=True)]
 
 
