@@ -142,19 +142,18 @@ class Engine:
         reqs = progress.take_for(handle)
         if reqs is None:
             return False
-        if len(reqs) == 1:
+        if len(reqs) == 1 and not reqs[0].meta.device:
             req = reqs[0]
-            if not req.meta.device:
-                # With the queue empty, fast_allreduce's own checks decide (idle engine, a hit).
-                got = self.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
-                if got is not None:
-                    if not isinstance(got, Handle):
-                        req.handle.set_part(0, got)
-                    return True
-        else:
+            # With the queue empty, fast_allreduce's own checks decide (idle engine, a hit).
+            got = self.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
+            if got is not None:
+                if not isinstance(got, Handle):
+                    req.handle.set_part(0, got)
+                return True
+        else:  # several requests, or a data plane's tensor (each response on its plane)
             run = self.run
             idle = not self.dispatcher.inflight and run.fatal is None and not run.stopped
-            if self.rounds.fast_queued(reqs, idle, self.executor, self.sets[0]):
+            if self.rounds.fast_queued(reqs, idle, self.dispatcher.executors, self.sets[0]):
                 return True
         progress.requeue(reqs)
         return False

@@ -503,20 +503,21 @@ class RoundScheduler:
         self._pending_hit(cid, request, time.perf_counter())
         return request.handle
 
-    def fast_queued(self, reqs: list[Request], idle: bool, executor: Executor,
+    def fast_queued(self, reqs: list[Request], idle: bool, executors: dict[str, Executor],
                     world: SetState) -> bool:
-        """Several queued host allreduces of cached tensors on an idle engine (a step's
-        gradients, a grouped call, async calls then synchronize), without the cycle: one
-        round offering just them, then their fused responses. False (nothing done) when
-        the path does not apply; True when the requests were executed or became ordinary
-        hits of the round (drive them)."""
+        """Queued allreduces of cached tensors on an idle engine (a step's gradients, a
+        grouped call, async calls then synchronize; a data plane's tensors too: torch on
+        NCCL or Gloo), without the cycle: one round offering just them, then their fused
+        responses, each on its plane's executor (``executors``, by device). False (nothing
+        done) when the path does not apply; True when the requests were executed or became
+        ordinary hits of the round (drive them)."""
         if not self._can_skip_queue(idle):
             return False
         cids: list[int] = []
         lookup = self.cache.lookup
         for req in reqs:
             meta = req.meta
-            if meta.kind != ALLREDUCE or meta.device:
+            if meta.kind != ALLREDUCE or (meta.device and meta.device not in executors):
                 return False
             state, cid = lookup(meta)
             if state != HIT:
@@ -531,7 +532,7 @@ class RoundScheduler:
             return True
         by_name = {req.meta.name: req for req in reqs}
         for resp in self.cache.responses(cids, self.cfg.fusion_threshold):
-            executor.allreduce(resp, [by_name[n] for n in resp.names], world)
+            executors[resp.device].allreduce(resp, [by_name[n] for n in resp.names], world)
         return True
 
     # -- the steady path of a batch ---------------------------------------------------------
