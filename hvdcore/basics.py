@@ -200,7 +200,7 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
             registry[sid] = ps
         host_plane = _host_plane(cfg, world, rank)
         backend = wrap_from_env(host_plane, os.environ, rank)
-        plane = MPIControlPlane(world, rounds=size > 1 and cfg.cache_capacity > 0)
+        plane = MPIControlPlane(world, rounds=cfg.cache_capacity > 0)
         engine = Engine(plane, cfg, backend, sets,
                         caller_progress=_caller_progress(cfg.progress, local_size))
         _state = ProcessState(cfg, world, rank, size, local_rank, local_size, cross_rank,

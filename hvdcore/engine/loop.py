@@ -76,7 +76,7 @@ class Engine:
                 stall_disabled=cfg.stall_check_disable,
             )
         self.coordinator = coordinator
-        capacity = cfg.cache_capacity if self.size > 1 else 0
+        capacity = cfg.cache_capacity
         self.cache = ResponseCache(capacity)
         self.executor = Executor(backend, self.rank)
         self.control = ControlChannel(plane, coordinator)
