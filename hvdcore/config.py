@@ -154,6 +154,17 @@ KNOBS: tuple[Knob, ...] = (
          "without a caller: no CPU or GIL taken from the training thread), or auto (thread "
          "when this rank has at least 2 CPUs of its own, else caller).",
          cli_flag="--progress", choices=("auto", "thread", "caller")),
+    Knob("ASYNC_INLINE_BYTES", "int (bytes)", 64 * 1024,
+         "With thread progress: an asynchronous allreduce of a cached host tensor of at most "
+         "this size, submitted right after the async calls before it were each synchronized "
+         "(allreduce_async then synchronize, again and again), runs on the calling thread "
+         "at once when every rank offers it, instead of waking the engine thread: that "
+         "hand-off (a futex wake-up and GIL transfers each way) costs more than such a call. "
+         "The call then does not overlap the caller's work (tens of microseconds at these "
+         "sizes); a peer that is not there yet leaves it pending for the engine thread. 0: "
+         "every asynchronous call goes to the engine thread. With caller progress every such "
+         "call runs at once (no thread would run it sooner).",
+         parse=_parse_nonneg_int),
     Knob("STALL_CHECK_DISABLE", "bool", False,
          "Disable the stall check (warnings and shutdown).",
          horovod_alias=True, cli_flag="--no-stall-check", parse=_parse_bool),

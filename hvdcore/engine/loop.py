@@ -91,9 +91,12 @@ class Engine:
         #: call (:meth:`RoundScheduler.steady_allreduce`): the result, or None when it does
         #: not apply (then take :meth:`fast_allreduce` or the queue).
         self.steady_allreduce: Callable[[Meta, Any, Any], Any] = self.rounds.steady_allreduce
-        #: The same for an asynchronous call (:meth:`RoundScheduler.steady_start`; used with
-        #: caller progress only, where no engine thread would run it sooner).
+        #: The same for an asynchronous call (:meth:`RoundScheduler.steady_start`), for
+        #: tensors of at most ``inline_async_bytes`` (HVDCORE_ASYNC_INLINE_BYTES; any size
+        #: with caller progress, where no engine thread would run it sooner).
         self.steady_start: Callable[[Meta, Any, Any], Any] = self.rounds.steady_start
+        self.inline_async_bytes: int = (sys.maxsize if caller_progress
+                                        else cfg.async_inline_bytes)
         #: A recurring batch of in-place host allreduces (a training step's gradients) in one
         #: call (:meth:`RoundScheduler.steady_batch`; see :func:`requests.batch_steady`).
         self.steady_batch: Callable[..., Any] = self.rounds.steady_batch

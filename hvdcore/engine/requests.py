@@ -193,13 +193,16 @@ def batch_steady(engine: Any, metas: list[Meta], arrays: Sequence[Any],
 
 
 def allreduce_async(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> Handle:
-    """Start an allreduce. With caller progress (no engine thread runs requests before a
-    caller drives the engine), when the calls before it were each waited for before the next
-    (:class:`~hvdcore.engine.lone.LoneCalls`: queued calls get fused), a tensor whose
+    """Start an allreduce. When the calls before it were each waited for before the next
+    (:class:`~hvdcore.engine.lone.LoneCalls`: queued calls get fused) and it is no larger
+    than ``engine.inline_async_bytes`` (any size with caller progress, where no engine thread
+    runs requests before a caller drives the engine; HVDCORE_ASYNC_INLINE_BYTES with thread
+    progress, where waking the engine thread costs more than a small call), a tensor whose
     blocking call would take the steady path takes it now, if every rank offers it at once:
     the handle is then already done; or its request is a pending hit of the round, which
-    ``synchronize`` drives. It never waits for a peer. Otherwise the request is enqueued."""
-    if engine.caller_progress and not meta.device:
+    ``synchronize`` (or the engine thread) drives. It never waits for a peer. Otherwise the
+    request is enqueued."""
+    if not meta.device and arr.nbytes <= engine.inline_async_bytes:
         lone = engine.lone
         got = engine.steady_start(meta, arr, out) if lone.submitting() else None
         if type(got) is Handle:
