@@ -202,9 +202,10 @@ def allreduce_async(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | 
     the handle is then already done; or its request is a pending hit of the round, which
     ``synchronize`` (or the engine thread) drives. It never waits for a peer. Otherwise the
     request is enqueued."""
-    if not meta.device and arr.nbytes <= engine.inline_async_bytes:
-        lone = engine.lone
-        got = engine.steady_start(meta, arr, out) if lone.submitting() else None
+    if not meta.device:
+        lone = engine.lone  # (every host call counts for the pattern, whatever its size)
+        got = (engine.steady_start(meta, arr, out)
+               if lone.submitting() and arr.nbytes <= engine.inline_async_bytes else None)
         if type(got) is Handle:
             _track_name(engine, meta, got)
         elif got is not None:
