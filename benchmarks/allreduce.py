@@ -30,7 +30,10 @@ Tables (rank 0 prints them as each part finishes):
    avoid (the response cache's round, a non-blocking bitwise-or allreduce of 272 bytes at
    the default cache capacity, polled to completion, then the data's ``Allreduce``), in raw
    mpi4py: no hvdcore path can beat it, and the ``floor at`` lines say how far above it the
-   NumPy call lands. Every peer that only reads its input reads the same array (the torch
+   NumPy call lands. With the torch rows comes ``torch floor: NumPy call``,
+   ``torch.from_numpy(hvd.allreduce(t.numpy()))``: the least a torch binding over the NumPy
+   call does for a new tensor; the ``torch floor at`` lines read the torch calls against it
+   (what the two views cost, and what the binding adds on top). Every peer that only reads its input reads the same array (the torch
    peers a tensor made from it with ``torch.from_numpy``): at sizes near the last-level cache
    a peer on an input of its own, touched by it alone, would find it evicted by the others
    and pay memory's speed where the rest read cache (1.3-1.5x raw's time at 1 MiB, for no
@@ -114,6 +117,12 @@ FLOOR = "floor: round + data"
 """Table 1's floor row: the two MPI calls a cached blocking hvdcore call makes, in raw mpi4py
 (a non-blocking bitwise-or allreduce of the cache round's vector, polled to completion, then
 the data's ``Allreduce``), with none of hvdcore's Python around them."""
+TORCH_FLOOR = "torch floor: NumPy call"
+"""Table 1's torch floor row (when torch tensors take MPI): the least any torch binding over
+hvdcore's NumPy call does for a new tensor, ``torch.from_numpy(hvd.allreduce(t.numpy()))``,
+without the binding's checks, autograd test or handle: the torch rows read against it."""
+TORCH_ROWS = ("torch allreduce(t)", "torch allreduce_(t)", "torch async+sync")
+"""Table 1's rows of the torch binding's calls (when torch tensors take MPI)."""
 CPU_SIZES = "4KiB,64KiB,1MiB,16MiB,64MiB"
 GPU_SIZES = "1MiB,4MiB,16MiB,64MiB,256MiB,1GiB"
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": MIB, "GIB": 1 << 30}
@@ -290,6 +299,7 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
                 buf, op=hvd.Sum, name=f"bench.hout.{size}", out=hout))
         if torch_peers is not None:
             peers.update({k: on(False, fn) for k, fn in torch_peers(nbytes, size, buf).items()})
+            peers[TORCH_FLOOR] = on(False, torch_floor(buf, size))
         reps = reps_for(args, nbytes)
         if plane is not None:  # the step split covers timed calls only, not first touches
             for fn in peers.values():
@@ -319,6 +329,16 @@ def host_table(args: argparse.Namespace, comm: MPI.Comm, rep: Report, torch_peer
         plane.enabled_allreduce = False  # table 3 is flat (Horovod's default) but its hier row
     rep.doc["allreduce"] = rows
     host_targets(rep, rows, n)
+
+
+def torch_floor(buf: np.ndarray, size: str) -> Callable[[], object]:
+    """The :data:`TORCH_FLOOR` peer for one size: a view of ``buf`` (the raw peers' input) in,
+    a new tensor out, through the NumPy call and the two views."""
+    import torch
+
+    t = torch.from_numpy(buf)
+    return lambda: torch.from_numpy(hvd.allreduce(t.numpy(), op=hvd.Sum,
+                                                  name=f"bench.tfloor.{size}"))
 
 
 def check_results(rep: Report, size: str, peers: dict[str, Callable[[], object]],
@@ -445,7 +465,7 @@ def host_targets(rep: Report, rows: list[dict], n: int) -> None:
         return (max(vals) if key == "ratio_to_mpi4py" else min(vals)) if vals else None
 
     flat = ("hvdcore allreduce(x)", "hvdcore out=")
-    torch = ("torch allreduce(t)", "torch allreduce_(t)", "torch async+sync")
+    torch = TORCH_ROWS
     goals = [
         ("flat busbw >= 1.00x raw at >= 1 MiB", flat, lambda r: r["bytes"] >= MIB,
          "busbw_ratio_to_raw", 1.0),
@@ -487,6 +507,18 @@ def floor_lines(rep: Report, rows: list[dict]) -> None:
                                 "numpy_minus_floor_us": new - floor}
         rep.say(f"floor at {label(nbytes)}: round + data take {floor / raw:.2f}x raw's time; "
                 f"hvd.allreduce(x) takes {new / floor:.2f}x the floor ({new - floor:+.1f} us)")
+        tfloor = by.get((nbytes, TORCH_FLOOR))
+        calls = {p: by[(nbytes, p)] for p in TORCH_ROWS if (nbytes, p) in by}
+        if tfloor is not None and calls:
+            found[label(nbytes)].update(
+                torch_floor_vs_raw=tfloor / raw, torch_floor_minus_numpy_us=tfloor - new,
+                torch_vs_torch_floor={p: t / tfloor for p, t in calls.items()})
+            spread = ", ".join(f"{p.removeprefix('torch ')} {t / tfloor:.2f}x"
+                               for p, t in calls.items())
+            rep.say(f"torch floor at {label(nbytes)}: the NumPy call with t.numpy() and "
+                    f"torch.from_numpy takes {tfloor / raw:.2f}x raw's time "
+                    f"({tfloor - new:+.1f} us over the NumPy call); the torch calls take "
+                    f"{spread} of it")
     rep.doc.setdefault("targets", {})["floor"] = found
 
 

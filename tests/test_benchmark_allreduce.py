@@ -42,10 +42,11 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert {r["peer"] for r in doc["allreduce"]} == {
         "mpi4py", "mpi4py again", "mpi4py in place", "floor: round + data",
         "hvdcore allreduce(x)", "hvdcore out=", "hier allreduce(x)", "hier out=",
-        "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync"}
+        "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync",
+        "torch floor: NumPy call"}
     assert {r["size"] for r in doc["allreduce"]} == {"4 KiB", "64 KiB", "1 MiB"}
     # every peer computed what raw mpi4py did (the torch calls read the raw peers' input)
-    assert doc["results"] == {s: {"peers": 11, "mismatched": []}
+    assert doc["results"] == {s: {"peers": 12, "mismatched": []}
                               for s in ("4 KiB", "64 KiB", "1 MiB")}, doc["results"]
     assert "every peer computed raw mpi4py's result, every size" in proc.stdout
     # the hierarchical plane's step split, for the size its shared-memory path takes
@@ -80,6 +81,10 @@ def test_quick_run_at_two_ranks(tmp_path: Path) -> None:
     assert set(floor) == {"4 KiB", "64 KiB", "1 MiB"}, floor
     assert all(v["floor_vs_raw"] > 0 and v["numpy_vs_floor"] > 0 for v in floor.values())
     assert "floor at 4 KiB: round + data take" in proc.stdout
+    # the torch floor (the NumPy call and the two views) per size, each torch call against it
+    assert all(v["torch_floor_vs_raw"] > 0 and set(v["torch_vs_torch_floor"]) == {
+        "torch allreduce(t)", "torch allreduce_(t)", "torch async+sync"} for v in floor.values())
+    assert "torch floor at 4 KiB: the NumPy call with t.numpy() and torch.from_numpy" in proc.stdout
     if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
         assert {"busbw", "overhead", "batch_ms"} <= set(doc["gpu"]), doc["gpu"]
     else:  # no GPU, or one GPU for 2 ranks: the GPU tables say why they were skipped
