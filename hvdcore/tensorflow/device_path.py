@@ -31,6 +31,7 @@ __all__ = ["init", "shutdown", "path", "to_core", "to_tf", "active"]
 
 _PLANES: Any = None  # hvdcore.torch.dataplanes once the torch planes are up
 _WHY = "not initialised"
+_DECIDED_FOR: Any = None  # the engine the path was decided for (a second init() is local)
 
 
 def _local_wish() -> tuple[bool, bool, str]:
@@ -48,11 +49,18 @@ def _local_wish() -> tuple[bool, bool, str]:
 
 
 def init(comm: Any = None, process_sets: Any = None) -> None:
-    """Start hvdcore and, where asked for, the torch data planes for TF tensors (collective)."""
-    global _PLANES, _WHY
+    """Start hvdcore and, where asked for, the torch data planes for TF tensors (collective
+    the first time; on an initialised process a local no-op, as Horovod's ``init()`` is)."""
+    global _PLANES, _WHY, _DECIDED_FOR
     _core.init(comm=comm, process_sets=process_sets)
-    if _PLANES is not None:
+    from hvdcore import basics
+
+    engine = basics.state().engine
+    # Horovod's init() on an initialised process is a local no-op: the vote below is a
+    # collective, so it runs once per engine (one rank's stray second init() must not start it)
+    if _PLANES is not None or _DECIDED_FOR is engine:
         return
+    _DECIDED_FOR = engine
     votes = _core.allgather_object(_local_wish())
     wanted = [w for w, _, _ in votes]
     if not any(wanted):
@@ -71,7 +79,8 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
 
 def shutdown() -> None:
     """Stop hvdcore (and the torch planes :func:`init` started)."""
-    global _PLANES
+    global _PLANES, _DECIDED_FOR
+    _DECIDED_FOR = None
     try:
         _core.shutdown()
     finally:

@@ -48,6 +48,7 @@ _OWN_PG = False
 _GPU_WHY = "not initialised"
 _CPU_WHY = "not initialised"
 _GPU_REFUSED: str | None = None  # why device tensors are refused (ranks share a GPU), else None
+_DECIDED_FOR: Any = None  # the engine the planes were decided for (a second init() is local)
 
 
 def _gpu_local_status(setting: str) -> tuple[bool, str, bool]:
@@ -101,13 +102,16 @@ def _summarise(votes: list[tuple[bool, str]]) -> str:
 def setup() -> None:
     """Decide the planes on every rank together, create the process group, register them.
 
-    Collective (every rank calls it, from ``hvdcore.torch.init()``); a no-op when the planes
-    are already up.
+    Collective (every rank calls it, from ``hvdcore.torch.init()``) the first time after the
+    core's init; a local no-op afterwards (planes up or not), as Horovod's second ``init()`` is.
     """
-    global _CPU, _GPU, _OWN_PG, _GPU_WHY, _CPU_WHY, _GPU_REFUSED
+    global _CPU, _GPU, _OWN_PG, _GPU_WHY, _CPU_WHY, _GPU_REFUSED, _DECIDED_FOR
     engine = _basics.state().engine
-    if _CPU is not None or _GPU is not None:
+    # Horovod's init() on an initialised process is a local no-op: the vote below is a
+    # collective, so it runs once per engine (one rank's stray second init() must not start it)
+    if _DECIDED_FOR is engine or _CPU is not None or _GPU is not None:
         return
+    _DECIDED_FOR = engine
     from hvdcore.config import load
 
     cfg = load()
@@ -185,8 +189,8 @@ def _adopt_user_group(dist: Any, spec: str) -> None:
 
 def shutdown() -> None:
     """Forget the planes (after the engine stopped) and destroy the group hvdcore created."""
-    global _CPU, _GPU, _OWN_PG, _GPU_REFUSED
-    _CPU = _GPU = _GPU_REFUSED = None
+    global _CPU, _GPU, _OWN_PG, _GPU_REFUSED, _DECIDED_FOR
+    _CPU = _GPU = _GPU_REFUSED = _DECIDED_FOR = None
     if _OWN_PG:
         _OWN_PG = False
         rendezvous.destroy()
