@@ -100,7 +100,14 @@ class Backend(Protocol):
         ``like``: the input it is the result of (a backend may match its alignment)."""
 
     def scale_into(self, dst: Any, src: Any, factor: float) -> None:
-        """``dst[...] = src * factor`` in ``dst``'s dtype (integers truncate toward zero)."""
+        """``dst[...] = src * factor``, in Horovod's arithmetic, rounded once into ``dst``.
+
+        Integers scale in float64 and truncate toward zero; float32 and float64 in their own
+        type; float16 in float32 on the host (in float16 with the factor rounded to float16
+        on a GPU, as Horovod's kernels do). A float16 value held in a wider buffer (a
+        float16 reduction run in float32) is rounded to float16 first: Horovod's reduction
+        hands float16 results to the postscale, and a prescaled float16 tensor is float16.
+        """
 
     def fill(self, dst: Any, value: Any) -> None:
         """Set every element of ``dst`` to ``value``."""

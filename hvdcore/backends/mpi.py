@@ -97,11 +97,21 @@ class MPIBackend:
 
     @staticmethod
     def scale_into(dst: np.ndarray, src: np.ndarray, factor: float) -> None:
-        """See :meth:`Backend.scale_into`."""
+        """See :meth:`Backend.scale_into` (Horovod's CPU arithmetic)."""
         if factor == 1.0:
             np.copyto(dst, src, casting="unsafe")
-        else:
-            np.multiply(src, factor, out=dst, casting="unsafe")
+        elif dst.dtype == np.float16 or src.dtype == np.float16:
+            # float16 (or a float32 sum of float16 values): the value as float16, times the
+            # factor in float32, rounded once to float16 (NumPy alone would round the factor
+            # to float16 and multiply in float16)
+            half = src if src.dtype == np.float16 else src.astype(np.float16)
+            scaled = np.multiply(half, np.float32(factor), dtype=np.float32)
+            np.copyto(dst, scaled if dst.dtype == np.float16 else scaled.astype(np.float16),
+                      casting="unsafe")
+        elif dst.dtype.kind == "f":  # float32 in float32, float64 in float64
+            np.multiply(src, dst.dtype.type(factor), out=dst, casting="unsafe")
+        else:  # integers: in float64, truncated toward zero into the dtype
+            np.multiply(src, np.float64(factor), out=dst, casting="unsafe")
 
     @staticmethod
     def fill(dst: np.ndarray, value: Any) -> None:

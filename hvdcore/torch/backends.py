@@ -205,6 +205,13 @@ class TorchBackend:
             if factor == 1.0:
                 if dst is not src:
                     dst.copy_(src)
+            elif torch.float16 in (dst.dtype, src.dtype):
+                half = src if src.dtype == torch.float16 else src.to(torch.float16)
+                if half.is_cuda:  # Horovod's GPU kernels: float16 * float16(factor)
+                    scaled = half * float(np.float16(factor))
+                else:  # Horovod on CPU: in float32, rounded once to float16
+                    scaled = half.to(torch.float32) * float(np.float32(factor))
+                dst.copy_(scaled if dst.dtype == torch.float16 else scaled.to(torch.float16))
             elif dst.is_floating_point():
                 if dst.dtype == src.dtype:
                     torch.mul(src, factor, out=dst)
