@@ -45,6 +45,15 @@ from hvdcore.torch.handles import Handle
 
 __all__ = ["DistributedOptimizer"]
 
+STEP_AFTER_SYNCHRONIZE = (
+    "optimizer.step() called without optimizer.skip_synchronize() context after "
+    "optimizer.synchronize(). The gradients are then reduced a second time, which costs "
+    "time; wrap the step in `with optimizer.skip_synchronize(): optimizer.step()` when you "
+    "call optimizer.synchronize() yourself.")
+"""The warning of ``step()`` after ``synchronize()`` outside ``skip_synchronize()``: its first
+sentence is Horovod's (``horovod/torch/optimizer.py``), so warning filters written for Horovod
+match it."""
+
 
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
@@ -416,12 +425,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 loss = closure()
         if self._should_synchronize:
             if self._synchronized:
-                # Attributed to this module (stacklevel 1) as Horovod's is to its own: Python's
-                # default filter then shows it once per process, however many steps do this.
-                warnings.warn("optimizer.step() called after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(): gradients are reduced twice. Use "
-                              "`with optimizer.skip_synchronize(): optimizer.step()`.",
-                              UserWarning, stacklevel=1)
+                # Warned on every such step, attributed to this module as Horovod's is to its
+                # own, so Python's filters decide what is shown (the default filter: once per
+                # process). The message starts with Horovod's first sentence, so filters
+                # copied from Horovod scripts (message="optimizer.step\(\) called without
+                # ...") match it.
+                warnings.warn(STEP_AFTER_SYNCHRONIZE, UserWarning, stacklevel=1)
             self.synchronize()
         self._synchronized = False
         self.wrapped_optimizer.step()
