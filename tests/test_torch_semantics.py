@@ -57,3 +57,20 @@ def test_optimizer_names_warning_and_sparse(world_size: int, semantics_run: Call
     """allreduce.noname.{i}.{j} names, the step-after-synchronize warning, SparseAdam with
     sparse_as_dense False and True (item 9)."""
     _run(world_size, "optimizer", semantics_run)
+
+
+def test_horovod_parity_init_scaling_warning(world_size: int, semantics_run: Callable) -> None:
+    """Issue 52, items 1, 2 and 8 (section ``parity``; on Gloo in test_torch_gloo.py):
+
+    - a stray second ``init()`` on one rank is local (Horovod: ``HorovodBasics.init`` in
+      horovod/common/basics.py returns when initialised) and the next collectives work;
+    - allreduce, grouped allreduce, reducescatter and grouped reducescatter equal Horovod's
+      CPU arithmetic bit for bit (``AllreduceOp::ScaleBuffer`` / ``ScaleBufferImpl``,
+      horovod/common/ops/collective_operations.{h,cc}: integers in float64, float16 in
+      float32 rounded once; test_torch.py ``test_horovod_allreduce_prescale``, threshold 0,
+      factor 0.1915194503788923), Sum and Average, prescale and postscale;
+    - ``step()`` after ``synchronize()`` warns on every such step with Horovod's message
+      (horovod/torch/optimizer.py ``_DistributedOptimizer.step``), so a Horovod script's
+      ``filterwarnings`` matches it.
+    """
+    _run(world_size, "parity", semantics_run)

@@ -8,7 +8,7 @@ import subprocess
 
 __all__ = ["SECTIONS", "check_section"]
 
-SECTIONS = ["grad", "alltoall", "sparse", "bcast_state", "optimizer"]
+SECTIONS = ["grad", "alltoall", "sparse", "bcast_state", "optimizer", "parity"]
 
 
 def check_section(proc: subprocess.CompletedProcess[str], np: int, section: str) -> None:

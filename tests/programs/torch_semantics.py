@@ -1,12 +1,13 @@
 """Horovod 0.28.1 semantics of hvdcore.torch, the sections named in ``argv[1:]`` in that order
 (``all``: every one), each against a reference computed in this process with plain torch (every
 rank can regenerate every rank's input). Sections: grad, alltoall, sparse, bcast_state,
-optimizer. Each prints one line per rank when it passed; several sections share one launch
+optimizer, parity (issue 52). Each prints one line per rank when it passed; several sections share one launch
 because starting 3 torch ranks costs more than most sections do.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 
@@ -368,8 +369,152 @@ def section_optimizer() -> None:
             check(emb.weight, ref.weight, f"SparseAdam step sad={sparse_as_dense}", 1e-6)
 
 
+# ----------------------------------------------------------------------------- issue 52
+def horovod_reduce(xs: list[torch.Tensor], pre: float = 1.0, post: float = 1.0,
+                   average: bool = False) -> torch.Tensor:
+    """Horovod's CPU allreduce arithmetic on the ranks' tensors ``xs`` (issue 52, item 2).
+
+    Average is a Sum whose postscale is divided by the set size in double (EnqueueTensorAllreduce,
+    horovod/common/operations.cc). AllreduceOp::ScaleBuffer / ScaleBufferImpl
+    (horovod/common/ops/collective_operations.{h,cc}) scale integers in float64 (the factor is
+    a double; the product converts to the integer type, truncating), float32 and float16 with
+    the factor cast to float, float16 by way of float32 and rounded once (HalfBits2Float,
+    Float2HalfBits), float64 in float64. MPI's float16 sum (float16_sum, horovod/common/
+    half.cc) adds two values in float32 and rounds to float16 after every addition; with the
+    same tensor on every rank, or 2 ranks, the order does not matter. The test that pins this
+    is test_horovod_allreduce_prescale in test/parallel/test_torch.py (threshold 0 up to 3
+    ranks, factor np.random.uniform() after np.random.seed(1234) = 0.1915194503788923).
+    """
+    dt = xs[0].dtype
+    post = post / len(xs) if average else post
+
+    def scale(t: torch.Tensor, f: float) -> torch.Tensor:
+        if f == 1.0:
+            return t
+        f64 = torch.tensor(f, dtype=torch.float64)
+        if dt == torch.float16:
+            return (t.float() * f64.float()).half()
+        if dt.is_floating_point:
+            return t * f64.to(dt)
+        return (t.double() * f64).to(dt)
+
+    scaled = [scale(x, pre) for x in xs]
+    total = scaled[0]
+    for x in scaled[1:]:
+        total = (total.float() + x.float()).half() if dt == torch.float16 else total + x
+    return scale(total, post)
+
+
+def same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    global CHECKS
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got.dtype, got.shape)
+    ok = (torch.equal(got.view(torch.int16), want.view(torch.int16)) if got.dtype == torch.float16
+          else torch.equal(got, want))
+    if not ok:
+        worst = (got.double() - want.double()).abs().max().item()
+        raise AssertionError(f"rank {ME}: {what}: not Horovod's result bit for bit "
+                             f"(largest difference {worst})")
+    CHECKS += 1
+
+
+FACTOR = 0.1915194503788923  # test_torch.py: np.random.seed(1234); np.random.uniform()
+
+
+def section_parity() -> None:
+    """Issue 52 for torch: a stray second init() (item 1), Horovod's scaling arithmetic bit for
+    bit (item 2), the optimizer's warning (item 8)."""
+    global CHECKS
+    # item 1: init() on an initialised process is a local no-op (horovod/common/basics.py
+    # HorovodBasics.init; every test of test/parallel/test_torch.py calls hvd.init() again).
+    # One rank calls it twice more: before the fix that started a collective only this rank
+    # was in (the data-plane vote), and the next collective stalled.
+    if ME == N - 1:
+        hvd.init()
+        hvd.init()
+    check(hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after.stray.init"),
+          torch.full((3,), float(N)), "allreduce after a stray init()")
+    hvd.init()  # every rank again: still no collective
+    check(hvd.allgather(torch.tensor([ME])), torch.arange(N), "allgather after init() again")
+    # item 2: Horovod's test: the same tensor on every rank, Sum with a prescale factor.
+    for dim in (1, 2, 3):
+        torch.manual_seed(1234)
+        base = torch.FloatTensor(*([17] * dim)).random_(-100, 100)
+        for dt in (torch.float16, torch.float32, torch.float64, torch.int32, torch.int64,
+                   torch.uint8, torch.int8):
+            t = base.abs().to(dt) if dt == torch.uint8 else base.to(dt)
+            got = hvd.allreduce(t, op=hvd.Sum, prescale_factor=FACTOR)
+            same_bits(got, horovod_reduce([t] * N, pre=FACTOR), f"prescale {dt} dim {dim}")
+    # Each rank its own float16 values (order-free at 2 ranks; at 3 ranks the same tensor),
+    # through allreduce, grouped allreduce, reducescatter and grouped reducescatter, with
+    # prescale, postscale and Average.
+    def halves(r: int, salt: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(52 + salt + (r if N <= 2 else 0))
+        return (torch.rand((6, 5), generator=g, dtype=torch.float64) * 200 - 100).half()
+
+    for pre, post, avg in ((FACTOR, 1.0, False), (1.0, FACTOR, False), (FACTOR, 1.7, True),
+                           (1.0, 1.0, True), (0.3, 3.1, False)):
+        op = hvd.Average if avg else hvd.Sum
+        xs = [halves(r, 1) for r in range(N)]
+        ys = [halves(r, 2)[:4] for r in range(N)]
+        what = f"float16 pre={pre} post={post} avg={avg}"
+        want_x = horovod_reduce(xs, pre, post, avg)
+        want_y = horovod_reduce(ys, pre, post, avg)
+        same_bits(hvd.allreduce(xs[ME], op=op, prescale_factor=pre, postscale_factor=post),
+                  want_x, f"allreduce {what}")
+        gx, gy = hvd.grouped_allreduce([xs[ME], ys[ME]], op=op, prescale_factor=pre,
+                                       postscale_factor=post)
+        same_bits(gx, want_x, f"grouped_allreduce {what}")
+        same_bits(gy, want_y, f"grouped_allreduce[1] {what}")
+        rows = [6 // N + (1 if i < 6 % N else 0) for i in range(N)]
+        mine = slice(sum(rows[:ME]), sum(rows[:ME + 1]))
+        same_bits(hvd.reducescatter(xs[ME], op=op, prescale_factor=pre, postscale_factor=post),
+                  want_x[mine], f"reducescatter {what}")
+        rx, ry = hvd.grouped_reducescatter([xs[ME], ys[ME]], op=op, prescale_factor=pre,
+                                           postscale_factor=post)
+        rows_y = [4 // N + (1 if i < 4 % N else 0) for i in range(N)]
+        same_bits(rx, want_x[mine], f"grouped_reducescatter {what}")
+        same_bits(ry, want_y[sum(rows_y[:ME]):sum(rows_y[:ME + 1])],
+                  f"grouped_reducescatter[1] {what}")
+    for dt in (torch.int32, torch.int64):  # Average and scales of integers: float64, truncated
+        t = (data(ME, (9,), 52) * 1000).to(dt)
+        want = horovod_reduce([(data(r, (9,), 52) * 1000).to(dt) for r in range(N)], 0.37, 2.9,
+                              True)
+        same_bits(hvd.allreduce(t, op=hvd.Average, prescale_factor=0.37, postscale_factor=2.9),
+                  want, f"Average {dt} with scales")
+    # item 8: Horovod's warning text (horovod/torch/optimizer.py, _DistributedOptimizer.step)
+    # on every step() after synchronize() outside skip_synchronize(); repetition is left to
+    # Python's warning filters, so a filter copied from a Horovod script silences it.
+    model = nn.Linear(3, 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x = data(ME, (2, 3), 53).float()
+
+    horovods = re.compile(r"optimizer\.step\(\) called without optimizer\.skip_synchronize\(\) "
+                          r"context after optimizer\.synchronize\(\)\.")
+
+    def steps(k: int, horovod_filter: bool) -> list[warnings.WarningMessage]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if horovod_filter:  # the filter a Horovod script sets
+                warnings.filterwarnings("ignore", message=r"optimizer\.step\(\) called without "
+                                        r"optimizer\.skip_synchronize\(\) context")
+            for _ in range(k):
+                model(x).sum().backward()
+                opt.synchronize()
+                opt.step()
+                opt.zero_grad()
+        return [w for w in caught if "synchronize" in str(w.message)]
+
+    seen = steps(3, False)
+    assert len(seen) == 3 and all(horovods.match(str(w.message)) for w in seen), (
+        f"rank {ME}: {[str(w.message) for w in seen]}")
+    assert steps(2, True) == [], f"rank {ME}: a Horovod script's filter did not match"
+    CHECKS += 2
+
+
 SECTIONS = {"grad": section_grad, "alltoall": section_alltoall, "sparse": section_sparse,
-            "bcast_state": section_bcast_state, "optimizer": section_optimizer}
+            "bcast_state": section_bcast_state, "optimizer": section_optimizer,
+            "parity": section_parity}
 names = list(SECTIONS) if sys.argv[1:] == ["all"] else sys.argv[1:]
 unknown = [n for n in names if n not in SECTIONS]
 if not names or unknown:
