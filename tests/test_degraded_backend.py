@@ -15,9 +15,11 @@ COLLECTIVES = str(ROOT / "checks" / "src" / "hvdcore_collectives.py")
 def test_parse_accepts_both_parts_in_any_order() -> None:
     assert parse("") == DataPathFault()
     assert parse("delay_us=250, repeat=3") == DataPathFault(3, 250e-6)
+    assert parse("scale=1.5") == DataPathFault(scale=1.5)
 
 
-@pytest.mark.parametrize("text", ["repeat=0", "repeat=x", "delay_us=-1", "slow=2", "repeat"])
+@pytest.mark.parametrize("text", ["repeat=0", "repeat=x", "delay_us=-1", "slow=2", "repeat",
+                                  "scale=0.5", "scale=x"])
 def test_parse_rejects_bad_values_naming_the_variable(text: str) -> None:
     with pytest.raises(errors.ConfigError, match=r"FAULTS_DATA_PATH=.*expected"):
         parse(text)
@@ -25,16 +27,18 @@ def test_parse_rejects_bad_values_naming_the_variable(text: str) -> None:
 
 @pytest.mark.mpi
 def test_slowed_collectives_still_match_numpy(world_size: int) -> None:
-    """Every collective of the ReFrame collectives program, with 3 runs of each data call and a
-    delay before it, still equals the NumPy reference on every rank."""
+    """Every collective of the ReFrame collectives program, with 3 runs of each data call, a
+    delay before it and 1.5x its time after it, still equals the NumPy reference on every
+    rank."""
     res = run_mpi(world_size, [COLLECTIVES, "--sizes=1,1000", "--bw-bytes=65536", "--reps=3",
                                "--latency-reps=20"],
-                  env={"FAULTS_DATA_PATH": "repeat=3,delay_us=100"}, timeout=120)
+                  env={"FAULTS_DATA_PATH": "repeat=3,delay_us=100,scale=1.5"}, timeout=120)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert f"failed=0 ranks={world_size}" in res.stdout, out
     assert "FAIL" not in res.stdout, out
-    assert "FAULTS_DATA_PATH=repeat=3,delay_us=100: the data path is deliberately slowed" in out
+    assert ("FAULTS_DATA_PATH=repeat=3,delay_us=100,scale=1.5: the data path is deliberately "
+            "slowed") in out
 
 
 @pytest.mark.mpi

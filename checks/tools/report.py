@@ -44,6 +44,7 @@ __all__ = [
     "Case",
     "PerfVar",
     "load_report",
+    "cases_from_report",
     "load_perflogs",
     "markdown_summary",
     "ScalingPoint",
@@ -129,6 +130,10 @@ class Case:
     #: Combined relative timing noise of the scaled run and its baseline (the check's sanity
     #: records it; None: not recorded, as in perflogs).
     timing_noise: float | None = None
+    #: The case's stage directory (JSON reports; "" from perflogs).
+    stagedir: str = ""
+    #: ReFrame's hash of the case (``-n /<hash>`` selects it again).
+    hashcode: str = ""
 
     @property
     def too_noisy(self) -> bool:
@@ -216,8 +221,12 @@ def _perfvars_from_report(tc: dict[str, Any]) -> list[PerfVar]:
 
 
 def load_report(path: str | os.PathLike[str]) -> list[Case]:
-    """Test cases of a ReFrame JSON report (the last run of each case when retried)."""
-    data = json.loads(Path(path).read_text())
+    """Test cases of a ReFrame JSON report file (the last run of each case when retried)."""
+    return cases_from_report(json.loads(Path(path).read_text()))
+
+
+def cases_from_report(data: dict[str, Any]) -> list[Case]:
+    """Test cases of a decoded ReFrame JSON report (the last run of each case when retried)."""
     cases: dict[str, Case] = {}
     for run in data.get("runs", []):
         for tc in run.get("testcases", []):
@@ -234,6 +243,8 @@ def load_report(path: str | os.PathLike[str]) -> list[Case]:
                 if isinstance(tc.get(var), str):
                     case.params.setdefault(var, tc[var])
             case.timing_noise = _num(tc.get("timing_noise"))
+            case.stagedir = tc.get("stagedir") or ""
+            case.hashcode = tc.get("hashcode") or ""
             cases[f"{name}@{case.sysenv}"] = case
     return list(cases.values())
 

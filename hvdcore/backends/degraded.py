@@ -7,13 +7,17 @@ tuning knob) wraps the real backend so that every collective does real extra wor
     every data collective runs N times: N-1 extra calls on a scratch copy of the input, then
     the real one (results unchanged, bandwidth divided by about N);
 ``delay_us=D``
-    sleep D microseconds before every data collective (latency and training throughput).
+    sleep D microseconds before every data collective (latency and training throughput);
+``scale=F``
+    every data collective takes F times as long (F >= 1): after the real call, sleep F-1 times
+    what it took (a uniformly slower data path at every message size: ``scale=1.5`` is the
+    nightly suite's "1.5x slower" degradation).
 
-Both may be combined: ``FAULTS_DATA_PATH="repeat=3,delay_us=2000"``. The variable is read once,
+They may be combined: ``FAULTS_DATA_PATH="repeat=3,delay_us=2000"``. The variable is read once,
 at ``init()``; a malformed value is a :class:`~hvdcore.errors.ConfigError`.
 
     >>> parse("repeat=2,delay_us=50")
-    DataPathFault(repeat=2, delay_s=5e-05)
+    DataPathFault(repeat=2, delay_s=5e-05, scale=1.0)
 """
 
 from __future__ import annotations
@@ -39,11 +43,12 @@ class DataPathFault:
 
     repeat: int = 1
     delay_s: float = 0.0
+    scale: float = 1.0
 
 
 def parse(text: str) -> DataPathFault:
-    """``"repeat=N,delay_us=D"`` (either part optional) -> :class:`DataPathFault`."""
-    repeat, delay_s = 1, 0.0
+    """``"repeat=N,delay_us=D,scale=F"`` (each part optional) -> :class:`DataPathFault`."""
+    repeat, delay_s, scale = 1, 0.0, 1.0
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = item.partition("=")
         try:
@@ -53,15 +58,27 @@ def parse(text: str) -> DataPathFault:
             elif key == "delay_us":
                 delay_s = float(value) * 1e-6
                 ok = delay_s >= 0
+            elif key == "scale":
+                scale = float(value)
+                ok = scale >= 1.0
             else:
                 ok = False
         except ValueError:
             ok = False
         if not ok:
             raise errors.ConfigError(
-                f"{ENV_VAR}={text!r}: expected comma-separated repeat=N (N >= 1) and/or "
-                f"delay_us=D (D >= 0), got {item!r}")
-    return DataPathFault(repeat, delay_s)
+                f"{ENV_VAR}={text!r}: expected comma-separated repeat=N (N >= 1), "
+                f"delay_us=D (D >= 0) and/or scale=F (F >= 1), got {item!r}")
+    return DataPathFault(repeat, delay_s, scale)
+
+
+def _pause(seconds: float) -> None:
+    """Wait ``seconds``: spinning below 1 ms, where ``time.sleep`` oversleeps by ~50 us."""
+    end = time.perf_counter() + seconds
+    if seconds > 1e-3:
+        time.sleep(seconds - 2e-4)
+    while time.perf_counter() < end:
+        pass
 
 
 class DegradedBackend:
@@ -72,6 +89,7 @@ class DegradedBackend:
         self.fault = fault
         self.name = inner.name
         self._scratch: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._fastest: dict[tuple, float] = {}
 
     def _scratch_pair(self, buf: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # Reused, so that the cost added is the extra collectives, not fresh-page faults.
@@ -88,11 +106,28 @@ class DegradedBackend:
         for _ in range(self.fault.repeat - 1):
             call(*args)
 
+    def _real(self, call: Any, *args: Any) -> None:
+        """The real call, then ``scale - 1`` times its cost asleep.
+
+        The cost is the fastest this call (operation and buffer sizes) has been: one call's
+        own time includes waiting for ranks still asleep after the last one, and scaling that
+        would compound into a much larger slowdown than ``scale``.
+        """
+        if self.fault.scale == 1.0:
+            call(*args)
+            return
+        key = (call.__name__, *(a.nbytes for a in args if isinstance(a, np.ndarray)))
+        t0 = time.perf_counter()
+        call(*args)
+        took = time.perf_counter() - t0
+        cost = self._fastest[key] = min(took, self._fastest.get(key, took))
+        _pause((self.fault.scale - 1.0) * cost)
+
     def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """Extra allreduces of a scratch copy (in-place results must not be reduced twice)."""
         src, dst = self._scratch_pair(buf, out) if self.fault.repeat > 1 else (buf, out)
         self._waste(self.inner.allreduce, pset, src, dst, op)
-        self.inner.allreduce(pset, buf, out, op)
+        self._real(self.inner.allreduce, pset, buf, out, op)
 
     def allreduce_pieces(self, pset: Any, srcs: list[np.ndarray], out: np.ndarray,
                          op: str) -> None:
@@ -102,22 +137,22 @@ class DegradedBackend:
 
     def allgatherv(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
         self._waste(self.inner.allgatherv, pset, buf, out, counts)
-        self.inner.allgatherv(pset, buf, out, counts)
+        self._real(self.inner.allgatherv, pset, buf, out, counts)
 
     def broadcast(self, pset: Any, buf: np.ndarray, root: int) -> None:
         scratch = buf.copy() if self.fault.repeat > 1 else buf  # the root's data must survive
         self._waste(self.inner.broadcast, pset, scratch, root)
-        self.inner.broadcast(pset, buf, root)
+        self._real(self.inner.broadcast, pset, buf, root)
 
     def alltoallv(self, pset: Any, buf: np.ndarray, send_bytes: list[int], out: np.ndarray,
                   recv_bytes: list[int]) -> None:
         self._waste(self.inner.alltoallv, pset, buf, send_bytes, out, recv_bytes)
-        self.inner.alltoallv(pset, buf, send_bytes, out, recv_bytes)
+        self._real(self.inner.alltoallv, pset, buf, send_bytes, out, recv_bytes)
 
     def reduce_scatter(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int],
                        op: str) -> None:
         self._waste(self.inner.reduce_scatter, pset, buf, out, counts, op)
-        self.inner.reduce_scatter(pset, buf, out, counts, op)
+        self._real(self.inner.reduce_scatter, pset, buf, out, counts, op)
 
     def barrier(self, pset: Any) -> None:
         self.inner.barrier(pset)
