@@ -191,7 +191,7 @@ def judge_nights(nights: Sequence[Night], window: int = DEFAULT_WINDOW,
     for night in nights:
         verdicts = []
         confirm = {series_key(c, pv.name): pv.value for c in night.confirm
-                   if c.result == "pass" for pv in c.perfvars if pv.value is not None}
+                   if not c.invalid for pv in c.perfvars if pv.value is not None}
         for case in night.cases:
             for pv in case.perfvars:
                 key = series_key(case, pv.name)

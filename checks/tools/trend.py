@@ -49,6 +49,10 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _night_time(night: Night) -> str:
+    return dt.datetime.fromtimestamp(night.start, dt.timezone.utc).strftime("%m-%d %H:%M")
+
+
 def _night_row(night: Night, verdicts: Sequence[Verdict], results: Path) -> str:
     base = f"nights/{night.label}"
     cases = night.cases
@@ -100,9 +104,12 @@ def _plot(series: str, nights: Sequence[Night], points: list[Verdict | None]) ->
     span = hi - lo
     lo, hi = lo - 0.08 * span, hi + 0.08 * span
     n = len(nights)
+    # each night's band is a bar centred on its night; the first and last stay inside the frame
+    half = min(24.0, 0.35 * (W - PAD_L - PAD_R) / max(1, n - 1))
+    inner = W - PAD_L - PAD_R - 2 * (half + 4)
 
     def x(i: int) -> float:
-        return PAD_L + (W - PAD_L - PAD_R) * (0.5 if n == 1 else i / (n - 1))
+        return PAD_L + half + 4 + inner * (0.5 if n == 1 else i / (n - 1))
 
     def y(v: float) -> float:
         return PAD_T + (H - PAD_T - PAD_B) * (1 - (v - lo) / (hi - lo))
@@ -118,7 +125,6 @@ def _plot(series: str, nights: Sequence[Night], points: list[Verdict | None]) ->
                      f'text-anchor="end">{fmt(v)}</text>')
     banded = [(i, p.band) for i, p in enumerate(points) if p and p.band]
     for i, b in banded:  # the band that judged each night, as a bar
-        half = 0.35 * (W - PAD_L - PAD_R) / max(1, n - 1) if n > 1 else 20
         parts.append(f'<rect class="band" x="{x(i) - half:.1f}" y="{y(b.high):.1f}" '
                      f'width="{2 * half:.1f}" height="{max(1.0, y(b.low) - y(b.high)):.1f}" '
                      f'fill="#9ec5ee" fill-opacity="0.45"><title>band [{fmt(b.low)}, '
@@ -134,7 +140,7 @@ def _plot(series: str, nights: Sequence[Night], points: list[Verdict | None]) ->
     for i, night in enumerate(nights):
         if i % step == 0 or i == n - 1:
             parts.append(f'<text x="{x(i):.1f}" y="{H - PAD_B + 14}" text-anchor="middle">'
-                         f'{_e(night.label[4:13])}</text>')
+                         f'{_night_time(night)}</text>')
         p = points[i]
         if p is None:
             continue
@@ -149,7 +155,7 @@ def _plot(series: str, nights: Sequence[Night], points: list[Verdict | None]) ->
             parts.append(f'<circle class="pt-invalid" cx="{x(i):.1f}" cy="{y(p.value):.1f}" '
                          f'r="5" fill="none" stroke="#888" stroke-width="1.5">'
                          f'<title>{_e(tip)}</title></circle>')
-        elif p.verdict == "failed" or p.case_result != "pass":
+        elif p.verdict != "regression" and (p.verdict == "failed" or p.case_result != "pass"):
             cx, cy = x(i), y(p.value)
             parts.append(f'<path class="pt-failed" d="M{cx - 5:.1f},{cy - 5:.1f}l10,10'
                          f'm0,-10l-10,10" stroke="#c62828" stroke-width="2.5">'
