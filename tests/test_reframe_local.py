@@ -128,8 +128,9 @@ def test_local_suite_passes(local_run: dict) -> None:
 
 @pytest.mark.tensorflow
 def test_tensorflow_mnist_variant_passes(local_run: dict) -> None:
-    """The Keras example, run by the same check: sanity (both ranks, accuracy) and efficiency
-    against its own 1-rank baseline."""
+    """The Keras example, run by the same check: sanity (both ranks, accuracy), its raw mpi4py
+    peer in the same job (``mpi_ratio``, judged) and efficiency against its own 1-rank baseline
+    (information: no bounds)."""
     if not HAVE_TF:
         pytest.skip("TensorFlow is not installed: the local suite has no tensorflow variant")
     cases = _cases(local_run)
@@ -141,7 +142,9 @@ def test_tensorflow_mnist_variant_passes(local_run: dict) -> None:
         assert tc["result"] == "pass" or tc["fail_phase"] == "performance", tc["fail_reason"]
     assert (check["num_tasks"], base["num_tasks"]) == (2, 1)
     perf = {k: v[0] for k, v in _perf(check).items()}
-    assert "ddp_ratio" not in perf  # no DDP peer for Keras: efficiency is the like-for-like
+    assert "ddp_ratio" not in perf and perf["mpi_ratio"] > 0  # Keras' peer: raw mpi4py
+    assert _perf(check)["mpi_ratio"][2] is not None  # judged: a lower bound
+    assert _perf(check)["efficiency"][2:4] == [None, None]  # information: no bounds
     base_ips = _perf(base)["images_per_sec"][0]
     assert perf["efficiency"] == pytest.approx(100 * perf["images_per_sec_per_rank"] / base_ips,
                                                abs=0.01)
@@ -149,6 +152,10 @@ def test_tensorflow_mnist_variant_passes(local_run: dict) -> None:
     text = job_stdout(check)
     match = re.search(r"hvdcore-mnist: ranks=2 epochs=1 test_accuracy=([0-9.]+) ", text)
     assert match and float(match[1]) > 0.5, text[-2000:]
+    peer = re.search(r"mpi-mnist: backend=mpi4py ranks=2 test_accuracy=([0-9.]+) "
+                     r"images_per_sec=([0-9.]+) ", text)
+    assert peer and float(peer[1]) > 0.5, text[-2000:]
+    assert perf["mpi_ratio"] == pytest.approx(perf["images_per_sec"] / float(peer[2]), rel=1e-3)
 
 
 def test_report_tool_summary_and_plot(local_run: dict, tmp_path: Path) -> None:
@@ -171,9 +178,11 @@ def test_report_tool_summary_and_plot(local_run: dict, tmp_path: Path) -> None:
         assert float(rows[0][2]) == 100.0 and float(rows[1][2]) > 0
     for var in ("busbw_ratio", "latency_ratio", "ddp_ratio", "efficiency"):
         row = next(line for line in text.splitlines() if f"| {var} |" in line)
-        # judged, with its verdict (the report tool calls an efficiency above 105 % invalid
-        # on its own; this run lifts the check's rule, so that verdict may appear here)
-        verdicts = r"pass|\*\*FAIL\*\*" + (r"|\*\*invalid\*\*" if var == "efficiency" else "")
+        # the ratios are judged, with their verdict; efficiency (against an earlier job) is
+        # information (the report tool calls one above 105 % invalid on its own; this run
+        # lifts the check's rule, so that verdict may appear here)
+        verdicts = (r"not judged \(no reference\)|\*\*invalid\*\*" if var == "efficiency"
+                    else r"pass|\*\*FAIL\*\*")
         assert re.search(rf"\| ({verdicts}) \|$", row), row
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 

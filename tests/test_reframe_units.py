@@ -418,7 +418,8 @@ def test_configs_take_recorded_references(tmp_path: Path) -> None:
     key = "HvdcoreMnistCheck@scale=1_node@framework=torch"
     assert lookup(one_host, key) == {"efficiency": (91.0, None, None, "%"),
                                      "images_per_sec": (4000.0, None, None, "img/s"),
-                                     "ddp_ratio": (1.2, None, None, "x")}
+                                     "ddp_ratio": (1.2, None, None, "x"),
+                                     "mpi_ratio": (1.0, None, None, "x")}
     for scale in ("2_ranks", "1_node", "2_nodes", "16_nodes"):
         got = lookup(one_host, f"HvdcoreMnistCheck@scale={scale}@framework=tensorflow")
         assert got["efficiency"][1:3] == (None, None), scale

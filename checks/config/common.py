@@ -95,7 +95,8 @@ def recorded_references(system: str, partition: str, directory: str | None = Non
 CHECK_OWN_REFERENCES = {
     "HvdcoreCollectivesCheck": {"busbw_ratio": [0.9, None, None, "x"],
                                 "latency_ratio": [5.5, None, None, "x"]},
-    "HvdcoreMnistCheck": {"ddp_ratio": [1.2, None, None, "x"]},
+    "HvdcoreMnistCheck": {"ddp_ratio": [1.2, None, None, "x"],
+                          "mpi_ratio": [1.0, None, None, "x"]},
 }
 
 

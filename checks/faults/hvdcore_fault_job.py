@@ -84,7 +84,8 @@ class HvdcoreFaultJob(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     sourcesdir = FAULTS
     executable = "python3"
     time_limit = "10m"
-    tags = {"hvdcore", "fault-injection"}
+    tags = {"hvdcore", "fault-injection"}  # opt-in: in no ci/nightly/production selection
+    maintainers = ["hvdcore-team"]
     prerun_cmds = ["mkdir -p ckpt"]
 
     @run_after("init")

@@ -18,17 +18,20 @@ from .examples import EXAMPLES_DIR, MNIST_EXAMPLES, MnistExample, locate_example
 from .failures import failure_reason
 from .jobsetup import HvdcoreJobMixin
 from .scales import SCALES, Scale, layout
+from .selection import MAINTAINERS, TAGS
 from .variants import ScaledVariantMixin
 
 __all__ = [
     "ENV_PROVIDED",
     "EXAMPLES_DIR",
     "HvdcoreJobMixin",
+    "MAINTAINERS",
     "MNIST_EXAMPLES",
     "MnistExample",
     "SCALES",
     "Scale",
     "ScaledVariantMixin",
+    "TAGS",
     "evaluate_report",
     "failure_reason",
     "hvdcore_modules",

@@ -44,8 +44,10 @@ RESULT_PATTERN = (r"hvdcore-mnist: ranks=(?P<ranks>\d+) epochs=(?P<epochs>\d+) "
                   r"images_per_sec_per_rank=(?P<ipr>\S+) timed_steps=(?P<steps>\d+) "
                   r"timed_seconds=(?P<secs>\S+)(?: timing_noise=(?P<noise>\S+))?")
 
-#: The result line of the torch DDP peer (``examples/pytorch_mnist_ddp.py``).
-PEER_PATTERN = (r"ddp-mnist: backend=(?P<backend>\S+) ranks=(?P<ranks>\d+) "
+#: The result line of a peer trained in the same job: the torch DDP peer
+#: (``examples/pytorch_mnist_ddp.py``, ``ddp-mnist:``) or the Keras example's raw mpi4py peer
+#: (``examples/keras_mnist.py --mode mpi``, ``mpi-mnist:``).
+PEER_PATTERN = (r"(?:ddp|mpi)-mnist: backend=(?P<backend>\S+) ranks=(?P<ranks>\d+) "
                 r"test_accuracy=(?P<acc>\S+) images_per_sec=(?P<ips>\S+) "
                 r"images_per_sec_per_rank=(?P<ipr>\S+) timed_steps=(?P<steps>\d+) "
                 r"timed_seconds=(?P<secs>\S+)")
@@ -70,10 +72,23 @@ class MnistExample:
     epochs: int = 1
     #: Steps left out of the throughput measurement (tracing, allocator and cache warm-up).
     timing_warmup_steps: int = 10
-    #: The torch.distributed peer trained in the same job (``ddp_ratio``), if any.
+    #: The peer trained in the same job right after hvdcore's run, if any.
     peer_script: str | None = None
+    #: The performance variable of hvdcore's images/s over the peer's.
+    peer_variable: str = "ddp_ratio"
+    #: Arguments of the peer besides the shared ones (batch, lr, seed, threads, warm-up).
+    peer_args: tuple[str, ...] = ()
+    #: How the peer takes its length: ``steps`` (``--steps=epochs x steps``) or ``epochs``
+    #: (``--epochs`` and ``--max-steps-per-epoch``, as the example itself).
+    peer_length: str = "steps"
     #: More arguments, always passed.
     args: tuple[str, ...] = ()
+
+    def peer_length_args(self, epochs: int, steps_per_epoch: int) -> list[str]:
+        """The peer's options for the same training length as hvdcore's run."""
+        if self.peer_length == "epochs":
+            return [f"--epochs={epochs}", f"--max-steps-per-epoch={steps_per_epoch}"]
+        return [f"--steps={epochs * steps_per_epoch}"]
 
 
 #: Framework (check parameter value) -> its example.
@@ -85,8 +100,12 @@ MNIST_EXAMPLES: dict[str, MnistExample] = {
     # Adadelta (the Keras example's optimizer): 80 steps of 64, 70 timed (~3-4 s at 1 thread
     # per rank), ~0.9 accuracy; TensorFlow's start dominates the run time, so the test set is
     # cut to 2000 images.
+    # Its peer is the same example with raw mpi4py averaging the gradients (``--mode mpi``).
     "tensorflow": MnistExample("keras_mnist.py", lr=1.0, max_steps_per_epoch=80,
-                               args=("--mode=hvd", "--test-samples=2000")),
+                               args=("--mode=hvd", "--test-samples=2000"),
+                               peer_script="keras_mnist.py", peer_variable="mpi_ratio",
+                               peer_args=("--mode=mpi", "--test-samples=2000"),
+                               peer_length="epochs"),
 }
 
 

@@ -70,12 +70,15 @@ class HvdcoreJobMixin(_Plugin):
         known-good run, loaded by the site config) maps reference keys to
         ``{variable: [ref, lower, upper, unit]}``. Recorded entries win over the check's own
         for this partition; variables without one keep the check's references (the
-        machine-independent ratios are judged everywhere).
+        machine-independent ratios are judged everywhere). ``efficiency`` keeps its recorded
+        value without bounds: it compares with a baseline measured in an earlier job.
         """
-        from .references import lookup, reference_key
+        from .references import INFORMATION_ONLY, lookup, reference_key
 
         recorded = lookup(self.part_extras.get("references") or {},
                           reference_key(type(self).__name__, scale, framework))
+        for var in INFORMATION_ONLY & set(recorded):  # shown beside the value, never judged
+            recorded[var] = (recorded[var][0], None, None, *recorded[var][3:])
         if not recorded:
             return
         part = self.current_partition.fullname

@@ -46,6 +46,7 @@ from typing import Any
 __all__ = [
     "REFERENCES_DIR",
     "LOWER_IS_BETTER",
+    "INFORMATION_ONLY",
     "reference_key",
     "key_of_test",
     "load_recorded",
@@ -57,6 +58,10 @@ REFERENCES_DIR = Path(__file__).resolve().parent.parent / "config" / "references
 
 #: Performance variables where a smaller value is better (the others: higher is better).
 LOWER_IS_BETTER = frozenset({"latency", "latency_ratio"})
+
+#: Variables measured against an earlier job (the MNIST and synthetic checks' efficiency: the
+#: 1-rank baseline is a separate job): their recorded references are shown, never bounds.
+INFORMATION_ONLY = frozenset({"efficiency"})
 
 _PARAM = re.compile(r"%([\w.]+)=(\S+)")
 

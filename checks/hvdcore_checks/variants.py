@@ -13,6 +13,7 @@ import reframe.core.runtime as rt
 from .discovery import ENV_PROVIDED, module_environments
 from .jobsetup import HvdcoreJobMixin
 from .scales import layout
+from .selection import MAINTAINERS, TAGS
 
 __all__ = ["ScaledVariantMixin"]
 
@@ -34,7 +35,8 @@ class ScaledVariantMixin(HvdcoreJobMixin):
         """Tags (``hvdcore``, ``kind``, framework, scale), the module to load and ``descr``."""
         if self.hvdcore_module != ENV_PROVIDED:
             self.modules = [self.hvdcore_module]
-        self.tags |= {"hvdcore", kind, self.framework, self.scale}
+        self.tags |= {"hvdcore", kind, self.framework, self.scale, *TAGS.get(kind, ())}
+        self.maintainers = list(MAINTAINERS)
         where = "" if self.hvdcore_module == ENV_PROVIDED else f", module {self.hvdcore_module}"
         self.descr = f"hvdcore {what} ({self.framework}{where}) at scale {self.scale}"
 

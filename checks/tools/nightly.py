@@ -3,7 +3,10 @@
 Run it from a scheduler (``checks/schedule/``: scrontab, cron + sbatch, GitLab CI)::
 
     checks/nightly.sh --config checks/config/<site>.py --results /shared/hvdcore-nightly
-    checks/nightly.sh --results DIR -- -t nightly -n 'scale=1_node|scale=2_nodes'
+    checks/nightly.sh --results DIR -- -n 'scale=1_node|scale=2_nodes' -S reps=60
+
+Without a selection of its own after ``--`` (``-n``, ``-t``, ``-x``, ``--maintainer``, ...),
+the night runs the checks tagged ``nightly`` (``checks/hvdcore_checks/selection.py``).
 
 Every run gets its own directory ``DIR/nights/<UTC time>/`` (nothing of an earlier night is
 overwritten) holding ReFrame's stage, output and perflog directories, its log, ``report.json``,
@@ -268,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     elif rest:
         parser.error(f"unknown arguments {rest} (ReFrame's go after '--')")
 
+    if not any(a.split("=", 1)[0] in _SELECTION for a in rest):
+        rest = ["-t", "nightly", *rest]  # the nightly set, unless the site selects its own
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
     name, night = _night_dir(results)

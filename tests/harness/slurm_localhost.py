@@ -283,6 +283,8 @@ class SlurmCluster:
             "InactiveLimit=0",
             "SchedulerType=sched/backfill",
             "SchedulerParameters=sched_interval=2",
+            # scrontab (the nightly suite's scheduling template, checks/schedule/scrontab)
+            "ScronParameters=enable",
         ]
         for node, port in zip(self.node_names, node_ports, strict=True):
             lines.append(
