@@ -19,7 +19,9 @@ failure is a ``tf.errors.FailedPreconditionError``, a bad argument a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,8 +35,13 @@ from hvdcore.tensorflow.host_arrays import host_view, to_eager
 __all__ = ["SUPPORTED_DTYPES", "check_dtype", "run_numpy", "to_tensor"]
 
 SUPPORTED_DTYPES = (
-    tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.float32, tf.float64, tf.bool,
+    tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.float32,
+    tf.float64, tf.bool,
 )
+
+# dtypes the core has no buffer type for: they travel as int32 (exact for moves; a reduction
+# wraps back into the dtype, as TensorFlow's cast does) and come back in their own dtype
+_WIDENED = {tf.int16: tf.int32, tf.uint16: tf.int32}
 
 
 def check_dtype(tensor: tf.Tensor, what: str) -> None:
@@ -116,6 +123,13 @@ def run_numpy(
     core (so they may be a torch plane's buffers instead of arrays, see
     :mod:`~hvdcore.tensorflow.device_path`); its results for them are then torch tensors.
     """
+    if any(t.dtype in _WIDENED for t in inputs) or any(d in _WIDENED for d in out_dtypes):
+        wide = run_numpy(fn, [tf.cast(t, _WIDENED[t.dtype]) if t.dtype in _WIDENED else t
+                              for t in inputs],
+                         [_WIDENED.get(d, d) for d in out_dtypes], out_shapes, name,
+                         plane_inputs)
+        return [tf.cast(o, d) if o.dtype != d else o
+                for o, d in zip(wide, out_dtypes, strict=True)]
     if plane_inputs and device_path.active():
         return _run_on_planes(fn, inputs, out_dtypes, out_shapes, name, plane_inputs)
     np_dtypes = [d.as_numpy_dtype for d in out_dtypes]
@@ -140,8 +154,10 @@ def run_numpy(
             message = f"{type(exc).__name__}: {exc}".encode()
             return [*_placeholders(np_dtypes, out_shapes), np.asarray(message)]
 
-    raw = tf.numpy_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
-                            stateful=True, name=_op_name(name))
+    with _in_build_order():
+        raw = tf.numpy_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
+                                stateful=True, name=_op_name(name))
+        _built(raw)
     return _graph_outputs(raw, out_shapes)
 
 
@@ -172,9 +188,49 @@ def _run_on_planes(
             message = f"{type(exc).__name__}: {exc}".encode()
             return [*_placeholders(np_dtypes, out_shapes), tf.constant(message)]
 
-    raw = tf.py_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
-                         name=_op_name(name))
+    with _in_build_order():
+        raw = tf.py_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
+                             name=_op_name(name))
+        _built(raw)
     return _graph_outputs(raw, out_shapes)
+
+
+# The last hvdcore op built in each TF1-style graph (and its control-flow context)
+_LAST_OP: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _session_graph() -> Any:
+    """The TF1-style graph being built (``tf.compat.v1``, run by a Session), else None."""
+    if tf.executing_eagerly() or tf.inside_function():
+        return None
+    return tf.compat.v1.get_default_graph()
+
+
+@contextlib.contextmanager
+def _in_build_order() -> Iterator[None]:
+    """In a TF1-style graph, make the op built next run after the hvdcore op built before it.
+
+    A Session runs independent ops in its own order, on threads of its own: two ranks could
+    each block one thread in a different collective and wait on each other for ever (Horovod's
+    kernels are asynchronous and do not hold a thread). Chained in build order, every rank
+    runs its collectives in the same order, as ``tf.function``'s automatic control
+    dependencies do; ops in another control-flow context (a while loop body) start a new
+    chain, since TensorFlow forbids control edges across those.
+    """
+    graph = _session_graph()
+    last = _LAST_OP.get(graph) if graph is not None else None
+    if last is None or last[1] is not graph._get_control_flow_context():  # noqa: SLF001
+        yield
+        return
+    with tf.control_dependencies([last[0]]):
+        yield
+
+
+def _built(raw: Any) -> None:
+    graph = _session_graph()
+    if graph is not None:
+        op = (raw[0] if isinstance(raw, (list, tuple)) else raw).op
+        _LAST_OP[graph] = (op, graph._get_control_flow_context())  # noqa: SLF001
 
 
 def _placeholders(np_dtypes: Sequence[np.dtype],
