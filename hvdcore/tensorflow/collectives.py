@@ -29,7 +29,6 @@ import tensorflow as tf
 import hvdcore as _core
 from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
 from hvdcore.arguments import resolve_op
-from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 from hvdcore.tensorflow.compression import Compression, Compressor
 
@@ -55,6 +54,68 @@ def _first_dim_unknown(t: tf.Tensor) -> tf.TensorShape:
 
 def _label(kind: str, name: str | None) -> str:
     return f"{kind}.{name}" if name else kind
+
+
+def _in_session_graph() -> bool:
+    """True while a TF1-style graph (``tf.compat.v1``, run by a Session) is being built."""
+    return not tf.executing_eagerly() and not tf.inside_function()
+
+
+def build_name(kind: str, name: str | None) -> str | None:
+    """``name``; in a TF1-style graph, when it is None, a name fixed now, while the graph is
+    built (unique in the graph, the same on every rank that builds the same graph).
+
+    A Session runs independent ops in its own order on each rank, so names given when the
+    ops run (the core's automatic ``kind#N``) would pair different collectives across ranks;
+    Horovod names each op after its graph node for the same reason. Eager code and
+    ``tf.function`` (whose automatic control dependencies keep program order) keep the core's
+    run-time names.
+    """
+    if name is not None or not _in_session_graph():
+        return name
+    return tf.compat.v1.get_default_graph().unique_name(f"hvdcore.{kind}", mark_as_used=True)
+
+
+def _grad_name(kind: str, name: str | None) -> str | None:
+    """The name of a gradient's collective: fixed at build time in a TF1-style graph (each
+    ``tf.gradients`` call builds its own ops), else derived from the forward op's name."""
+    if _in_session_graph():
+        return build_name(f"{kind}.grad", None)
+    return f"{name}.grad" if name else None
+
+
+def op_factor(value: Any) -> Any:
+    """A prescale/postscale factor as Horovod's TensorFlow ops hold it: a float32 op attribute
+    (``horovod/tensorflow/mpi_ops.cc``, "Using float since TF does not support double OP
+    attributes"), widened to float64 by the core. Non-numbers pass through to be rejected."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return value
+    return float(np.float32(value))
+
+
+def _check_sparse(op: ReduceOp, prescale: Any, postscale: Any) -> None:
+    """Horovod's errors for what it cannot do with tf.IndexedSlices (NotImplementedError,
+    raised before any collective starts, so every rank stays in step)."""
+    if op == Adasum:
+        raise NotImplementedError(
+            "Adasum cannot reduce tf.IndexedSlices: densify them (sparse_as_dense=True in "
+            "DistributedOptimizer / DistributedGradientTape, or tf.convert_to_tensor)")
+    if op not in (Sum, Average):
+        raise NotImplementedError(
+            f"allreduce of tf.IndexedSlices supports op Sum or Average, not {op.name}; "
+            "densify it first (tf.convert_to_tensor) for other ops")
+    if prescale != 1.0 or postscale != 1.0:
+        raise NotImplementedError(
+            "prescale_factor / postscale_factor are not supported for tf.IndexedSlices; scale "
+            "the values yourself or densify the slices (tf.convert_to_tensor)")
+
+
+def _sparse_average(values: tf.Tensor, op: ReduceOp, process_set: Any) -> tf.Tensor:
+    """Horovod's average of gathered slice values: ``values / size`` in TensorFlow's true
+    division (integer values give float32 / float64, as there)."""
+    if op != Average:
+        return values
+    return values / tf.cast(process_set.size(), values.dtype)
 
 
 def _dense_allreduce(tensor: tf.Tensor, op: ReduceOp, prescale: float, postscale: float,
@@ -100,8 +161,8 @@ def _allreduce_with_grad(tensor: tf.Tensor, op: ReduceOp, prescale: float, posts
         y = _dense_allreduce(x, op, prescale, postscale, name, process_set)
 
         def grad(dy: tf.Tensor) -> tf.Tensor:
-            grad_name = f"{name}.grad" if name else None
-            return _dense_allreduce(dy, op, prescale, postscale, grad_name, process_set)
+            return _dense_allreduce(dy, op, prescale, postscale, _grad_name("allreduce", name),
+                                    process_set)
 
         return y, grad
 
@@ -122,24 +183,18 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "",
     """
     reduce_op = resolve_op(average, op)
     if isinstance(tensor, tf.IndexedSlices):
-        if reduce_op not in (Sum, Average):
-            raise ArgumentError(
-                f"allreduce of tf.IndexedSlices supports op Sum or Average, not {reduce_op.name}; "
-                "densify it first (tf.convert_to_tensor) for other ops"
-            )
-        factor = prescale_factor * postscale_factor
-        if reduce_op == Average:
-            factor /= process_set.size()
+        _check_sparse(reduce_op, prescale_factor, postscale_factor)
+        name = build_name("allreduce", name)
         values = allgather(tensor.values, name=f"{name}.values" if name else None,
                            process_set=process_set)
         indices = allgather(tensor.indices, name=f"{name}.indices" if name else None,
                             process_set=process_set)
-        if factor != 1.0:
-            values = values * tf.cast(factor, values.dtype)
-        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+        return tf.IndexedSlices(_sparse_average(values, reduce_op, process_set), indices,
+                                dense_shape=tensor.dense_shape)
     t = to_tensor(tensor)
     compressed, ctx = compression.compress(t)
-    out = _allreduce_with_grad(compressed, reduce_op, prescale_factor, postscale_factor, name,
+    out = _allreduce_with_grad(compressed, reduce_op, op_factor(prescale_factor),
+                               op_factor(postscale_factor), build_name("allreduce", name),
                                process_set)
     return compression.decompress(out, ctx)
 
@@ -148,23 +203,57 @@ def grouped_allreduce(tensors: list[Any], average: bool | None = None, device_de
                       device_sparse: str = "", compression: type[Compressor] = Compression.none,
                       op: Any = None, prescale_factor: float = 1.0,
                       postscale_factor: float = 1.0,
-                      process_set: Any = global_process_set) -> list[tf.Tensor]:
-    """Allreduce a list of dense tensors as one fused request.
+                      process_set: Any = global_process_set, ignore_name_scope: bool = False,
+                      name: str | None = None) -> list[Any]:
+    """Allreduce a list of tensors as one fused request; ``tf.IndexedSlices`` among them are
+    reduced as Horovod does (one grouped allgather of their values and one of their indices;
+    Sum or Average only), each keeping its ``dense_shape`` (None included).
 
     Example: ``a, b = hvd.grouped_allreduce([tf.ones([2]), tf.zeros([3, 3])])``.
     """
     reduce_op = resolve_op(average, op, "grouped_allreduce")
     if not tensors:
         return []
+    items = list(tensors)
+    sparse = [i for i, t in enumerate(items) if isinstance(t, tf.IndexedSlices)]
+    dense = [i for i, t in enumerate(items) if not isinstance(t, tf.IndexedSlices)]
+    if sparse:
+        _check_sparse(reduce_op, prescale_factor, postscale_factor)
+    name = build_name("grouped_allreduce", name)
+    results: list[Any] = [None] * len(items)
+    if sparse:
+        slices = [items[i] for i in sparse]
+        values = grouped_allgather([s.values for s in slices],
+                                   name=f"{name}.values" if name else None,
+                                   process_set=process_set)
+        indices = grouped_allgather([s.indices for s in slices],
+                                    name=f"{name}.indices" if name else None,
+                                    process_set=process_set)
+        for i, s, v, ix in zip(sparse, slices, values, indices, strict=True):
+            results[i] = tf.IndexedSlices(_sparse_average(v, reduce_op, process_set), ix,
+                                          dense_shape=s.dense_shape)
+    if dense:
+        outs = _grouped_dense_allreduce([items[i] for i in dense], compression, reduce_op,
+                                        op_factor(prescale_factor),
+                                        op_factor(postscale_factor), process_set, name)
+        for i, o in zip(dense, outs, strict=True):
+            results[i] = o
+    return results
+
+
+def _grouped_dense_allreduce(tensors: list[Any], compression: type[Compressor],
+                             reduce_op: ReduceOp, prescale_factor: float,
+                             postscale_factor: float, process_set: Any,
+                             name: str | None) -> list[tf.Tensor]:
     ts = [to_tensor(t) for t in tensors]
     packed = [compression.compress(t) for t in ts]
     sent = [p[0] for p in packed]
     for t in sent:
         check_dtype(t, "grouped_allreduce")
 
-    def raw(ts: list[tf.Tensor], label: str) -> list[tf.Tensor]:
+    def raw(ts: list[tf.Tensor], label: str, core_name: str | None) -> list[tf.Tensor]:
         def fn(*arrays: np.ndarray) -> list[np.ndarray]:
-            return _core.grouped_allreduce(list(arrays), op=reduce_op,
+            return _core.grouped_allreduce(list(arrays), name=core_name, op=reduce_op,
                                            prescale_factor=prescale_factor,
                                            postscale_factor=postscale_factor,
                                            process_set=process_set)
@@ -177,13 +266,14 @@ def grouped_allreduce(tensors: list[Any], average: bool | None = None, device_de
         @tf.custom_gradient
         def reduce(*xs: tf.Tensor) -> Any:
             def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-                return raw(list(dys), "grouped_allreduce_grad")
+                return raw(list(dys), "grouped_allreduce_grad",
+                           _grad_name("grouped_allreduce", name))
 
-            return raw(list(xs), "grouped_allreduce"), grad
+            return raw(list(xs), "grouped_allreduce", name), grad
 
         outs = list(reduce(*sent))
     else:
-        outs = raw(sent, "grouped_allreduce")
+        outs = raw(sent, "grouped_allreduce", name)
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed, strict=False)]
 
 
@@ -204,6 +294,7 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
     Example: with 2 ranks, ``hvd.allgather(tf.fill([1], hvd.rank()))`` is ``[0, 1]``.
     """
     t = to_tensor(tensor)
+    name = build_name("allgather", name)
     if not t.dtype.is_floating:
         return _raw_allgather(t, name, process_set)
 
@@ -212,8 +303,7 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
         y = _raw_allgather(x, name, process_set)
 
         def grad(dy: tf.Tensor) -> tf.Tensor:
-            return _allgather_grads([x], [dy], f"{name}.grad" if name else None,
-                                    process_set)[0]
+            return _allgather_grads([x], [dy], _grad_name("allgather", name), process_set)[0]
 
         return y, grad
 
@@ -231,6 +321,7 @@ def _allgather_grads(xs: list[tf.Tensor], dys: list[tf.Tensor], name: str | None
         averaged = [_core.allreduce(g, name=f"{name}.{i}" if name else None, op=Average,
                                     process_set=process_set) for i, g in enumerate(gs)]
         counts = _core.allgather(np.concatenate(ns).astype(np.int64).reshape(1, k),
+                                 name=f"{name}.rows" if name else None,
                                  process_set=process_set)
         me = process_set.rank()
         outs = []
@@ -255,6 +346,7 @@ def grouped_allgather(tensors: list[Any], name: str | None = None,
         return []
     for t in ts:
         check_dtype(t, "grouped_allgather")
+    name = build_name("grouped_allgather", name)
 
     def raw(xs: list[tf.Tensor]) -> list[tf.Tensor]:
         def fn(*arrays: np.ndarray) -> list[np.ndarray]:
@@ -269,7 +361,7 @@ def grouped_allgather(tensors: list[Any], name: str | None = None,
     @tf.custom_gradient
     def gather(*xs: tf.Tensor) -> Any:
         def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-            return _allgather_grads(list(xs), list(dys), f"{name}.grad" if name else None,
+            return _allgather_grads(list(xs), list(dys), _grad_name("grouped_allgather", name),
                                     process_set)
 
         return raw(list(xs)), grad
@@ -295,6 +387,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
     Example: ``w = hvd.broadcast(w, root_rank=0)``.
     """
     t = to_tensor(tensor)
+    name = build_name("broadcast", name)
     if not t.dtype.is_floating:
         return _raw_broadcast(t, root_rank, name, process_set)
 
@@ -303,8 +396,8 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
         y = _raw_broadcast(x, root_rank, name, process_set)
 
         def grad(dy: tf.Tensor) -> tf.Tensor:
-            grad_name = f"{name}.grad" if name else None
-            averaged = _dense_allreduce(dy, Average, 1.0, 1.0, grad_name, process_set)
+            averaged = _dense_allreduce(dy, Average, 1.0, 1.0, _grad_name("broadcast", name),
+                                        process_set)
             if _core.rank() == root_rank:
                 return averaged
             return tf.zeros_like(averaged)
@@ -318,14 +411,30 @@ def broadcast_(variables: Any, root_rank: int, name: str | None = None,
                process_set: Any = global_process_set) -> Any:
     """In-place broadcast: assign ``root_rank``'s values to ``variables`` (one or a list).
 
+    Returns, as Horovod does, the variables' values read after the assignment (a list for a
+    list, one tensor for one variable): in a TF1-style graph, running them runs the
+    broadcast and the assignments.
+
     Example: ``hvd.broadcast_(model.variables, root_rank=0)``.
     """
     from hvdcore.tensorflow.variables import broadcast_variables
 
     single = not isinstance(variables, (list, tuple))
     var_list = [variables] if single else list(variables)
-    broadcast_variables(var_list, root_rank, process_set=process_set)
-    return variables
+    assigned = broadcast_variables(var_list, root_rank, process_set=process_set,
+                                   name=build_name("broadcast_", name))
+    deps = [] if assigned is None else [assigned]
+    with tf.control_dependencies(deps):
+        values = [tf.identity(_read(v)) for v in var_list]
+    return values[0] if single else values
+
+
+def _read(variable: Any) -> tf.Tensor:
+    """The current value of a tf.Variable (or a Keras variable's)."""
+    inner = getattr(variable, "value", None)
+    if not isinstance(variable, tf.Variable) and isinstance(inner, tf.Variable):
+        variable = inner
+    return variable.read_value() if isinstance(variable, tf.Variable) else tf.identity(variable)
 
 
 def _raw_alltoall(t: tf.Tensor, splits: tf.Tensor | None, name: str | None,
@@ -359,6 +468,7 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
     """
     t = to_tensor(tensor)
     check_dtype(t, "alltoall")
+    name = build_name("alltoall", name)
     sp = None if splits is None else tf.cast(to_tensor(splits), tf.int64)
     if not t.dtype.is_floating:
         out, received = _raw_alltoall(t, sp, name, process_set)
@@ -372,7 +482,7 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
 
             def grad(dy: tf.Tensor) -> tf.Tensor:
                 back, _ = _raw_alltoall(tf.convert_to_tensor(dy), tf.cast(got, tf.int64),
-                                        f"{name}.grad" if name else None, process_set)
+                                        _grad_name("alltoall", name), process_set)
                 return tf.ensure_shape(back, x.shape)
 
             return y, grad
@@ -395,6 +505,9 @@ def reducescatter(tensor: Any, device_dense: str = "",
     compressed, ctx = compression.compress(t)
     check_dtype(compressed, "reducescatter")
     reduce_op = resolve_op(None, op, "reducescatter")
+    name = build_name("reducescatter", name)
+    prescale_factor = op_factor(prescale_factor)
+    postscale_factor = op_factor(postscale_factor)
 
     def raw(x: tf.Tensor) -> tf.Tensor:
         def fn(a: np.ndarray) -> list[np.ndarray]:
@@ -411,7 +524,8 @@ def reducescatter(tensor: Any, device_dense: str = "",
     @tf.custom_gradient
     def scatter(x: tf.Tensor) -> Any:
         def grad(dy: tf.Tensor) -> tf.Tensor:
-            return _reducescatter_grads([x], [dy], reduce_op, process_set)[0]
+            return _reducescatter_grads([x], [dy], reduce_op, process_set,
+                                        _grad_name("reducescatter", name))[0]
 
         return raw(x), grad
 
@@ -419,12 +533,13 @@ def reducescatter(tensor: Any, device_dense: str = "",
 
 
 def _reducescatter_grads(xs: list[tf.Tensor], dys: list[tf.Tensor], op: ReduceOp,
-                         process_set: Any) -> list[tf.Tensor]:
+                         process_set: Any, name: str | None = None) -> list[tf.Tensor]:
     """Horovod's reducescatter gradient: allgather ``dy`` (times the set size for Sum)."""
     def fn(*arrays: np.ndarray) -> list[np.ndarray]:
         scale = process_set.size() if op == Sum else 1
-        return [_core.allgather(g * np.asarray(scale, dtype=g.dtype), process_set=process_set)
-                for g in arrays]
+        return [_core.allgather(g * np.asarray(scale, dtype=g.dtype),
+                                name=f"{name}.{i}" if name else None, process_set=process_set)
+                for i, g in enumerate(arrays)]
 
     dys = [tf.convert_to_tensor(dy) for dy in dys]
     return run_numpy(fn, dys, [dy.dtype for dy in dys], [x.shape for x in xs],
@@ -434,8 +549,8 @@ def _reducescatter_grads(xs: list[tf.Tensor], dys: list[tf.Tensor], op: ReduceOp
 def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
                           compression: type[Compressor] = Compression.none,
                           op: Any = Average, process_set: Any = global_process_set,
-                          prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> list[tf.Tensor]:
+                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                          name: str | None = None) -> list[tf.Tensor]:
     """Reducescatter several tensors in one request."""
     ts = [to_tensor(t) for t in tensors]
     if not ts:
@@ -445,10 +560,13 @@ def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
     for t in sent:
         check_dtype(t, "grouped_reducescatter")
     reduce_op = resolve_op(None, op, "grouped_reducescatter")
+    name = build_name("grouped_reducescatter", name)
+    prescale_factor = op_factor(prescale_factor)
+    postscale_factor = op_factor(postscale_factor)
 
     def raw(xs: list[tf.Tensor]) -> list[tf.Tensor]:
         def fn(*arrays: np.ndarray) -> list[np.ndarray]:
-            return _core.grouped_reducescatter(list(arrays), op=reduce_op,
+            return _core.grouped_reducescatter(list(arrays), name=name, op=reduce_op,
                                                process_set=process_set,
                                                prescale_factor=prescale_factor,
                                                postscale_factor=postscale_factor)
@@ -460,7 +578,8 @@ def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
         @tf.custom_gradient
         def scatter(*xs: tf.Tensor) -> Any:
             def grad(*dys: tf.Tensor) -> list[tf.Tensor]:
-                return _reducescatter_grads(list(xs), list(dys), reduce_op, process_set)
+                return _reducescatter_grads(list(xs), list(dys), reduce_op, process_set,
+                                            _grad_name("grouped_reducescatter", name))
 
             return raw(list(xs)), grad
 
