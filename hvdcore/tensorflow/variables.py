@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import global_process_set
 from hvdcore.errors import MismatchError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 
-__all__ = ["broadcast_variables", "check_same_variables"]
+__all__ = ["broadcast_variables", "broadcast_global_variables", "check_same_variables"]
 
 
 def _var_name(v: Any, i: int) -> str:
@@ -32,13 +33,14 @@ def _var_name(v: Any, i: int) -> str:
 
 
 def check_same_variables(signature: list[tuple[str, tuple[int, ...], str]], root_rank: int,
-                         process_set: Any = global_process_set, what: str = "broadcast") -> None:
+                         process_set: Any = global_process_set, what: str = "broadcast",
+                         name: str | None = None) -> None:
     """Raise MismatchError (on every rank) unless all ranks pass the same shapes and dtypes.
 
     ``signature`` is this rank's list of ``(name, shape, dtype)``; names are only used in the
     message (Keras may number layers differently per rank).
     """
-    everyone = _core.allgather_object(signature, process_set=process_set)
+    everyone = _core.allgather_object(signature, name=name, process_set=process_set)
     ranks = list(process_set.ranks) if process_set.ranks else list(range(_core.size()))
     root_sig = everyone[ranks.index(root_rank)] if root_rank in ranks else everyone[0]
     for member, sig in zip(ranks, everyone, strict=False):
@@ -64,13 +66,15 @@ def check_same_variables(signature: list[tuple[str, tuple[int, ...], str]], root
 
 
 def broadcast_variables(variables: Sequence[Any], root_rank: int,
-                        process_set: Any = global_process_set, inplace: bool = False) -> None:
+                        process_set: Any = global_process_set, inplace: bool = False,
+                        name: str | None = None) -> Any:
     """Assign ``root_rank``'s values to ``variables`` on every rank of ``process_set``.
 
-    Works on tf.Variable and Keras 3 / tf-keras variables, eagerly (returns None) and inside
+    Works on tf.Variable and Keras 3 / tf-keras variables, eagerly (returns None), inside
     ``tf.function`` (the assignments are ordered by tf.function's automatic control
-    dependencies). ``inplace`` is accepted for Horovod compatibility; assignment is always in
-    place.
+    dependencies) and in a TF1-style graph, where, as in Horovod, it returns the op that
+    broadcasts and assigns (run it with ``session.run``). ``inplace`` is accepted for Horovod
+    compatibility; assignment is always in place.
     """
     var_list = list(variables)
     values = [to_tensor(v) for v in var_list]
@@ -78,12 +82,41 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
         check_dtype(v, "broadcast_variables")
     signature = [(_var_name(v, i), tuple(t.shape.as_list()), t.dtype.name)
                  for i, (v, t) in enumerate(zip(var_list, values, strict=False))]
+    session_graph = not tf.executing_eagerly() and not tf.inside_function()
+    if name is None and session_graph:  # fixed at build time (see collectives.build_name)
+        name = tf.compat.v1.get_default_graph().unique_name("hvdcore.broadcast_variables",
+                                                            mark_as_used=True)
 
     def fn(*arrays: np.ndarray) -> list[np.ndarray]:
-        check_same_variables(signature, root_rank, process_set, "broadcast_variables")
-        return [_core.broadcast(a, root_rank, process_set=process_set) for a in arrays]
+        check_same_variables(signature, root_rank, process_set, "broadcast_variables",
+                             name=f"{name}.check" if name else None)
+        return [_core.broadcast(a, root_rank, name=f"{name}.{i}" if name else None,
+                                process_set=process_set) for i, a in enumerate(arrays)]
 
     outs = run_numpy(fn, values, [t.dtype for t in values], [t.shape for t in values],
                      "broadcast_variables")
-    for v, o in zip(var_list, outs, strict=True):
-        v.assign(o)
+    assigns = [v.assign(o) for v, o in zip(var_list, outs, strict=True)]
+    if tf.executing_eagerly():
+        return None
+    return tf.group(*assigns)
+
+
+def broadcast_global_variables(root_rank: int) -> Any:
+    """The op that broadcasts every global variable of a TF1-style graph from ``root_rank``
+    (``tf.compat.v1.global_variables()``); run it in the Session after initialising them.
+
+    As in Horovod (``horovod/tensorflow/__init__.py``), eager mode has no global variable
+    collection: a RuntimeError says to broadcast the model's variables instead. (The Keras
+    modules' ``broadcast_global_variables(root_rank, model=None)`` is the Keras form.)
+
+    Example::
+
+        bcast = hvd.broadcast_global_variables(0)
+        sess.run(tf.compat.v1.global_variables_initializer()); sess.run(bcast)
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() needs a TF1-style graph (there are no global "
+            "variables in eager mode); use hvd.broadcast_variables(model.variables, "
+            "root_rank) instead")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)

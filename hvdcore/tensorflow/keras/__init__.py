@@ -30,6 +30,7 @@ from hvdcore.tensorflow.keras.saving import (
     register_for_broadcast,
 )
 
-__all__ = [*_tf_all, "callbacks", "DistributedOptimizer", "PartialDistributedOptimizer",
-           "broadcast_global_variables",
+# (broadcast_global_variables: the Keras form, with an optional model, replaces the TF1 one)
+__all__ = [*(n for n in _tf_all if n != "broadcast_global_variables"), "callbacks",
+           "DistributedOptimizer", "PartialDistributedOptimizer", "broadcast_global_variables",
            "load_model", "register_for_broadcast"]
