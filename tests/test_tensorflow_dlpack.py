@@ -40,6 +40,13 @@ def test_tf_semantics_on_the_gloo_plane(shared_launch) -> None:
     _assert_ok(proc, "TF-SEMANTICS-OK", 3)
 
 
+def test_tf_parity_on_the_gloo_plane(shared_launch) -> None:
+    """Issue 52's TF checks (tests/programs/tensorflow_parity.py: scaling bit for bit, every
+    dtype, TF1 graphs, IndexedSlices, in-place broadcasts) with CPU tensors on Gloo (DLPack)."""
+    proc = shared_launch("tf", 3, GLOO)
+    _assert_ok(proc, "TF-PARITY-OK", 3)
+
+
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
 def test_keras_fit_on_the_gloo_plane_matches_single_process(flavour: str, tmp_path) -> None:
     env = dict(GLOO)

@@ -38,6 +38,36 @@ def test_gradients_alltoall_errors_join(world_size: int, shared_launch) -> None:
         assert "CHECK error.allreduce.dim.graph.2 ok" in proc.stdout
 
 
+def test_horovod_parity_last_mile(world_size: int, shared_launch) -> None:
+    """Issue 52 (tests/programs/tensorflow_parity.py, whose docstring quotes Horovod's
+    definitions), eagerly, in tf.function and in a tf.compat.v1 graph run by a Session:
+    a stray second init() on one rank (hvdcore.tensorflow and the Keras modules) is local
+    (horovod/common/basics.py ``HorovodBasics.init``); allreduce / grouped allreduce /
+    reducescatter / grouped reducescatter equal Horovod's CPU arithmetic bit for bit
+    (``AllreduceOp::ScaleBuffer``, horovod/common/ops/collective_operations.cc; factors are
+    float32 op attributes, horovod/tensorflow/mpi_ops.cc), float16 prescale 0.1915194503788923
+    as test_tensorflow.py's prescale test; every dtype of the ``REGISTER_OP`` attrs in
+    horovod/tensorflow/mpi_ops.cc (uint16 and int16 included) through allgather, grouped
+    allgather, broadcast, alltoall, allreduce, reducescatter and broadcast_variables against a
+    one-process reference; unnamed collectives of different shapes and dtypes in one TF1 graph
+    (names fixed when the graph is built); tf.IndexedSlices as horovod/tensorflow/__init__.py
+    ``allreduce`` / ``grouped_allreduce`` (integer averages divided, NotImplementedError for
+    other ops and for scale factors, no dense_shape, mixed with dense tensors); broadcast_ of
+    resource variables in a TF1 graph (test_tensorflow.py
+    ``test_horovod_broadcast_inplace_cpu``); broadcast_global_variables in a TF1 graph and its
+    RuntimeError eagerly (horovod/tensorflow/__init__.py). Gloo plane: test_tensorflow_dlpack.py.
+    (One launch with tensorflow_collectives.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("tf", world_size)
+    _assert_ok(proc, "TF-PARITY-OK", world_size)
+    for name in ("recovers.stray_init", "prescale.float16.dim1.v1graph",
+                 "dtype.uint16.alltoall.v1graph", "dtype.int16.broadcast.function",
+                 "v1graph.unnamed.2", "indexed_slices.uint8.avg.v1graph",
+                 "indexed_slices.refuses.adasum.grouped", "v1graph.broadcast_.variables",
+                 "v1graph.broadcast_global_variables",
+                 "eager.broadcast_global_variables.raises"):
+        assert f"CHECK {name} ok" in proc.stdout, name
+
+
 @pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
 def test_keras_local_variables_config_and_saving(world_size: int, flavour: str,
                                                  shared_launch) -> None:
