@@ -115,6 +115,7 @@ def run_numpy(
     out_shapes: Sequence[tf.TensorShape | list | None],
     name: str,
     plane_inputs: int = 0,
+    ordered: bool = True,
 ) -> list[tf.Tensor]:
     """Call ``fn(*arrays) -> arrays`` on ``inputs``; return tensors of ``out_dtypes``.
 
@@ -122,16 +123,19 @@ def run_numpy(
     unknown dimensions). ``plane_inputs``: how many leading inputs ``fn`` only passes to the
     core (so they may be a torch plane's buffers instead of arrays, see
     :mod:`~hvdcore.tensorflow.device_path`); its results for them are then torch tensors.
+    ``ordered=False``: in a TF1-style graph, outside the build-order chain (see
+    :func:`_in_build_order`), for ops run on their own, such as a broadcast of the initial
+    variables built after the training ops (which would otherwise make it run them too).
     """
     if any(t.dtype in _WIDENED for t in inputs) or any(d in _WIDENED for d in out_dtypes):
         wide = run_numpy(fn, [tf.cast(t, _WIDENED[t.dtype]) if t.dtype in _WIDENED else t
                               for t in inputs],
                          [_WIDENED.get(d, d) for d in out_dtypes], out_shapes, name,
-                         plane_inputs)
+                         plane_inputs, ordered)
         return [tf.cast(o, d) if o.dtype != d else o
                 for o, d in zip(wide, out_dtypes, strict=True)]
     if plane_inputs and device_path.active():
-        return _run_on_planes(fn, inputs, out_dtypes, out_shapes, name, plane_inputs)
+        return _run_on_planes(fn, inputs, out_dtypes, out_shapes, name, plane_inputs, ordered)
     np_dtypes = [d.as_numpy_dtype for d in out_dtypes]
 
     def call(*arrays: np.ndarray) -> list[np.ndarray]:
@@ -154,10 +158,10 @@ def run_numpy(
             message = f"{type(exc).__name__}: {exc}".encode()
             return [*_placeholders(np_dtypes, out_shapes), np.asarray(message)]
 
-    with _in_build_order():
+    with _in_build_order(ordered):
         raw = tf.numpy_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
                                 stateful=True, name=_op_name(name))
-        _built(raw)
+        _built(raw, ordered)
     return _graph_outputs(raw, out_shapes)
 
 
@@ -168,6 +172,7 @@ def _run_on_planes(
     out_shapes: Sequence[tf.TensorShape | list | None],
     name: str,
     plane_inputs: int,
+    ordered: bool = True,
 ) -> list[tf.Tensor]:
     """:func:`run_numpy` with the leading inputs on a torch plane (through DLPack)."""
     def call(*tensors: tf.Tensor) -> list[tf.Tensor]:
@@ -188,10 +193,10 @@ def _run_on_planes(
             message = f"{type(exc).__name__}: {exc}".encode()
             return [*_placeholders(np_dtypes, out_shapes), tf.constant(message)]
 
-    with _in_build_order():
+    with _in_build_order(ordered):
         raw = tf.py_function(call_in_graph, list(inputs), [*out_dtypes, tf.string],
                              name=_op_name(name))
-        _built(raw)
+        _built(raw, ordered)
     return _graph_outputs(raw, out_shapes)
 
 
@@ -207,7 +212,7 @@ def _session_graph() -> Any:
 
 
 @contextlib.contextmanager
-def _in_build_order() -> Iterator[None]:
+def _in_build_order(ordered: bool = True) -> Iterator[None]:
     """In a TF1-style graph, make the op built next run after the hvdcore op built before it.
 
     A Session runs independent ops in its own order, on threads of its own: two ranks could
@@ -217,7 +222,7 @@ def _in_build_order() -> Iterator[None]:
     dependencies do; ops in another control-flow context (a while loop body) start a new
     chain, since TensorFlow forbids control edges across those.
     """
-    graph = _session_graph()
+    graph = _session_graph() if ordered else None
     last = _LAST_OP.get(graph) if graph is not None else None
     if last is None or last[1] is not graph._get_control_flow_context():  # noqa: SLF001
         yield
@@ -226,8 +231,8 @@ def _in_build_order() -> Iterator[None]:
         yield
 
 
-def _built(raw: Any) -> None:
-    graph = _session_graph()
+def _built(raw: Any, ordered: bool = True) -> None:
+    graph = _session_graph() if ordered else None
     if graph is not None:
         op = (raw[0] if isinstance(raw, (list, tuple)) else raw).op
         _LAST_OP[graph] = (op, graph._get_control_flow_context())  # noqa: SLF001

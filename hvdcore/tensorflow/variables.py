@@ -93,8 +93,10 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
         return [_core.broadcast(a, root_rank, name=f"{name}.{i}" if name else None,
                                 process_set=process_set) for i, a in enumerate(arrays)]
 
+    # (ordered=False: a broadcast of the initial variables, built after the training ops, is
+    # run on its own; in the build-order chain it would run those ops, and need their feeds)
     outs = run_numpy(fn, values, [t.dtype for t in values], [t.shape for t in values],
-                     "broadcast_variables")
+                     "broadcast_variables", ordered=False)
     assigns = [v.assign(o) for v, o in zip(var_list, outs, strict=True)]
     if tf.executing_eagerly():
         return None

@@ -384,6 +384,9 @@ def global_variables():
     a = tf.compat.v1.get_variable("a", initializer=tf.constant(values(R, np.float32, 3)))
     b = tf.compat.v1.get_variable("b", initializer=tf.constant(values(R, np.int64, 1)),
                                   use_resource=False)
+    # a training op built first, which needs a feed: running the broadcast must not run it
+    feed = tf.compat.v1.placeholder(tf.float32, [3])
+    hvd.allreduce(feed * a[0], op=hvd.Sum)
     op = hvd.broadcast_global_variables(0)
     with tf.control_dependencies([op]):
         return [tf.identity(a.read_value()), tf.identity(b.read_value())]
