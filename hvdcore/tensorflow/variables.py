@@ -70,9 +70,9 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
                         name: str | None = None) -> Any:
     """Assign ``root_rank``'s values to ``variables`` on every rank of ``process_set``.
 
-    Works on tf.Variable and Keras 3 / tf-keras variables, eagerly (returns None), inside
-    ``tf.function`` (the assignments are ordered by tf.function's automatic control
-    dependencies) and in a TF1-style graph, where, as in Horovod, it returns the op that
+    Works on tf.Variable and Keras 3 / tf-keras variables, eagerly and inside ``tf.function``
+    (returns None; there the assignments are ordered by tf.function's automatic control
+    dependencies), and in a TF1-style graph, where, as in Horovod, it returns the op that
     broadcasts and assigns (run it with ``session.run``). ``inplace`` is accepted for Horovod
     compatibility; assignment is always in place.
     """
@@ -98,9 +98,8 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
     outs = run_numpy(fn, values, [t.dtype for t in values], [t.shape for t in values],
                      "broadcast_variables", ordered=False)
     assigns = [v.assign(o) for v, o in zip(var_list, outs, strict=True)]
-    if tf.executing_eagerly():
-        return None
-    return tf.group(*assigns)
+    # (in tf.function the assignments run anyway, and a function may not return an op)
+    return tf.group(*assigns) if session_graph else None
 
 
 def broadcast_global_variables(root_rank: int) -> Any:
