@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     rest = rest[1:] if rest[:1] == ["--"] else rest
     if args.results.exists():
         parser.error(f"--results {args.results} exists: give a fresh directory")
+    # a killed benchmark still stops its stress-ng (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     stress = None
     if args.stress_load:
         exe = shutil.which("stress-ng")
