@@ -8,12 +8,15 @@ slows the 1-element allreduce ~2-3x and leaves the 8 MiB one within 2 %). Histor
 in-job ratios only (``--judge '*_ratio'``): on this 2-core VM the absolute figures of a clean
 run swing 2-3x from one run to the next (busbw 0.71-1.95 GB/s, latency 20-42 us in five
 consecutive runs, 2026-12-01), while the ratios to raw mpi4py measured in the same job stay
-within ~15 %.
+within ~15 % (busbw) and ~±25 % (latency: 2.6-4.0 in consecutive clean runs), so the band's
+minimum half-width is 40 % here (``--min-band 0.4``); the degradation takes latency_ratio
+to 15-30x.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -99,7 +102,7 @@ def nights_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for n in range(1, NIGHTS + 1):
         env = reframe_env(DEGRADED if n in DEGRADED_NIGHTS else None)
         res = subprocess.run([str(NIGHTLY), "--results", str(results), "--judge", "*_ratio",
-                              "--", *SHORT], env=env, capture_output=True, text=True,
+                              "--min-band", "0.4", "--", *SHORT], env=env, capture_output=True, text=True,
                              timeout=600, check=False)
         runs.append(res)
     return {"results": results, "runs": runs}
@@ -143,7 +146,10 @@ def test_history_flags_exactly_the_degraded_nights_and_variables(nights_run: dic
             assert "**regression**" in summary and "confirmed by a second run" in summary
             assert "REGRESSION HvdcoreCollectivesCheck" in runs[n - 1].stdout
     assert "history (3 nights)" in (dirs[3] / "summary.md").read_text()  # judged from night 4
-    assert "history (4 nights)" in (dirs[6] / "summary.md").read_text()  # 5, 6 left out
+    # night 7 is judged by nights 1-4 (5 and 6 regressed; 4 too, had a noisy value been
+    # flagged there and not confirmed by the second run)
+    assert re.search(r"latency_ratio .*history \([34] nights\)", (dirs[6] / "summary.md")
+                     .read_text())
     conn = sqlite3.connect(results / "results.db")
     infos = [json.loads(b)["session_info"]
              for (b,) in conn.execute("SELECT json_blob FROM sessions")]
