@@ -24,7 +24,8 @@ __all__ = ["fmt", "render_page", "write_page"]
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 720, 230, 64, 16, 14, 46
 COLOURS = {"regression": "#c62828", "improvement": "#2e7d32", "pass": "#1f4e9a",
-           "failed": "#c62828", "information": "#6d4c99", "no history": "#1f4e9a"}
+           "failed": "#c62828", "information": "#6d4c99", "no history": "#1f4e9a",
+           "unconfirmed": "#e69500"}
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:1200px}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
@@ -162,7 +163,7 @@ def _plot(series: str, nights: Sequence[Night], points: list[Verdict | None]) ->
                          f'<title>{_e(tip)}</title></path>')
         else:
             colour = COLOURS.get(p.verdict, "#1f4e9a")
-            r = 5.5 if p.verdict in ("regression", "improvement") else 3.5
+            r = 5.5 if p.verdict in ("regression", "improvement", "unconfirmed") else 3.5
             parts.append(f'<circle class="pt-{_e(p.verdict.replace(" ", "-"))}" '
                          f'cx="{x(i):.1f}" cy="{y(p.value):.1f}" r="{r}" fill="{colour}">'
                          f'<title>{_e(tip)}</title></circle>')
@@ -201,6 +202,8 @@ def render_page(nights: Sequence[Night], verdicts: Sequence[Sequence[Verdict]],
              '<p class="legend"><span style="color:#1f4e9a">● judged, within band</span>'
              '<span style="color:#c62828">● regression</span>'
              '<span style="color:#2e7d32">● improvement</span>'
+             '<span style="color:#e69500">● outside the band, not confirmed by a second run'
+             '</span>'
              '<span style="color:#c62828">✕ case failed</span>'
              '<span style="color:#888">○ invalid measurement</span>'
              '<span style="color:#5a8fc8">▮ history band that judged the night</span></p>']
