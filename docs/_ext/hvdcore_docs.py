@@ -1,0 +1,102 @@
+"""Sphinx directives that render hvdcore's own tables from the code, so the manual cannot drift.
+
+- ``{hvdcore-knobs}``: every knob of :data:`hvdcore.config.KNOBS` (variable, Horovod alias,
+  ``hvdcorerun`` flag, type, default, meaning).
+- ``{hvdcore-runner-options}``: every option of ``hvdcorerun``'s argparse parser, group by group.
+
+Both generate Markdown and hand it to the page's own parser (MyST), so the result is styled like
+any hand-written table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.application import Sphinx
+from sphinx.util.docutils import SphinxDirective
+
+
+def _cell(text: str) -> str:
+    """One Markdown table cell: pipes escaped, newlines folded."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def knob_rows(include_internal: bool = False) -> list[str]:
+    """Markdown table of the knobs (internal ones only when asked)."""
+    from hvdcore.config import KNOBS
+
+    rows = ["| Variable | Horovod alias | `hvdcorerun` flag | Type | Default | Meaning |",
+            "|---|---|---|---|---|---|"]
+    for k in KNOBS:
+        if k.internal and not include_internal:
+            continue
+        default = repr(k.default) if k.default != "" else "(unset)"
+        kind = k.kind + (f": {'/'.join(k.choices)}" if k.choices else "")
+        rows.append(
+            f"| `{k.env}` | {f'`{k.alias}`' if k.alias else '—'} | "
+            f"{f'`{k.cli_flag}`' if k.cli_flag else '—'} | {_cell(kind)} | `{_cell(default)}` | "
+            f"{_cell(k.help)} |")
+    return rows
+
+
+def runner_rows() -> list[str]:
+    """Markdown tables of ``hvdcorerun``'s options, one per argparse group."""
+    from hvdcore.runner.cli import build_parser
+
+    parser = build_parser()
+    out: list[str] = []
+    for group in parser._action_groups:  # argparse keeps its groups only here
+        actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
+        if not actions:
+            continue
+        out += [f"**{group.title}**", "", "| Option | Meaning | Default |", "|---|---|---|"]
+        for a in actions:
+            names = ", ".join(f"`{s}`" for s in a.option_strings) or f"`{a.dest}` (positional)"
+            if a.metavar and a.option_strings:
+                names += f" *{_cell(a.metavar)}*"
+            choices = f" (one of {', '.join(map(str, a.choices))})" if a.choices else ""
+            default = a.default
+            shown = "—" if default in (None, "", False, argparse.SUPPRESS) else f"`{default}`"
+            out.append(f"| {names} | {_cell((a.help or '') + choices)} | {shown} |")
+        out.append("")
+    return out
+
+
+class _MarkdownTable(SphinxDirective):
+    has_content = False
+    option_spec: dict[str, Any] = {}
+
+    def lines(self) -> list[str]:  # pragma: no cover - overridden
+        raise TypeError("subclass must give lines")
+
+    def run(self) -> list[nodes.Node]:
+        container = nodes.container()
+        self.state.nested_parse(StringList(self.lines(), source=self.get_source_info()[0]),
+                                self.content_offset, container)
+        return container.children
+
+
+class KnobsDirective(_MarkdownTable):
+    """The knob table (``:internal:`` adds the launcher's and tests' own knobs)."""
+
+    option_spec = {"internal": lambda arg: True}
+
+    def lines(self) -> list[str]:
+        return knob_rows("internal" in self.options)
+
+
+class RunnerOptionsDirective(_MarkdownTable):
+    """``hvdcorerun``'s options."""
+
+    def lines(self) -> list[str]:
+        return runner_rows()
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    """Register the directives."""
+    app.add_directive("hvdcore-knobs", KnobsDirective)
+    app.add_directive("hvdcore-runner-options", RunnerOptionsDirective)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
