@@ -278,7 +278,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
             hint = f" Did you mean {PREFIX}{close[0]}?" if close else ""
             raise ConfigError(
                 f"unknown configuration variable {var}.{hint} Known HVDCORE_* variables: "
-                f"{', '.join(k.env for k in KNOBS)} (see the table in README.md)."
+                f"{', '.join(k.env for k in KNOBS)} (see `hvdcorerun --help`, or the manual's configuration page)."
             )
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -294,7 +294,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
 
 
 def markdown_table() -> str:
-    """The README table of every knob (regenerate with ``python -m hvdcore.config``)."""
+    """The Markdown table of every knob (``python -m hvdcore.config`` prints it)."""
     rows = [
         "| Variable | Horovod alias | hvdcorerun flag | Type | Default | Meaning |",
         "|---|---|---|---|---|---|",
