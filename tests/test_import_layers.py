@@ -1,4 +1,6 @@
-"""Imports between hvdcore's modules only go downwards (DESIGN.md "Layers"), without circles.
+"""Imports between hvdcore's modules only go downwards, without circles.
+
+The layers and these rules are described in docs/design/architecture.md ("Layers").
 
 Edges are read from the source with ``ast``: every ``import`` / ``from ... import`` of an
 hvdcore module, at module level or inside a function (a lazy import is still a dependency).
