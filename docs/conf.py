@@ -36,7 +36,9 @@ root_doc = "index"
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
+# Sphinx treats an option set to False as set: leave undoc-members/show-inheritance out.
+autodoc_default_options = {"members": True}
+autodoc_preserve_defaults = True  # process_set=global_process_set, not its repr
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
