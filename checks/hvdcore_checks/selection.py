@@ -4,7 +4,7 @@ ReFrame selects by tag with ``-t`` and by maintainer with ``--maintainer``::
 
     reframe -C <site config> -c checks/ -t ci -r                 # minutes: every merge request
     reframe -C <site config> -c checks/ -t nightly -r            # the nightly job
-    reframe -C <site config> -c checks/ --maintainer hvdcore -r  # everything the team owns
+    reframe -C <site config> -c checks/ --maintainer hvdcore-team -r  # everything the team owns
 
 * ``ci``: what fits a merge pipeline (capabilities, collectives: a few minutes);
 * ``nightly``: the nightly job (the ``ci`` checks and MNIST scaling);
