@@ -55,6 +55,14 @@ def test_band_is_median_and_robust_spread_with_a_minimum_width() -> None:
     assert b.high == pytest.approx(10.0 + 4 * 1.4826 * 2.0)
 
 
+def test_band_of_non_negative_figures_stays_above_zero() -> None:
+    """A noisy bandwidth history (this VM: 0.1-2.9 GB/s) gets a band from 0, never below."""
+    b = history.band([1.2, 0.1, 2.9, 1.1], sigmas=4, min_band=0.2)
+    assert b.low == 0.0 and b.high > 2.9
+    b = history.band([-1.0, 1.0, 0.5], sigmas=4, min_band=0.2)  # signed figures keep theirs
+    assert b.low < 0
+
+
 def test_direction_of_a_regression_follows_the_variable() -> None:
     b = history.band([1.0] * 5, min_band=0.2)
     assert history.classify(0.7, b, lower_is_better=False) == "regression"

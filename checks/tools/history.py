@@ -26,9 +26,11 @@ as a change of hvdcore: it is plotted and reported as information, never a verdi
 
     >>> b = band([10.0, 10.2, 9.8, 10.1], sigmas=4.0, min_band=0.1)
     >>> round(b.low, 3), round(b.high, 3)
-    (9.05, 11.05)
+    (9.045, 11.055)
     >>> classify(8.0, b, lower_is_better=False)
     'regression'
+    >>> band([1.2, 0.1, 2.9], sigmas=4.0, min_band=0.2).low  # a noisy rate: never below zero
+    0.0
 """
 
 from __future__ import annotations
@@ -158,7 +160,10 @@ def band(values: Sequence[float], sigmas: float = DEFAULT_SIGMAS,
     centre = statistics.median(values)
     spread = 1.4826 * statistics.median(abs(v - centre) for v in values)
     half = max(sigmas * spread, min_band * abs(centre))
-    return Band(centre, centre - half, centre + half, spread, len(values))
+    # A history of non-negative figures (every time, rate and ratio measured) never gets a band
+    # that reaches below zero: a summary that prints a negative bandwidth reads as a bug.
+    low = max(centre - half, 0.0) if min(values) >= 0 else centre - half
+    return Band(centre, low, centre + half, spread, len(values))
 
 
 def classify(value: float, b: Band, lower_is_better: bool) -> str:
