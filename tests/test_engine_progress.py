@@ -248,12 +248,6 @@ def test_a_cycle_that_raises_on_the_callers_thread_reaches_the_caller() -> None:
     assert p.drive(r.handle) == threading.current_thread().name  # the engine is free again
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: with caller progress an idle engine thread that wakes from its 50 ms idle wait "
-    "runs the cycle without checking the caller grace (Progress._loop's first branch falls "
-    "through to _step), so it announces requests a caller queued within the grace period; "
-    "docs/design/architecture.md: submissions only queue, the engine thread steps in only "
-    "after 0.5 s without a waiting caller"))
 def test_with_caller_progress_the_engine_thread_leaves_queued_work_to_callers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("hvdcore.engine.progress._CALLER_GRACE_S", 3600.0)

@@ -186,11 +186,6 @@ def _drive_bounded(engine: Engine, handle: Handle) -> None:
         engine.end_drive()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: RoundScheduler.drain pops a completed round and counts it executed only after "
-    "_execute_round returns; when the data plane raises while a cached round runs on the "
-    "caller's thread, the round is never counted, and every later coordinator list (fenced "
-    "after it) waits for ever: the next uncached allreduce hangs"))
 def test_a_data_plane_error_in_a_cached_round_leaves_the_engine_usable(tmp_path) -> None:
     backend = FakeBackend()
     engine = Engine(OneRankPlane(), load_config(), backend, {0: world(1)},
@@ -214,11 +209,6 @@ def test_a_data_plane_error_in_a_cached_round_leaves_the_engine_usable(tmp_path)
         _shutdown(engine)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: when the data plane raises on the engine thread, Engine._crashed fails the queued "
-    "and in-flight requests with RankFailedError, but the request being executed was already "
-    "taken from the in-flight table (Dispatcher._allreduce pops it first): its caller gets no "
-    "error and waits until the job is aborted"))
 def test_a_data_plane_error_on_the_engine_thread_fails_the_request(monkeypatch) -> None:
     monkeypatch.setattr("hvdcore.engine.loop._FATAL_GRACE_S", 0.2)
     backend = FakeBackend()

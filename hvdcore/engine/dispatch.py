@@ -53,6 +53,8 @@ class Dispatcher:
         self.run = run
         self._abort = abort
         self.inflight: dict[tuple[int, str], Request] = {}
+        # Requests whose data call raised after they left ``inflight`` (see interrupted)
+        self._interrupted: list[Request] = []
         self._handlers: dict[str, Callable[[Response, bool], None]] = {
             ALLREDUCE: self._allreduce, ERROR: self._error, STALL_WARNING: self._stall_warning,
             ABORT: self._abort_job, JOIN: self._join, SHUTDOWN: self._shutdown,
@@ -88,9 +90,21 @@ class Dispatcher:
 
     def take_all(self) -> list[Request]:
         """Forget every pending request (for a fatal error); returns them."""
-        pending = list(self.inflight.values())
+        pending = [*self._interrupted, *self.inflight.values()]
+        self._interrupted = []
         self.inflight.clear()
         return pending
+
+    def interrupted(self, reqs: list[Request | None]) -> None:
+        """Keep the requests of a data call that raised (they already left ``inflight``),
+        for whoever handles the error to fail them (:meth:`take_interrupted`,
+        :meth:`take_all`): otherwise their callers would get no error at all."""
+        self._interrupted.extend(r for r in reqs if r is not None)
+
+    def take_interrupted(self) -> list[Request]:
+        """The requests kept by :meth:`interrupted`, forgotten here."""
+        reqs, self._interrupted = self._interrupted, []
+        return reqs
 
     def _take(self, resp: Response, name: str) -> Request | None:
         return self.inflight.pop((resp.set_id, name), None)
@@ -120,7 +134,11 @@ class Dispatcher:
         inflight = self.inflight
         reqs = [inflight.pop((resp.set_id, n), None) for n in resp.names]
         ex = self.executor if not resp.device else self.executors[resp.device]
-        ex.allreduce(resp, reqs, pset)
+        try:
+            ex.allreduce(resp, reqs, pset)
+        except BaseException:
+            self.interrupted(reqs)
+            raise
         if not cached:
             self.cache.insert(resp)
 
@@ -132,7 +150,11 @@ class Dispatcher:
                 return  # a response for a set this rank is not in
             req = self._take(resp, resp.names[0])
             if req is not None:
-                run_one(self.executors[resp.device], resp, req, pset)
+                try:
+                    run_one(self.executors[resp.device], resp, req, pset)
+                except BaseException:
+                    self.interrupted([req])
+                    raise
         return handle
 
     def _error(self, resp: Response, _cached: bool) -> None:

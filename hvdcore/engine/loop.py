@@ -249,15 +249,24 @@ class Engine:
         waits for a blocking call; :class:`Progress` keeps the two apart.
         """
         progressed = False
-        if self.progress.queue:  # unlocked peek: only this cycle's thread empties the queue
-            self._announce(self.progress.take())
-            progressed = True
-        if self.coordinator is not None:
-            progressed |= self._coordinate()
-        else:
-            progressed |= self._receive()
-        progressed |= self.rounds.advance()
-        self.control.flush()
+        try:
+            if self.progress.queue:  # unlocked peek: only this cycle's thread empties it
+                self._announce(self.progress.take())
+                progressed = True
+            if self.coordinator is not None:
+                progressed |= self._coordinate()
+            else:
+                progressed |= self._receive()
+            progressed |= self.rounds.advance()
+            self.control.flush()
+        except BaseException as exc:
+            # On a caller's thread the error reaches that caller and the engine goes on: the
+            # requests whose data call raised get it too (on the engine thread it is fatal,
+            # and _crashed fails them with everything else).
+            if self.progress.driving():
+                for req in self.dispatcher.take_interrupted():
+                    req.handle.fail(exc)
+            raise
         return progressed
 
     def _announce(self, batch: list[Request]) -> None:

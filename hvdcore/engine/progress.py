@@ -132,6 +132,10 @@ class Progress:
         self._driver = threading.get_ident()
         return True
 
+    def driving(self) -> bool:
+        """True when the calling thread is a caller that drives the engine now."""
+        return self._driver == threading.get_ident()
+
     def end_drive(self) -> None:
         """Give the engine back to its thread (and wake it: requests may still be pending)."""
         self._driver = None
@@ -220,6 +224,8 @@ class Progress:
                 # their own thread, so an idle engine thread need not spin for them.)
                 if not self.queue and not self._busy():
                     self._cv.wait(_IDLE_WAIT_S)
+                    if self.caller_progress and self.queue:
+                        continue  # queued meanwhile: the caller grace below applies to it
                 elif self.caller_progress and (
                         self._driver is not None
                         or time.perf_counter() - self._last_drive < _CALLER_GRACE_S):

@@ -208,8 +208,11 @@ class RoundScheduler:
                 self._lists_executed += 1
                 self.dispatcher.run_all(responses)
             elif self._rounds_ready and self._lists_executed >= self._rounds_ready[0][0]:
-                self._execute_round(*self._rounds_ready.popleft())
+                # Counted before it runs, as a list is: when its data call raises on a
+                # caller's thread (the caller gets the error, the engine goes on), the lists
+                # fenced after this round must still run.
                 self._rounds_executed += 1
+                self._execute_round(*self._rounds_ready.popleft())
             else:
                 break
             did = True
@@ -701,8 +704,12 @@ class RoundScheduler:
         if coord is not None and coord.hit_waits:
             for name in e.names:
                 coord.hit_done(name)
-        e.data(arrays, e.places, e.gaps, host._buffer(e.rdtype, e.total), e.total, e.scale,
-               e.post)
+        try:
+            e.data(arrays, e.places, e.gaps, host._buffer(e.rdtype, e.total), e.total,
+                   e.scale, e.post)
+        except BaseException:
+            self.dispatcher.interrupted(reqs)
+            raise
         for req in reqs:
             req.handle.set_part(req.part, req.tensor)
         return True
