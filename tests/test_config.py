@@ -48,14 +48,3 @@ def test_ill_typed_values_name_variable_and_accepted_values(var: str, value: str
     with pytest.raises(ConfigError) as info:
         config.load({var: value})
     assert var in str(info.value) and needle in str(info.value)
-
-
-def test_every_knob_documented_in_readme() -> None:
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    for k in config.KNOBS:
-        assert f"`{k.env}`" in readme, f"{k.env} missing from README's table"
-    assert config.markdown_table() in readme, (
-        "README's knob table is stale: paste the output of `python -m hvdcore.config` between "
-        "the knobs:begin/end markers")

@@ -115,7 +115,7 @@ def load_checks() -> tuple[CheckDoc, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _attr_docs(path: Path) -> dict[tuple[str, str], list[str]]:
     from sphinx.pycode import ModuleAnalyzer
 

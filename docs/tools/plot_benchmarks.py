@@ -71,15 +71,15 @@ def users_call() -> None:
               ("torch CPU tensors", ["torch allreduce(t)", "torch allreduce_(t)",
                                      "torch async + sync"])]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
-    for ax, (title, calls) in zip(axes, panels):
+    for ax, (title, calls) in zip(axes, panels, strict=True):
         for i, call in enumerate(calls):
             pts = [r for r in data if r["call"] == call]
             xs = [SIZES.index(r["size"]) + (i - (len(calls) - 1) / 2) * 0.06 for r in pts]
             lo = [float(r["lo"]) for r in pts]
             hi = [float(r["hi"]) for r in pts]
-            mid = [(a + b) / 2 for a, b in zip(lo, hi)]
-            ax.errorbar(xs, mid, yerr=[[m - a for m, a in zip(mid, lo)],
-                                       [b - m for m, b in zip(mid, hi)]],
+            mid = [(a + b) / 2 for a, b in zip(lo, hi, strict=True)]
+            ax.errorbar(xs, mid, yerr=[[m - a for m, a in zip(mid, lo, strict=True)],
+                                       [b - m for m, b in zip(mid, hi, strict=True)]],
                         marker="o", markersize=4, capsize=3, label=call)
         ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
         ax.set_yscale("log")
@@ -213,7 +213,7 @@ def tf_overhead() -> None:
     titles = {"single": "one tensor: before a1fdf74, now d97c5fd\n(2026-11-25 02:58-03:01 UTC)",
               "grouped": "8 uneven tensors, grouped: before 1109059, now bc0e775+8e822c5\n"
                          "(2026-11-25 06:18 UTC)"}
-    for ax, table in zip(axes, ("single", "grouped")):
+    for ax, table in zip(axes, ("single", "grouped"), strict=True):
         sizes = [s for s in SIZES if any(r["table"] == table and r["size"] == s for r in data)]
         for version, color, marker, dx in (("before", "tab:red", "s", -0.08),
                                            ("now", "tab:blue", "o", 0.08)):
