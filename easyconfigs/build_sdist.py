@@ -47,7 +47,7 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 EASYCONFIG_DIR = ROOT / "easyconfigs" / "h" / "hvdcore"
 # what goes into the sdist: the package, its metadata and the files pyproject.toml refers to
-_TREE_FILES = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "setup.cfg")
+_TREE_FILES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "MANIFEST.in", "setup.cfg")
 # the package, and the examples the easyconfigs install into share/hvdcore/examples
 _TREE_DIRS = ("hvdcore", "examples")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")

@@ -175,6 +175,8 @@ echo "NCCL_RC=$?"
     assert re.search(r"^NCCL_RC=[1-9]", out, re.M), out
     root = site.base / "eb" / "software" / "hvdcore"
     assert f"HVDCORERUN={root}" in out
+    # the sdist carries setup.py and the C source: the install built its compiled hot path
+    assert re.search(rf"Repeated host allreduces: compiled \({re.escape(str(root))}/", out), out
     assert re.search(rf"IMPORTED {re.escape(str(root))}/\S+/hvdcore/__init__.py", out), out
     assert f"Python/{PYSHORT}" in out  # dependency loaded by the module
     assert "nccl" in (tmp_path / "nccl.out").read_text().lower()
