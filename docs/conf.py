@@ -4,15 +4,16 @@ intersphinx, no remote images, the theme's assets come from its wheel."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE / "_ext"))  # the project's own directives (knobs, options, checks)
-sys.path.insert(0, str(ROOT))  # hvdcore itself, for autodoc, when it is not installed
+import hvdcore  # installed (scripts/setup.sh installs it editable), as autodoc needs it
 
-import hvdcore  # noqa: E402
+HERE = Path(__file__).resolve().parent
+#: The project's own directives (knobs, hvdcorerun's options, the checks), loaded from their
+#: files by :func:`setup` below rather than through an edited ``sys.path``.
+LOCAL_EXTENSIONS = ("hvdcore_docs", "hvdcore_checks_docs")
 
 project = "hvdcore"
 author = "the hvdcore team"
@@ -25,8 +26,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
-    "hvdcore_docs",
-    "hvdcore_checks_docs",
 ]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
@@ -48,3 +47,18 @@ html_static_path = ["_static"]
 html_last_updated_fmt = "%Y-%m-%d"
 # Nothing from the network: furo's fonts are system fonts already; no analytics, no CDN.
 html_theme_options = {"navigation_with_keys": True}
+
+
+def _load_local(name: str):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(name, HERE / "_ext" / f"{name}.py")
+    assert spec and spec.loader, name
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling of the environment look it up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def setup(app):  # type: ignore[no-untyped-def]
+    """conf.py's own extension hook: register the local directives."""
+    for name in LOCAL_EXTENSIONS:
+        _load_local(name).setup(app)

@@ -66,6 +66,17 @@ def test_every_runner_option_is_on_the_hvdcorerun_page(site: Path) -> None:
     assert not missing, f"hvdcorerun options missing from its page: {missing}"
 
 
+def test_the_checks_page_is_generated_from_every_check(site: Path) -> None:
+    """Each ReFrame check (and its fixtures) has its section, with its performance variables."""
+    page = (site / "reference" / "checks.html").read_text()
+    for name in ("HvdcoreCapabilitiesCheck", "HvdcoreCollectivesCheck", "HvdcoreMnistCheck",
+                 "MnistBaseline", "HvdcoreSyntheticCheck", "HvdcoreFaultJob"):
+        assert f'id="check-{name.lower()}"' in page, name
+    text = _text(site / "reference" / "checks.html")
+    for var in ("busbw_ratio", "latency_ratio", "ddp_ratio", "mpi_ratio", "efficiency"):
+        assert var in text, var
+
+
 def test_every_page_is_built_and_none_is_a_stub(site: Path) -> None:
     sources = sorted(p.relative_to(DOCS).with_suffix(".html") for p in DOCS.rglob("*.md")
                      if "_build" not in p.parts and p.name != "README.md")

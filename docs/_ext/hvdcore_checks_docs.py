@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,13 +59,6 @@ class CheckDoc:
     instances: list[Any] = field(default_factory=list)
 
 
-def _setup_paths() -> None:
-    for sub in ("checks", "checks/config", "checks/tools"):
-        p = str(ROOT / sub)
-        if p not in sys.path:
-            sys.path.append(p)
-
-
 def _ensure_runtime() -> None:
     import reframe.core.config as config
     import reframe.core.runtime as rt
@@ -87,7 +79,6 @@ def _check_files() -> list[Path]:
 @functools.lru_cache(maxsize=1)
 def load_checks() -> tuple[CheckDoc, ...]:
     """Every check class (with its loaded test instances) and the fixtures they use."""
-    _setup_paths()
     _ensure_runtime()
     from reframe.frontend.loader import RegressionCheckLoader
 
@@ -151,7 +142,6 @@ def _type_name(var: Any) -> str:
 
 
 def _references_module() -> Any:
-    _setup_paths()
     from hvdcore_checks import references
 
     return references
