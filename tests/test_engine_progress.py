@@ -2,8 +2,7 @@
 caller or the engine thread), and what happens when a cycle fails. The cycle is a stand-in
 that completes the queued requests' handles; no MPI, no engine.
 
-Waits are bounded (``_WAIT``) only so that a broken build fails instead of hanging; nothing
-asserts how long anything took."""
+Waits are bounded (``_WAIT``) only so that a broken build fails instead of hanging."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ import tensorflow as tf
 import hvdcore as _core
 from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
 from hvdcore.arguments import resolve_op
+from hvdcore.errors import UnimplementedError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 from hvdcore.tensorflow.compression import Compression, Compressor
 
@@ -94,18 +95,19 @@ def op_factor(value: Any) -> Any:
 
 
 def _check_sparse(op: ReduceOp, prescale: Any, postscale: Any) -> None:
-    """Horovod's errors for what it cannot do with tf.IndexedSlices (NotImplementedError,
-    raised before any collective starts, so every rank stays in step)."""
+    """Horovod's errors for what it cannot do with tf.IndexedSlices (``UnimplementedError``, a
+    ``NotImplementedError`` as Horovod raises, before any collective starts, so every rank stays
+    in step)."""
     if op == Adasum:
-        raise NotImplementedError(
+        raise UnimplementedError(
             "Adasum cannot reduce tf.IndexedSlices: densify them (sparse_as_dense=True in "
             "DistributedOptimizer / DistributedGradientTape, or tf.convert_to_tensor)")
     if op not in (Sum, Average):
-        raise NotImplementedError(
+        raise UnimplementedError(
             f"allreduce of tf.IndexedSlices supports op Sum or Average, not {op.name}; "
             "densify it first (tf.convert_to_tensor) for other ops")
     if prescale != 1.0 or postscale != 1.0:
-        raise NotImplementedError(
+        raise UnimplementedError(
             "prescale_factor / postscale_factor are not supported for tf.IndexedSlices; scale "
             "the values yourself or densify the slices (tf.convert_to_tensor)")
 
