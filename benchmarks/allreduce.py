@@ -875,7 +875,7 @@ def main() -> None:
                 f"{pages['kernel']})")
     on_gloo = hvt is not None and hvt.cpu_operations().startswith("gloo")
     torch_on_mpi = hvt is not None and not on_gloo
-    steady = basics.state().engine.rounds.steady
+    steady = basics.state().engine.rounds.channel.calls
     rep.doc["hot_path"] = ("none (no response cache)" if steady is None else
                            "compiled" if steady.compiled else "mpi4py")
     rep.say(f"repeated blocking host allreduces: {rep.doc['hot_path']} steady path "

@@ -56,7 +56,7 @@ def test_the_degraded_data_path_is_never_bypassed_by_batches() -> None:
             "hvd.init()\nxs = [np.ones(4, np.float32), np.ones(3, np.float32)]\n"
             "names = ('w', 'b')\n"
             "for _ in range(50): hvd.synchronize(ops.allreduce_batch_async(xs, names))\n"
-            "print('batches kept', len(basics.state().engine.rounds._batches), xs[0][0])\n"
+            "print('batches kept', len(basics.state().engine.batches._batches), xs[0][0])\n"
             "hvd.shutdown()\n")
     res = run_mpi(2, ["-c", code], env={"FAULTS_DATA_PATH": "repeat=2"}, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr

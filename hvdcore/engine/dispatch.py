@@ -15,7 +15,7 @@ from typing import Any
 
 from hvdcore import errors
 from hvdcore.engine.cache import ResponseCache
-from hvdcore.engine.executor import Executor, Request, SetState
+from hvdcore.engine.executor import Executor
 from hvdcore.engine.messages import (
     ABORT,
     ADD_SET,
@@ -30,7 +30,9 @@ from hvdcore.engine.messages import (
     REMOVE_SET,
     SHUTDOWN,
     STALL_WARNING,
+    Request,
     Response,
+    SetState,
 )
 from hvdcore.engine.progress import RunState
 

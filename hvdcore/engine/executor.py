@@ -20,47 +20,16 @@ from typing import Any
 import numpy as np
 
 from hvdcore.engine.fusion import ALIGNMENT, FusedLayout, fused_layout
-from hvdcore.engine.handle import Handle
-from hvdcore.engine.messages import Meta, ReduceOp, Response
+from hvdcore.engine.handle import first, one_request
+from hvdcore.engine.messages import ReduceOp, Request, Response, SetState
 from hvdcore.engine.timeline import Timeline
 
+# (Request, SetState, first and one_request are re-exported for code written against the
+# engine before they moved to messages.py and handle.py.)
+__all__ = ["Executor", "ReducePlan", "Request", "SetState", "first", "one_request", "postscale",
+           "reduce_dtype", "backend_op", "neutral"]
+
 _FUSED_PLANS_KEPT = 256  # distinct uncached fused shapes remembered (then forgotten at once)
-
-
-@dataclass(slots=True)
-class Request:
-    """A submitted request on its rank: the meta, the input, where the result goes."""
-
-    meta: Any  # hvdcore.engine.messages.Meta
-    tensor: Any  # np.ndarray for data requests, None for control requests
-    out: np.ndarray | None
-    handle: Any  # hvdcore.engine.handle.Handle
-    part: int
-    t_submit: float = 0.0
-
-
-@dataclass(slots=True)
-class SetState:
-    """A process set as seen by this rank."""
-
-    set_id: int
-    ranks: tuple[int, ...]
-    comm: Any  # None when this rank is not a member
-
-    @property
-    def index(self) -> int:
-        """This rank's position in the set (valid for members only)."""
-        return self.comm.Get_rank()
-
-
-def first(values: list[Any]) -> Any:
-    """Finalize of a one-part request: its only result."""
-    return values[0]
-
-
-def one_request(meta: Meta, arr: Any, out: Any) -> Request:
-    """The request of one allreduce, with a handle of its own (not enqueued)."""
-    return Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)
 
 
 def postscale(resp: Response, pset: SetState) -> float:
@@ -138,7 +107,7 @@ class Executor:
         self._fused_plans: dict[tuple[str, tuple[tuple[int, ...], ...]], Any] = {}
         self.timeline: Timeline | None = None
 
-    def _buffer(self, dtype: np.dtype, count: int) -> Any:
+    def fusion_buffer(self, dtype: np.dtype, count: int) -> Any:
         """The fusion buffer of ``dtype`` (on the backend's device), ``count`` elements long."""
         buf = self._fusion.get(dtype.str)
         if buf is None or self._sizes[dtype.str] < count:
@@ -267,7 +236,7 @@ class Executor:
         # views of a buffer of their own: one allocation instead of one per tensor (each of
         # those page-faults its fresh memory in; that cost more than the whole reduction).
         views = same and all(r is None or r.out is None for r in reqs)
-        buf = b.result_block(rdtype, total) if views else self._buffer(rdtype, total)
+        buf = b.result_block(rdtype, total) if views else self.fusion_buffer(rdtype, total)
         packing: list[Request | None] = reqs
         srcs: list[Any] | None = None
         if same and pre == 1.0 and dtype != np.bool_ and None not in reqs:

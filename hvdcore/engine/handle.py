@@ -6,6 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from hvdcore.engine.messages import Request
+
 _EVENT_LOCK = threading.Lock()
 
 
@@ -100,3 +102,14 @@ class Handle:
     def __repr__(self) -> str:
         state = "done" if self._done else "pending"
         return f"<hvdcore Handle {self.description} {state}>"
+
+
+def first(values: list[Any]) -> Any:
+    """Finalize of a one-part request: its only result."""
+    return values[0]
+
+
+def one_request(meta: Any, arr: Any, out: Any) -> Any:
+    """The :class:`~hvdcore.engine.messages.Request` of one allreduce of ``meta``, with a
+    handle of its own (not enqueued)."""
+    return Request(meta, arr, out, Handle(1, first, f"allreduce '{meta.name}'"), 0)

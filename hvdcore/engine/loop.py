@@ -8,6 +8,9 @@
   rank 0) and its ordered response lists back;
 - :class:`~hvdcore.engine.rounds.RoundScheduler`: response-cache hits, their rounds, and the
   one order in which lists and rounds run;
+- :class:`~hvdcore.engine.steady.SteadyPath` and
+  :class:`~hvdcore.engine.steady_batch.SteadyBatches`: the same route for cached tensors,
+  walked by a caller itself when the engine is idle;
 - :class:`~hvdcore.engine.dispatch.Dispatcher`: each response to its handler; data responses
   to the :class:`~hvdcore.engine.executor.Executor`, which packs fusion buffers and calls the
   data-plane backend.
@@ -29,12 +32,14 @@ from hvdcore.engine.cache import ResponseCache
 from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.coordinator import Coordinator
 from hvdcore.engine.dispatch import Dispatcher
-from hvdcore.engine.executor import Executor, Request, SetState
+from hvdcore.engine.executor import Executor
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.lone import LoneCalls
-from hvdcore.engine.messages import ABORT, STALL_WARNING, Meta
+from hvdcore.engine.messages import ABORT, STALL_WARNING, Meta, Request, SetState
 from hvdcore.engine.progress import Progress, RunState
 from hvdcore.engine.rounds import RoundScheduler
+from hvdcore.engine.steady import SteadyPath
+from hvdcore.engine.steady_batch import SteadyBatches
 from hvdcore.engine.timeline import Timeline
 
 __all__ = ["Engine"]
@@ -86,20 +91,27 @@ class Engine:
                                      self.cache, self.run)
         self.progress = Progress(self.run, self._step, self._busy, self._crashed,
                                  self._abort_after_grace, caller_progress, self.rank)
-        self.rounds.bind_steady(self.progress, self.executor, sets[0])
+        self.rounds.bind(self.progress, self.executor)
+        self.steady = SteadyPath(self.rounds, self.cache, self.progress, self.executor,
+                                 sets[0])
+        self.batches = SteadyBatches(self.rounds, self.cache, self.progress, self.executor,
+                                     sets[0])
         #: A repeated blocking allreduce of a cached host tensor on an idle engine, in one
-        #: call (:meth:`RoundScheduler.steady_allreduce`): the result, or None when it does
+        #: call (:meth:`SteadyPath.steady_allreduce`): the result, or None when it does
         #: not apply (then take :meth:`fast_allreduce` or the queue).
-        self.steady_allreduce: Callable[[Meta, Any, Any], Any] = self.rounds.steady_allreduce
-        #: The same for an asynchronous call (:meth:`RoundScheduler.steady_start`), for
+        self.steady_allreduce: Callable[[Meta, Any, Any], Any] = self.steady.steady_allreduce
+        #: The same for an asynchronous call (:meth:`SteadyPath.steady_start`), for
         #: tensors of at most ``inline_async_bytes`` (HVDCORE_ASYNC_INLINE_BYTES; any size
         #: with caller progress, where no engine thread would run it sooner).
-        self.steady_start: Callable[[Meta, Any, Any], Any] = self.rounds.steady_start
+        self.steady_start: Callable[[Meta, Any, Any], Any] = self.steady.steady_start
         self.inline_async_bytes: int = (sys.maxsize if caller_progress
                                         else cfg.async_inline_bytes)
         #: A recurring batch of in-place host allreduces (a training step's gradients) in one
-        #: call (:meth:`RoundScheduler.steady_batch`; see :func:`requests.batch_steady`).
-        self.steady_batch: Callable[..., Any] = self.rounds.steady_batch
+        #: call (:meth:`SteadyBatches.steady_batch`; see :func:`requests.batch_steady`).
+        self.steady_batch: Callable[..., Any] = self.batches.steady_batch
+        #: A blocking allreduce of a cached host tensor on an idle engine, without the queue
+        #: (:meth:`SteadyPath.fast_allreduce`; the caller drives the engine).
+        self.fast_allreduce: Callable[..., Any] = self.steady.fast_allreduce
         self.lone = LoneCalls()  # when an async call may take it (requests.allreduce_async)
         # The blocking-call entry points are the Progress methods themselves (no extra call
         # layer on the hot path); see Progress for what each does.
@@ -115,19 +127,6 @@ class Engine:
     def enqueue(self, reqs: list[Request]) -> None:
         """Hand requests to the engine (raises if the engine has failed or stopped)."""
         self.progress.submit(reqs, self.timeline.now_us() if self.timeline else 0.0)
-
-    def fast_allreduce(self, meta: Meta, arr: Any, out: Any,
-                       make_request: Callable[[], Request]) -> Any:
-        """A blocking allreduce of a cached tensor on an idle engine, without the queue.
-
-        The caller drives the engine (:meth:`begin_drive`); see
-        :meth:`RoundScheduler.fast_allreduce` for what it returns.
-        """
-        run = self.run
-        idle = (self.timeline is None and not self.progress.queue
-                and not self.dispatcher.inflight and run.fatal is None and not run.stopped)
-        return self.rounds.fast_allreduce(meta, arr, out, idle, make_request, self.executor,
-                                          self.sets[0])
 
     def fast_queued(self, handle: Any) -> bool:
         """Run the queue through a fast path when it holds ``handle``'s requests and nothing
@@ -147,17 +146,15 @@ class Engine:
             return False
         if len(reqs) == 1 and not reqs[0].meta.device:
             req = reqs[0]
-            # With the queue empty, fast_allreduce's own checks decide (idle engine, a hit).
-            got = self.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
+            # With the queue empty, the shortcut's own checks decide (idle engine, a hit).
+            got = self.steady.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
             if got is not None:
                 if not isinstance(got, Handle):
                     req.handle.set_part(0, got)
                 return True
-        else:  # several requests, or a data plane's tensor (each response on its plane)
-            run = self.run
-            idle = not self.dispatcher.inflight and run.fatal is None and not run.stopped
-            if self.rounds.fast_queued(reqs, idle, self.dispatcher.executors, self.sets[0]):
-                return True
+        elif self.steady.fast_queued(reqs, self.dispatcher.executors):
+            # (several requests, or a data plane's tensor: each response on its plane)
+            return True
         progress.requeue(reqs)
         return False
 

@@ -1,4 +1,5 @@
-"""What ranks tell the coordinator (:class:`Meta`) and what it answers (:class:`Response`)."""
+"""What ranks tell the coordinator (:class:`Meta`), what it answers (:class:`Response`), and the
+two records every engine stage shares: a submitted :class:`Request` and a :class:`SetState`."""
 
 from __future__ import annotations
 
@@ -119,3 +120,29 @@ class Response:
         return (self.kind, self.set_id, self.names, self.dtype, self.shapes, self.op, self.root,
                 self.prescale, self.postscale, self.per_rank, self.joined, self.message,
                 self.error_type, self.value, self.ranks, self.device)
+
+
+@dataclass(slots=True)
+class Request:
+    """A submitted request on its rank: the meta, the input, where the result goes."""
+
+    meta: Meta
+    tensor: Any  # np.ndarray (or a plane's tensor) for data requests, None for control ones
+    out: Any  # the caller's output buffer, or None
+    handle: Any  # hvdcore.engine.handle.Handle
+    part: int
+    t_submit: float = 0.0
+
+
+@dataclass(slots=True)
+class SetState:
+    """A process set as seen by this rank."""
+
+    set_id: int
+    ranks: tuple[int, ...]
+    comm: Any  # None when this rank is not a member
+
+    @property
+    def index(self) -> int:
+        """This rank's position in the set (valid for members only)."""
+        return self.comm.Get_rank()

@@ -136,12 +136,14 @@ class Progress:
         """True when the calling thread is a caller that drives the engine now."""
         return self._driver == threading.get_ident()
 
-    def end_drive(self) -> None:
-        """Give the engine back to its thread (and wake it: requests may still be pending)."""
+    def end_drive(self, settled: bool = False) -> None:
+        """Give the engine back to its thread (and wake it: requests may still be pending).
+        ``settled``: the driver found the engine idle and left it so (only a request queued
+        meanwhile by another thread can need the engine thread now)."""
         self._driver = None
         self._last_drive = time.perf_counter()
         self._run_lock.release()
-        if not self.caller_progress and (self.queue or self._busy()):
+        if not self.caller_progress and (self.queue or (not settled and self._busy())):
             with self._cv:
                 self._cv.notify()
 

@@ -125,7 +125,7 @@ def engine() -> str:
     batch_steps("float16.Average", [np.float16], hvd.Average, 1.0, 1.0, 6)
     batch_steps("mixed.Average", [np.float32, np.float64], hvd.Average, 1.0, 1.0, 6)
     changed_shape(8)
-    return type(basics.state().engine.rounds.steady).__name__
+    return type(basics.state().engine.rounds.channel.calls).__name__
 
 
 def direct() -> list[str]:

@@ -211,7 +211,7 @@ def direct() -> list[str]:
 
 if mode == "exact":
     sweep(4, late=False)
-    steady = basics.state().engine.rounds.steady
+    steady = basics.state().engine.rounds.channel.calls
     print(f"rank {R} exact ok: {checks} checks, steady={type(steady).__name__}", flush=True)
 elif mode == "late":
     sweep(4, late=True)

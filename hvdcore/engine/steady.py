@@ -1,0 +1,226 @@
+"""Cached allreduces a caller runs itself on an idle engine: the shortcuts of the one route.
+
+Every cached allreduce takes one route (:mod:`hvdcore.engine.rounds`): a round says it is
+ready on every rank, its cached response runs on its plane's executor. When the engine is
+idle (:meth:`~hvdcore.engine.rounds.RoundScheduler.idle`), the caller's thread walks that
+route itself, without the queue and the engine cycle:
+
+- :meth:`SteadyPath.fast_allreduce`: a blocking call: a round offering just this tensor,
+  then its response on the executor (``Executor.allreduce_single`` for a host tensor);
+- :meth:`SteadyPath.steady_allreduce` / :meth:`~SteadyPath.steady_start`: the same call
+  again with the request the API layer reuses, where the data call is one direct MPI
+  allreduce: round and data as one call of the control plane (compiled where it can be,
+  :mod:`hvdcore.backends.mpi_steady`);
+- :meth:`SteadyPath.fast_queued`: queued calls (a step's gradients, a grouped call, async
+  then synchronize; a data plane's tensors too): one round, then their fused responses on
+  their planes' executors.
+
+When a peer has not offered the tensors yet, the requests become ordinary hits of the posted
+round (the engine cycle, or the caller driving it, completes them): same round, same
+responses, same data calls and results on every path. Batches of in-place arrays have their
+own steady call (:mod:`hvdcore.engine.steady_batch`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hvdcore.engine.cache import HIT, ResponseCache
+from hvdcore.engine.executor import Executor
+from hvdcore.engine.handle import Handle, one_request
+from hvdcore.engine.messages import ALLREDUCE, Meta, Request, SetState
+from hvdcore.engine.rounds import RoundScheduler
+
+__all__ = ["SteadyPath"]
+
+_KEPT = 4096  # cached tensors whose steady-call constants are kept
+_INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(slots=True)
+class _Steady:
+    """What the steady call keeps about one cached tensor."""
+
+    cid: int
+    cids: list[int]
+    names: list[str]
+    meta: Meta  # the request the cache last matched (the API layer reuses it while it can)
+    generation: int  # the cache's generation when this was made (a change voids it)
+    comm: Any  # the data communicator (the backend's direct call must still be on it)
+    call: Callable[..., Any]  # the control plane's bound steady call
+    dtype: np.dtype
+    post: float  # postscale, divided by the set size for an average
+    fresh: bool  # results are fresh arrays, not pooled memory (np.empty of the input's shape)
+
+
+class SteadyPath:
+    """The caller-run shortcuts for cached single tensors and queued requests."""
+
+    def __init__(self, rounds: RoundScheduler, cache: ResponseCache, progress: Any,
+                 host: Executor, world: SetState) -> None:
+        self.rounds = rounds
+        self.cache = cache
+        self.progress = progress
+        self.host = host
+        self.world = world
+        self._by_name: dict[str, _Steady] = {}
+
+    # -- a blocking call ----------------------------------------------------------------------
+
+    def fast_allreduce(self, meta: Meta, arr: Any, out: Any,
+                       make_request: Callable[[], Request]) -> Any:
+        """A blocking allreduce of a cached host tensor on an idle engine, without the queue
+        (the caller drives the engine). Returns the result array; or a handle when the
+        tensor became an ordinary pending hit (a peer is late, or the round must wait for
+        something: drive it); or None when the shortcut does not apply."""
+        rounds = self.rounds
+        if not rounds.idle():
+            return None
+        state, cid = self.cache.lookup(meta)
+        if state != HIT:
+            return None
+        entry = self._by_name.get(meta.name)
+        if entry is not None and entry.cid == cid:  # (a hit: its constants still hold)
+            entry.meta, entry.generation = meta, self.cache.generation
+            got = self._steady_run(entry, arr, out, make_request)
+            if got is not None:
+                return got
+        if rounds.post_alone([cid]) is None:
+            request = make_request()
+            rounds.pending_hit(cid, request, time.perf_counter())
+            return request.handle
+        resp = self.cache.responses([cid], 0)[0]
+        value = self.host.allreduce_single(resp, arr, out, self.world)
+        if value is not None:
+            if rounds.channel is not None and rounds.channel.calls is not None:
+                self._remember(cid, meta, resp, arr)
+            return value
+        request = make_request()
+        self.host.allreduce(resp, [request], self.world)
+        return request.handle
+
+    def steady_allreduce(self, meta: Meta, arr: Any, out: Any) -> Any:
+        """A blocking allreduce whose last call took the fast path, again with the same
+        request (``meta``, the object the API layer reuses), on an idle engine: drive the
+        engine, make the round and the data call as one call of the control plane, and
+        return the result. None, with nothing done, when anything changed (the caller takes
+        the general path). Same protocol, MPI calls and results as :meth:`fast_allreduce`."""
+        return self._steady_call(meta, arr, out, True)
+
+    def steady_start(self, meta: Meta, arr: Any, out: Any) -> Any:
+        """:meth:`steady_allreduce` for an asynchronous call: the result array; or the
+        handle of the request, an ordinary pending hit, when a peer has not offered it yet
+        (it never waits for one); or None, nothing done (the caller enqueues it)."""
+        return self._steady_call(meta, arr, out, False)
+
+    def _steady_call(self, meta: Meta, arr: Any, out: Any, block: bool) -> Any:
+        e = self._by_name.get(meta.name)
+        if e is None or e.meta is not meta or e.generation != self.cache.generation:
+            return None
+        progress = self.progress
+        if not progress.begin_drive():
+            return None
+        got = None
+        try:
+            got = self._steady_run(e, arr, out, lambda: one_request(meta, arr, out))
+            if type(got) is not Handle or not block:
+                return got
+            progress.drive_until(got)
+        finally:
+            # (a result, or nothing done: the engine is as idle as it was)
+            progress.end_drive(type(got) is not Handle)
+        return got.wait()
+
+    def _remember(self, cid: int, meta: Meta, resp: Any, arr: Any) -> None:
+        """Keep what the steady call needs for ``cid``, when its data call is one direct MPI
+        allreduce (the backend says; the executor's plan passes the tensor as it is)."""
+        host = self.host
+        direct = getattr(host.backend, "direct_allreduce", None)
+        plan = host.direct_plan(resp, self.world)
+        if direct is None or plan is None or arr.size > _INT32_MAX:
+            return
+        got = direct(self.world, arr.nbytes)
+        if got is None:
+            return
+        comm, ops = got
+        dtype, op, post = plan
+        bound = self.rounds.channel.bind([cid], comm, dtype, ops[op])
+        if bound is None:
+            return
+        if len(self._by_name) >= _KEPT:
+            self._by_name.clear()
+        self._by_name[meta.name] = _Steady(cid, [cid], [meta.name], meta,
+                                           self.cache.generation, comm, bound[0], dtype, post,
+                                           not host.backend.pooled(arr.nbytes))
+
+    def _steady_run(self, e: _Steady, arr: Any, out: Any,
+                    make_request: Callable[[], Request]) -> Any:
+        """Round and data for ``e`` as one call. Returns the result; or the handle of a
+        request that became an ordinary hit of the round (a peer is late, or the round must
+        wait: drive it); or None, nothing done, when the engine is not idle or the data
+        plane changed since ``e`` was made."""
+        host = self.host
+        direct = host.backend.direct_allreduce(self.world, arr.nbytes)
+        if direct is None or direct[0] is not e.comm:
+            return None  # (the hierarchical plane takes this size now: the general path)
+        if out is None:
+            if e.fresh:
+                out = np.empty(arr.shape, e.dtype)
+            else:
+                out = host.backend.result_block(e.dtype, arr.size, arr)
+                if out.shape != arr.shape:
+                    out = out.reshape(arr.shape)
+        done = self.rounds.steady_round(e.cids, e.names, e.call, arr, out, arr.size)
+        if done is None:
+            return None
+        if done:
+            if e.post != 1.0:
+                np.multiply(out, e.post, out=out, casting="unsafe")
+            return out
+        request = make_request()
+        self.rounds.pending_hit(e.cid, request, time.perf_counter())
+        return request.handle
+
+    # -- queued calls -------------------------------------------------------------------------
+
+    def fast_queued(self, reqs: list[Request], executors: dict[str, Executor]) -> bool:
+        """Queued allreduces of cached tensors on an idle engine, without the cycle: one
+        round offering just them, then their fused responses, each on its plane's executor
+        (``executors``, by device). False (nothing done) when the shortcut does not apply;
+        True when the requests were executed or became ordinary hits of the round (drive
+        them). A data call that raises fails its own requests; the other responses still
+        run, as on the peers."""
+        rounds = self.rounds
+        if not rounds.idle():
+            return False
+        cids: list[int] = []
+        lookup = self.cache.lookup
+        for req in reqs:
+            meta = req.meta
+            if meta.kind != ALLREDUCE or (meta.device and meta.device not in executors):
+                return False
+            state, cid = lookup(meta)
+            if state != HIT:
+                return False
+            cids.append(cid)
+        if len(set(cids)) != len(cids):
+            return False
+        if rounds.post_alone(cids) is None:
+            now = time.perf_counter()
+            for cid, req in zip(cids, reqs, strict=True):
+                rounds.pending_hit(cid, req, now)
+            return True
+        by_name = {req.meta.name: req for req in reqs}
+        for resp in self.cache.responses(cids, self.rounds.cfg.fusion_threshold):
+            mine = [by_name[n] for n in resp.names]
+            try:
+                executors[resp.device].allreduce(resp, mine, self.world)
+            except Exception as exc:  # noqa: BLE001 - each of its callers gets it
+                for req in mine:
+                    req.handle.fail(exc)
+        return True

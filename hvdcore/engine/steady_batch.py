@@ -1,0 +1,209 @@
+"""A recurring batch of in-place host allreduces (a training step's gradients) in one call.
+
+The shortcut of :mod:`hvdcore.engine.steady` for a batch: when every array is a cached tensor
+and together they are one fused response of the cache, the round offering just them and the
+fused data call (copies into the fusion buffer, the MPI allreduce, the copies back scaled as
+the executor scales them) are one call of the control plane. Same round, same fused
+response, same MPI calls and results as the queued route (the fusion buffer's gaps are zeroed
+as the executor's are).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hvdcore.engine.cache import HIT, ResponseCache
+from hvdcore.engine.executor import Executor
+from hvdcore.engine.fusion import fused_layout
+from hvdcore.engine.messages import Meta, Request, SetState
+from hvdcore.engine.rounds import RoundScheduler
+
+__all__ = ["SteadyBatches"]
+
+_KEPT = 4096  # batches whose constants are kept
+_INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What the steady call keeps about one recurring batch of in-place allreduces."""
+
+    metas: list[Meta]  # the API layer's checked requests, one per array, in its order
+    cids: list[int]  # their cache ids, in the same order
+    names: list[str]
+    generation: int  # the cache's generation when this was made
+    threshold: int  # the fusion threshold then
+    comm: Any  # the data communicator (the backend's direct call must still be on it)
+    call: Callable[..., Any]  # the control plane's bound batch call
+    data: Callable[..., Any]  # its data part alone
+    rdtype: np.dtype  # the fusion buffer's dtype
+    total: int  # elements reduced
+    places: np.ndarray  # (byte offset, byte length) of each array in the fusion buffer
+    gaps: np.ndarray  # (byte offset, byte length) of the padding between them
+    scale: int  # 0: results copied back; 1 / 2: multiplied by post as float32 / float64
+    post: float
+
+
+class SteadyBatches:
+    """Batches of in-place host allreduces through one steady call."""
+
+    def __init__(self, rounds: RoundScheduler, cache: ResponseCache, progress: Any,
+                 host: Executor, world: SetState) -> None:
+        self.rounds = rounds
+        self.cache = cache
+        self.progress = progress
+        self.host = host
+        self.world = world
+        self._batches: dict[int, _Batch | None] = {}  # by id() of the API layer's metas list
+        self._tried: dict[int, tuple[list[Meta], int, int, int]] = {}
+        # A batch whose round was still in flight when steady_batch returned: its arrays and
+        # requests (pending hits), for the round's ready hook.
+        self._wait: tuple[_Batch, list[Any], list[Request]] | None = None
+
+    def steady_batch(self, metas: list[Meta], arrays: list[Any],
+                     make_requests: Callable[[], list[Request]]) -> Any:
+        """A batch of in-place host allreduces (``arrays[i]`` reduced into itself under
+        ``metas[i]``, the API layer's checked requests, the same list object every step) on
+        an idle engine. Returns True when done (the arrays hold the results); the handle of
+        ``make_requests()``'s requests, now ordinary hits of the posted round, when a peer has
+        not offered them yet (it never waits for one: drive the handle); None, with nothing
+        done, when the shortcut does not apply."""
+        ch = self.rounds.channel
+        if ch is None or ch.calls is None:
+            return None
+        progress = self.progress
+        if not progress.begin_drive():
+            return None
+        try:
+            e = self._batches.get(id(metas))
+            cache = self.cache
+            if (e is None or e.metas is not metas or e.generation != cache.generation
+                    or e.threshold != self.rounds.cfg.fusion_threshold or not cache.enabled):
+                e = self._make(metas)
+                if e is None:
+                    return None
+            host = self.host
+            direct = host.backend.direct_allreduce(self.world, e.total * e.rdtype.itemsize)
+            if direct is None or direct[0] is not e.comm:
+                return None  # (the hierarchical plane takes this size now: the general path)
+            done = self.rounds.steady_round(
+                e.cids, e.names, e.call, arrays, e.places, e.gaps,
+                host.fusion_buffer(e.rdtype, e.total), e.total, e.scale, e.post)
+            if done is None or done:
+                return done
+            reqs = make_requests()
+            now = time.perf_counter()
+            for cid, req in zip(e.cids, reqs, strict=True):
+                self.rounds.pending_hit(cid, req, now)
+            self._wait = (e, arrays, reqs)
+            self.rounds.ready_hook = self._on_ready
+            return reqs[0].handle
+        finally:
+            progress.end_drive()
+
+    def _make(self, metas: list[Meta]) -> _Batch | None:
+        """The constants for the batch of ``metas``; None (remembered until the cache changes)
+        when the steady call cannot take it: a tensor not cached, not one fused response, a
+        conversion or prescale, no direct MPI call for it, or a factor on an integer type."""
+        cache, threshold = self.cache, self.rounds.cfg.fusion_threshold
+        key = id(metas)
+        tried = self._tried.get(key)
+        state = (len(cache), cache.generation, threshold)
+        if tried is not None and tried[0] is metas and tried[1:] == state:
+            return None
+        self._batches.pop(key, None)
+        e = self._build(metas, threshold)
+        if len(self._batches) >= _KEPT:
+            self._batches.clear()
+            self._tried.clear()
+        if e is None:
+            self._tried[key] = (metas, *state)
+        else:
+            self._batches[key] = e
+        return e
+
+    def _build(self, metas: list[Meta], threshold: int) -> _Batch | None:
+        host, world, cache = self.host, self.world, self.cache
+        if len(metas) < 2 or not cache.enabled:
+            return None
+        cids: list[int] = []
+        for meta in metas:
+            state, cid = cache.lookup(meta)
+            if state != HIT or meta.device:
+                return None
+            cids.append(cid)
+        if len(set(cids)) != len(cids):
+            return None
+        resps = cache.responses(cids, threshold)
+        if len(resps) != 1:
+            return None
+        resp = resps[0]
+        plan = host.direct_plan(resp, world)
+        direct = getattr(host.backend, "direct_allreduce", None)
+        if plan is None or direct is None:
+            return None
+        dtype, op, post = plan
+        scale = (0 if post == 1.0 else 1 if dtype == np.float32 else 2 if dtype == np.float64
+                 else -1)
+        if scale < 0:
+            return None
+        layout = fused_layout(resp.shapes, dtype.itemsize)
+        if layout.total > _INT32_MAX:
+            return None
+        got = direct(world, layout.total * dtype.itemsize)
+        if got is None:
+            return None
+        comm, ops = got
+        bound = self.rounds.channel.bind(cids, comm, dtype, ops[op], batch=True)
+        if bound is None:
+            return None
+        size = dtype.itemsize
+        where = {name: j for j, name in enumerate(resp.names)}
+        places = np.array([[layout.offsets[where[m.name]] * size,
+                            layout.counts[where[m.name]] * size] for m in metas], np.int64)
+        gaps = np.array([[(off + n) * size, gap * size] for off, n, gap
+                         in zip(layout.offsets, layout.counts, layout.gaps, strict=True) if gap],
+                        np.int64).reshape(-1, 2)
+        return _Batch(metas, cids, [m.name for m in metas], cache.generation, threshold, comm,
+                      bound[0], bound[1], dtype, layout.total, places, gaps, scale, post)  # type: ignore[arg-type]
+
+    def _on_ready(self, ready: list[int], clean: bool) -> bool:
+        """The round's ready hook while a batch waits: execute a completed round whose ready
+        ids are exactly that batch through its data call (what executing the cache's fused
+        response would do, in one call). False, nothing done, when anything changed."""
+        wait, self._wait = self._wait, None
+        if wait is None or not clean:
+            return False
+        e, arrays, reqs = wait
+        if len(ready) != len(e.cids) or set(ready) != set(e.cids):
+            return False
+        waiting = self.rounds.hits.waiting
+        for cid, req in zip(e.cids, reqs, strict=True):
+            if waiting.get(cid) is not req:
+                return False
+        cache, host = self.cache, self.host
+        if (not cache.enabled or e.generation != cache.generation
+                or e.threshold != self.rounds.cfg.fusion_threshold or host.timeline is not None):
+            return False
+        direct = host.backend.direct_allreduce(self.world, e.total * e.rdtype.itemsize)
+        if direct is None or direct[0] is not e.comm:
+            return False
+        self.rounds.hits.ready(ready)
+        inflight = self.rounds.dispatcher.inflight
+        for name in e.names:
+            inflight.pop((0, name), None)
+        self.rounds.hits_done(e.names)
+        try:
+            e.data(arrays, e.places, e.gaps, host.fusion_buffer(e.rdtype, e.total), e.total,
+                   e.scale, e.post)
+        except BaseException:
+            self.rounds.dispatcher.interrupted(reqs)
+            raise
+        for req in reqs:
+            req.handle.set_part(req.part, req.tensor)
+        return True
