@@ -269,3 +269,95 @@ class WirePlane(OneRankPlane):
 def load_config(**knobs: Any) -> Any:
     """A real :class:`hvdcore.config.Config` from ``HVDCORE_<KNOB>`` values (others default)."""
     return config.load({f"HVDCORE_{k.upper()}": str(v) for k, v in knobs.items()})
+
+
+class DirectBackend(FakeBackend):
+    """A :class:`FakeBackend` whose allreduce is one "direct" call, as MPI's is, so that the
+    engine's steady shortcuts take it (:class:`SteadyPlane` makes that call itself).
+    ``direct = False`` (then ``routes += 1``) makes it say no, as the hierarchical plane does
+    for a size it takes."""
+
+    routes = 0
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.direct = True
+
+    def direct_allreduce(self, pset: Any, nbytes: int) -> tuple[Any, dict[str, str]] | None:
+        return (pset.comm, {op: op for op in _NP_OPS}) if self.direct else None
+
+    def pooled(self, nbytes: int) -> bool:
+        return False
+
+
+class _SteadyDouble:
+    """The control plane's steady calls (:class:`hvdcore.backends.mpi_steady.SteadyCalls`) in
+    NumPy for one rank: the round through the plane, the data call through the backend."""
+
+    compiled = False
+
+    def __init__(self, plane: OneRankPlane, backend: DirectBackend, pset: SetState,
+                 spin_s: float) -> None:
+        self.plane, self.backend, self.pset, self.spin_s = plane, backend, pset, spin_s
+
+    def _round(self, send: bytearray, recv: bytearray, tail: bytes, lists: int,
+               lists_done: int) -> Any:
+        send[:16] = lists.to_bytes(8, "little") + bytes(8)
+        send[16:] = tail
+        req = self.plane.start_round(send, recv)
+        if not req.Test():
+            return 2, req
+        got_lists = int.from_bytes(recv[:8], "little")
+        flags = int.from_bytes(recv[8:16], "little")
+        return 1 if flags or got_lists > lists_done or not recv.endswith(tail) else 0
+
+    def bind(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any, dtype: Any,
+             op: str) -> Callable[..., Any]:
+        def call(lists: int, lists_done: int, src: np.ndarray, dst: np.ndarray,
+                 count: int) -> Any:
+            got = self._round(send, recv, tail, lists, lists_done)
+            if got == 0:
+                self.backend.allreduce(self.pset, src, dst, op)
+            return got
+        return call
+
+    def bind_batch(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
+                   dtype: Any, op: str) -> Callable[..., Any]:
+        data = self.bind_batch_data(comm, dtype, op)
+
+        def call(lists: int, lists_done: int, *args: Any) -> Any:
+            got = self._round(send, recv, tail, lists, lists_done)
+            if got == 0:
+                data(*args)
+            return got
+        return call
+
+    def bind_batch_data(self, comm: Any, dtype: Any, op: str) -> Callable[..., Any]:
+        def data(arrays: list[np.ndarray], places: np.ndarray, gaps: np.ndarray,
+                 buf: np.ndarray, count: int, scale: int, post: float) -> None:
+            flat = buf[:count].view(np.uint8)
+            for arr, (off, n) in zip(arrays, places.tolist(), strict=True):
+                flat[off:off + n] = arr.reshape(-1).view(np.uint8)
+            for off, n in gaps.tolist():
+                flat[off:off + n] = 0
+            self.backend.allreduce(self.pset, buf[:count], buf[:count], op)
+            size = buf.itemsize
+            for arr, (off, n) in zip(arrays, places.tolist(), strict=True):
+                part = buf[off // size:(off + n) // size]
+                np.copyto(arr.reshape(-1), part * post if scale else part, casting="unsafe")
+        return data
+
+    @staticmethod
+    def pending(token: Any) -> Any:
+        return token
+
+
+class SteadyPlane(OneRankPlane):
+    """A one-rank control plane with steady calls (see :class:`_SteadyDouble`)."""
+
+    def __init__(self, backend: DirectBackend) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def steady_calls(self, spin_s: float, compiled: bool) -> _SteadyDouble:  # type: ignore[override]
+        return _SteadyDouble(self, self.backend, world(1), spin_s)

@@ -169,7 +169,7 @@ class HierarchicalBackend(MPIBackend):
         self.cross = world.Split(self.local_rank, key=self.node_index)
         self._node_major = [r for n in self.nodes for r in n]
         # Two levels only pay off with several ranks on some node.
-        self.enabled_allreduce = allreduce and max(sizes) > 1
+        self._enabled_allreduce = allreduce and max(sizes) > 1
         self.enabled_allgather = allgather and max(sizes) > 1
         if min_bytes is None:
             min_bytes = MIN_BYTES_ONE_NODE if len(self.nodes) == 1 else MIN_BYTES_NODES
@@ -260,6 +260,17 @@ class HierarchicalBackend(MPIBackend):
             comm.Free()
 
     # -- collectives ---------------------------------------------------------------------------
+
+    @property
+    def enabled_allreduce(self) -> bool:
+        """Whether allreduces from ``min_bytes`` on the global set take two levels."""
+        return self._enabled_allreduce
+
+    @enabled_allreduce.setter
+    def enabled_allreduce(self, on: bool) -> None:
+        # (a benchmark switches it between rows: the flat steady call must notice)
+        self._enabled_allreduce = on
+        self.routes += 1
 
     def direct_allreduce(self, pset: Any, nbytes: int) -> tuple[Any, Any] | None:
         """See :meth:`MPIBackend.direct_allreduce`: only where :meth:`allreduce` takes the

@@ -51,7 +51,7 @@ class _Steady:
     names: list[str]
     meta: Meta  # the request the cache last matched (the API layer reuses it while it can)
     generation: int  # the cache's generation when this was made (a change voids it)
-    comm: Any  # the data communicator (the backend's direct call must still be on it)
+    routes: int  # the backend's ``routes`` when its direct call was asked (a change voids it)
     call: Callable[..., Any]  # the control plane's bound steady call
     dtype: np.dtype
     post: float  # postscale, divided by the set size for an average
@@ -155,7 +155,8 @@ class SteadyPath:
         if len(self._by_name) >= _KEPT:
             self._by_name.clear()
         self._by_name[meta.name] = _Steady(cid, [cid], [meta.name], meta,
-                                           self.cache.generation, comm, bound[0], dtype, post,
+                                           self.cache.generation, host.backend.routes,
+                                           bound[0], dtype, post,
                                            not host.backend.pooled(arr.nbytes))
 
     def _steady_run(self, e: _Steady, arr: Any, out: Any,
@@ -165,9 +166,8 @@ class SteadyPath:
         wait: drive it); or None, nothing done, when the engine is not idle or the data
         plane changed since ``e`` was made."""
         host = self.host
-        direct = host.backend.direct_allreduce(self.world, arr.nbytes)
-        if direct is None or direct[0] is not e.comm:
-            return None  # (the hierarchical plane takes this size now: the general path)
+        if host.backend.routes != e.routes:
+            return None  # (the hierarchical plane may take this size now: the general path)
         if out is None:
             if e.fresh:
                 out = np.empty(arr.shape, e.dtype)

@@ -38,7 +38,7 @@ class _Batch:
     names: list[str]
     generation: int  # the cache's generation when this was made
     threshold: int  # the fusion threshold then
-    comm: Any  # the data communicator (the backend's direct call must still be on it)
+    routes: int  # the backend's ``routes`` when its direct call was asked (a change voids it)
     call: Callable[..., Any]  # the control plane's bound batch call
     data: Callable[..., Any]  # its data part alone
     rdtype: np.dtype  # the fusion buffer's dtype
@@ -60,7 +60,7 @@ class SteadyBatches:
         self.host = host
         self.world = world
         self._batches: dict[int, _Batch | None] = {}  # by id() of the API layer's metas list
-        self._tried: dict[int, tuple[list[Meta], int, int, int]] = {}
+        self._tried: dict[int, tuple[list[Meta], int, int, int, int]] = {}
         # A batch whose round was still in flight when steady_batch returned: its arrays and
         # requests (pending hits), for the round's ready hook.
         self._wait: tuple[_Batch, list[Any], list[Request]] | None = None
@@ -81,16 +81,13 @@ class SteadyBatches:
             return None
         try:
             e = self._batches.get(id(metas))
-            cache = self.cache
+            cache, host = self.cache, self.host
             if (e is None or e.metas is not metas or e.generation != cache.generation
-                    or e.threshold != self.rounds.cfg.fusion_threshold or not cache.enabled):
+                    or e.threshold != self.rounds.cfg.fusion_threshold or not cache.enabled
+                    or e.routes != host.backend.routes):  # (hierarchical may take it now)
                 e = self._make(metas)
                 if e is None:
                     return None
-            host = self.host
-            direct = host.backend.direct_allreduce(self.world, e.total * e.rdtype.itemsize)
-            if direct is None or direct[0] is not e.comm:
-                return None  # (the hierarchical plane takes this size now: the general path)
             done = self.rounds.steady_round(
                 e.cids, e.names, e.call, arrays, e.places, e.gaps,
                 host.fusion_buffer(e.rdtype, e.total), e.total, e.scale, e.post)
@@ -113,7 +110,7 @@ class SteadyBatches:
         cache, threshold = self.cache, self.rounds.cfg.fusion_threshold
         key = id(metas)
         tried = self._tried.get(key)
-        state = (len(cache), cache.generation, threshold)
+        state = (len(cache), cache.generation, threshold, self.host.backend.routes)
         if tried is not None and tried[0] is metas and tried[1:] == state:
             return None
         self._batches.pop(key, None)
@@ -169,8 +166,9 @@ class SteadyBatches:
         gaps = np.array([[(off + n) * size, gap * size] for off, n, gap
                          in zip(layout.offsets, layout.counts, layout.gaps, strict=True) if gap],
                         np.int64).reshape(-1, 2)
-        return _Batch(metas, cids, [m.name for m in metas], cache.generation, threshold, comm,
-                      bound[0], bound[1], dtype, layout.total, places, gaps, scale, post)  # type: ignore[arg-type]
+        return _Batch(metas, cids, [m.name for m in metas], cache.generation, threshold,
+                      host.backend.routes, bound[0], bound[1], dtype,  # type: ignore[arg-type]
+                      layout.total, places, gaps, scale, post)
 
     def _on_ready(self, ready: list[int], clean: bool) -> bool:
         """The round's ready hook while a batch waits: execute a completed round whose ready
@@ -190,8 +188,7 @@ class SteadyBatches:
         if (not cache.enabled or e.generation != cache.generation
                 or e.threshold != self.rounds.cfg.fusion_threshold or host.timeline is not None):
             return False
-        direct = host.backend.direct_allreduce(self.world, e.total * e.rdtype.itemsize)
-        if direct is None or direct[0] is not e.comm:
+        if host.backend.routes != e.routes:
             return False
         self.rounds.hits.ready(ready)
         inflight = self.rounds.dispatcher.inflight

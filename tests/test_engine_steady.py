@@ -1,0 +1,137 @@
+"""``hvdcore/engine/steady.py`` and ``steady_batch.py``: the shortcuts a caller runs itself on
+an idle engine (a round of its own, then the data call; or both as one steady call), through
+the real engine in this process. No MPI: the control plane is one rank's double with steady
+calls in NumPy (``engine_doubles.SteadyPlane``), the data plane a NumPy backend whose
+allreduce is one direct call (``DirectBackend``), as MPI's is.
+
+Every test asserts results and errors, never which shortcut ran. The same shortcuts on real
+MPI (compiled and mpi4py steady calls): ``tests/test_steady_path.py``,
+``tests/test_steady_batch.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from engine_doubles import DirectBackend, SteadyPlane, load_config, world
+
+from hvdcore.engine import requests
+from hvdcore.engine.handle import first
+from hvdcore.engine.loop import Engine
+from hvdcore.engine.messages import ALLREDUCE, SHUTDOWN, Meta, ReduceOp
+
+_CALLS = 6  # enough repeats for the first call, the round-alone call and the steady calls
+
+
+def _meta(name: str, dtype: str = "float32", shape: tuple[int, ...] = (3,),
+          op: int = ReduceOp.SUM, **kw: object) -> Meta:
+    return Meta(0, name, ALLREDUCE, dtype, shape, op, **kw)
+
+
+@pytest.fixture(params=["caller", "thread"])
+def job(request: pytest.FixtureRequest) -> Iterator[tuple[Engine, DirectBackend]]:
+    backend = DirectBackend()
+    engine = Engine(SteadyPlane(backend), load_config(), backend, {0: world(1)},
+                    caller_progress=request.param == "caller")
+    yield engine, backend
+    if engine.fatal is None and engine.alive:
+        engine.drive(requests.submit_control(engine, SHUTDOWN, "__shutdown__"))
+    engine.stop(10)
+    assert not engine.alive
+
+
+def test_repeated_blocking_calls_give_each_its_result(job) -> None:
+    engine, _ = job
+    meta = _meta("w", postscale=2.0)
+    out = np.empty(3, np.float32)
+    for step in range(_CALLS):
+        x = np.full(3, step, np.float32)
+        got = requests.allreduce(engine, meta, x, None)
+        assert got.tolist() == [2.0 * step] * 3 and x.tolist() == [step] * 3
+        assert requests.allreduce(engine, meta, x, out) is out
+        assert out.tolist() == [2.0 * step] * 3
+        inplace = np.full(3, step, np.float32)
+        assert requests.allreduce(engine, meta, inplace, inplace) is inplace
+        assert inplace.tolist() == [2.0 * step] * 3
+
+
+def test_async_steady_start_and_averages(job) -> None:
+    engine, _ = job
+    meta = _meta("avg", "float64", (2, 2), ReduceOp.AVERAGE, postscale=3.0)
+    for step in range(_CALLS):
+        h = requests.allreduce_async(engine, meta, np.full((2, 2), step, np.float64), None)
+        assert requests.wait(engine, h).tolist() == [[3.0 * step] * 2] * 2
+
+
+def test_a_failing_steady_data_call_raises_and_the_engine_goes_on(job) -> None:
+    engine, backend = job
+    meta = _meta("w")
+    for _ in range(_CALLS):
+        requests.allreduce(engine, meta, np.ones(3, np.float32), None)
+    backend.fail_next(1, RuntimeError("link down"))
+    with pytest.raises(RuntimeError, match="link down"):
+        requests.allreduce(engine, meta, np.ones(3, np.float32), None)
+    assert requests.allreduce(engine, meta, np.full(3, 4, np.float32), None).tolist() == [4] * 3
+    # a new tensor goes through the coordinator: the lists and rounds still run in order
+    fresh = requests.allreduce(engine, _meta("new"), np.full(3, 5, np.float32), None)
+    assert fresh.tolist() == [5] * 3
+
+
+def test_a_plane_that_stops_taking_the_direct_call_gets_the_general_path(job) -> None:
+    engine, backend = job
+    meta = _meta("w", postscale=0.5)
+    for step in range(_CALLS):
+        if step == 3:
+            backend.direct, backend.routes = False, backend.routes + 1
+        got = requests.allreduce(engine, meta, np.full(3, 2 * step, np.float32), None)
+        assert got.tolist() == [step] * 3
+
+
+def test_queued_calls_each_get_their_own_error_or_result(job) -> None:
+    engine, backend = job
+    a, b = _meta("a", "float32"), _meta("b", "float64")  # two dtypes: two responses
+
+    def both(x: float) -> tuple:
+        ha = requests.submit(engine, [(a, np.full(3, x, np.float32), None)], first, "a")
+        hb = requests.submit(engine, [(b, np.full(3, x, np.float64), None)], first, "b")
+        return ha, hb
+
+    for step in range(3):  # cached from the first
+        ha, hb = both(step)
+        assert requests.wait(engine, ha).tolist() == [step] * 3
+        assert requests.wait(engine, hb).tolist() == [step] * 3
+    ha, hb = both(7)
+    backend.fail_next(1, RuntimeError("link down"))  # the first response's data call
+    with pytest.raises(RuntimeError, match="link down"):
+        requests.wait(engine, ha)
+    assert requests.wait(engine, hb).tolist() == [7] * 3  # the round's other response ran
+    ha, hb = both(8)
+    assert requests.wait(engine, ha).tolist() == [8] * 3
+    assert requests.wait(engine, hb).tolist() == [8] * 3
+
+
+def test_steady_batches_reduce_in_place_with_the_average_factor(job) -> None:
+    engine, backend = job
+    metas = [_meta(f"g{i}", "float32", (i + 1,), ReduceOp.AVERAGE, postscale=4.0)
+             for i in range(3)]
+    for step in range(_CALLS):
+        arrays = [np.full(i + 1, step + i, np.float32) for i in range(3)]
+        h = requests.batch_steady(engine, metas, arrays, "batch")
+        if h is None:  # not cached yet: the queued route, as the API layer would
+            h = requests.submit(engine, [(m, x, x) for m, x in zip(metas, arrays, strict=True)],
+                                list, "batch")
+        got = requests.wait(engine, h)
+        assert [g.tolist() for g in got] == [[4.0 * (step + i)] * (i + 1) for i in range(3)]
+        assert all(g is x for g, x in zip(got, arrays, strict=True))
+    arrays = [np.ones(i + 1, np.float32) for i in range(3)]
+    backend.fail_next(1, RuntimeError("link down"))
+    with pytest.raises(RuntimeError, match="link down"):
+        h = requests.batch_steady(engine, metas, arrays, "batch")
+        if h is not None:
+            requests.wait(engine, h)
+    arrays = [np.ones(i + 1, np.float32) for i in range(3)]
+    h = requests.batch_steady(engine, metas, arrays, "batch") or requests.submit(
+        engine, [(m, x, x) for m, x in zip(metas, arrays, strict=True)], list, "batch")
+    assert [g.tolist() for g in requests.wait(engine, h)] == [[4.0] * (i + 1) for i in range(3)]
