@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from engine_doubles import DirectBackend, SteadyPlane, load_config, world
+from engine_doubles import DirectBackend, FakeBackend, SteadyPlane, load_config, world
 
+from hvdcore.backends.base import DeviceBuffer
 from hvdcore.engine import requests
 from hvdcore.engine.handle import first
 from hvdcore.engine.loop import Engine
@@ -74,6 +75,12 @@ def test_a_failing_steady_data_call_raises_and_the_engine_goes_on(job) -> None:
     with pytest.raises(RuntimeError, match="link down"):
         requests.allreduce(engine, meta, np.ones(3, np.float32), None)
     assert requests.allreduce(engine, meta, np.full(3, 4, np.float32), None).tolist() == [4] * 3
+    backend.fail_next(1, RuntimeError("link down"))  # a queued call's data call this time
+    h = requests.submit(engine, [(meta, np.ones(3, np.float32), None)], first, "w")
+    with pytest.raises(RuntimeError, match="link down"):
+        requests.wait(engine, h)
+    h = requests.submit(engine, [(meta, np.full(3, 6, np.float32), None)], first, "w")
+    assert requests.wait(engine, h).tolist() == [6] * 3  # the name is free again
     # a new tensor goes through the coordinator: the lists and rounds still run in order
     fresh = requests.allreduce(engine, _meta("new"), np.full(3, 5, np.float32), None)
     assert fresh.tolist() == [5] * 3
@@ -135,3 +142,26 @@ def test_steady_batches_reduce_in_place_with_the_average_factor(job) -> None:
     h = requests.batch_steady(engine, metas, arrays, "batch") or requests.submit(
         engine, [(m, x, x) for m, x in zip(metas, arrays, strict=True)], list, "batch")
     assert [g.tolist() for g in requests.wait(engine, h)] == [[4.0] * (i + 1) for i in range(3)]
+
+
+def test_a_data_planes_cached_tensor_takes_the_same_route(job) -> None:
+    engine, _ = job
+    plane = FakeBackend(name="dev")
+    engine.register_backend("dev", plane)
+    meta = _meta("t", postscale=2.0, device="dev")
+
+    def buf(x: np.ndarray) -> DeviceBuffer:
+        return DeviceBuffer(x, "dev", np.dtype(np.float32), (3,), x.ctypes.data)
+
+    for step in range(_CALLS):
+        got = requests.allreduce(engine, meta, buf(np.full(3, step, np.float32)), None)
+        assert got.tolist() == [2.0 * step] * 3
+        h = requests.allreduce_async(engine, meta, buf(np.full(3, step, np.float32)), None)
+        assert requests.wait(engine, h).tolist() == [2.0 * step] * 3
+    plane.fail_next(1, RuntimeError("device lost"))
+    h = requests.allreduce_async(engine, meta, buf(np.ones(3, np.float32)), None)
+    with pytest.raises(RuntimeError, match="device lost"):
+        requests.wait(engine, h)
+    got = requests.allreduce(engine, meta, buf(np.full(3, 3, np.float32)), None)
+    assert got.tolist() == [6.0] * 3
+    assert {c[0] for c in plane.calls} == {"allreduce"}  # every call ran on its own plane

@@ -92,8 +92,8 @@ class Engine:
         self.progress = Progress(self.run, self._step, self._busy, self._crashed,
                                  self._abort_after_grace, caller_progress, self.rank)
         self.rounds.bind(self.progress, self.executor)
-        self.steady = SteadyPath(self.rounds, self.cache, self.progress, self.executor,
-                                 sets[0])
+        self.steady = SteadyPath(self.rounds, self.cache, self.progress,
+                                 self.dispatcher.executors, sets[0])
         self.batches = SteadyBatches(self.rounds, self.cache, self.progress, self.executor,
                                      sets[0])
         #: A repeated blocking allreduce of a cached host tensor on an idle engine, in one
@@ -109,8 +109,8 @@ class Engine:
         #: A recurring batch of in-place host allreduces (a training step's gradients) in one
         #: call (:meth:`SteadyBatches.steady_batch`; see :func:`requests.batch_steady`).
         self.steady_batch: Callable[..., Any] = self.batches.steady_batch
-        #: A blocking allreduce of a cached host tensor on an idle engine, without the queue
-        #: (:meth:`SteadyPath.fast_allreduce`; the caller drives the engine).
+        #: A blocking allreduce of a cached tensor (any data plane) on an idle engine, without
+        #: the queue (:meth:`SteadyPath.fast_allreduce`; the caller drives the engine).
         self.fast_allreduce: Callable[..., Any] = self.steady.fast_allreduce
         self.lone = LoneCalls()  # when an async call may take it (requests.allreduce_async)
         # The blocking-call entry points are the Progress methods themselves (no extra call
@@ -144,16 +144,19 @@ class Engine:
         reqs = progress.take_for(handle)
         if reqs is None:
             return False
-        if len(reqs) == 1 and not reqs[0].meta.device:
+        if len(reqs) == 1:
             req = reqs[0]
             # With the queue empty, the shortcut's own checks decide (idle engine, a hit).
-            got = self.steady.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
+            try:
+                got = self.steady.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
+            except Exception as exc:  # noqa: BLE001 - its waiter (maybe another thread) gets it
+                req.handle.fail(exc)
+                return True
             if got is not None:
                 if not isinstance(got, Handle):
                     req.handle.set_part(0, got)
                 return True
-        elif self.steady.fast_queued(reqs, self.dispatcher.executors):
-            # (several requests, or a data plane's tensor: each response on its plane)
+        elif self.steady.fast_queued(reqs):  # (each response on its plane)
             return True
         progress.requeue(reqs)
         return False

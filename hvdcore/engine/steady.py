@@ -62,11 +62,12 @@ class SteadyPath:
     """The caller-run shortcuts for cached single tensors and queued requests."""
 
     def __init__(self, rounds: RoundScheduler, cache: ResponseCache, progress: Any,
-                 host: Executor, world: SetState) -> None:
+                 executors: dict[str, Executor], world: SetState) -> None:
         self.rounds = rounds
         self.cache = cache
         self.progress = progress
-        self.host = host
+        self.executors = executors  # by device ("" is the host plane; bindings add theirs)
+        self.host = executors[""]
         self.world = world
         self._by_name: dict[str, _Steady] = {}
 
@@ -74,16 +75,30 @@ class SteadyPath:
 
     def fast_allreduce(self, meta: Meta, arr: Any, out: Any,
                        make_request: Callable[[], Request]) -> Any:
-        """A blocking allreduce of a cached host tensor on an idle engine, without the queue
-        (the caller drives the engine). Returns the result array; or a handle when the
-        tensor became an ordinary pending hit (a peer is late, or the round must wait for
-        something: drive it); or None when the shortcut does not apply."""
+        """A blocking allreduce of a cached tensor on an idle engine, without the queue (the
+        caller drives the engine). Returns the result array (a host tensor); or a handle,
+        done when a data plane's tensor ran, else an ordinary pending hit (a peer is late,
+        or the round must wait for something: drive it); or None when the shortcut does not
+        apply."""
         rounds = self.rounds
         if not rounds.idle():
             return None
         state, cid = self.cache.lookup(meta)
         if state != HIT:
             return None
+        if meta.device:  # a data plane's tensor: the same round, then its plane's call
+            plane = self.executors.get(meta.device)
+            if plane is None:
+                return None
+            request = make_request()
+            if rounds.post_alone([cid]) is None:
+                rounds.pending_hit(cid, request, time.perf_counter())
+                return request.handle
+            try:
+                plane.allreduce(self.cache.responses([cid], 0)[0], [request], self.world)
+            except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
+                request.handle.fail(exc)
+            return request.handle
         entry = self._by_name.get(meta.name)
         if entry is not None and entry.cid == cid:  # (a hit: its constants still hold)
             entry.meta, entry.generation = meta, self.cache.generation
@@ -188,14 +203,14 @@ class SteadyPath:
 
     # -- queued calls -------------------------------------------------------------------------
 
-    def fast_queued(self, reqs: list[Request], executors: dict[str, Executor]) -> bool:
+    def fast_queued(self, reqs: list[Request]) -> bool:
         """Queued allreduces of cached tensors on an idle engine, without the cycle: one
-        round offering just them, then their fused responses, each on its plane's executor
-        (``executors``, by device). False (nothing done) when the shortcut does not apply;
+        round offering just them, then their fused responses, each on its plane's executor.
+        False (nothing done) when the shortcut does not apply;
         True when the requests were executed or became ordinary hits of the round (drive
         them). A data call that raises fails its own requests; the other responses still
         run, as on the peers."""
-        rounds = self.rounds
+        rounds, executors = self.rounds, self.executors
         if not rounds.idle():
             return False
         cids: list[int] = []
