@@ -33,6 +33,7 @@ import hvdcore as _core
 from hvdcore import basics as _basics
 from hvdcore.backends.base import DeviceBuffer
 from hvdcore.errors import CapabilityError
+from hvdcore.gpu_path import choose_gpu_path  # the one rule (the capability report's too)
 from hvdcore.torch import rendezvous
 from hvdcore.torch.backends import TORCH_DTYPES, CudaAwareMPIBackend, TorchBackend
 
@@ -71,35 +72,6 @@ def _gpu_local_status(setting: str) -> tuple[bool, str, bool]:
     if not dist.is_available() or not dist.is_nccl_available():
         return False, "this torch build has no NCCL/RCCL backend", cuda_aware
     return True, "ok", cuda_aware
-
-
-def choose_gpu_path(setting: str, votes: list[tuple[bool, str, bool]]) -> tuple[str, str]:
-    """The device-tensor path every rank takes, from each rank's ``_gpu_local_status`` vote:
-    ``("nccl" | "mpi-cuda-aware" | "mpi-host-staging" | "error", why)``.
-
-    >>> choose_gpu_path("auto", [(True, "ok", False), (True, "ok", False)])
-    ('nccl', 'ok')
-    >>> choose_gpu_path("mpi", [(False, "HVDCORE_GPU_OPERATIONS=mpi", True)] * 2)[0]
-    'mpi-cuda-aware'
-    """
-    if all(ok for ok, _, _ in votes):
-        return "nccl", "ok"
-    why = _summarise([(ok, w) for ok, w, _ in votes])
-    if setting == "nccl":
-        return "error", why
-    if all(aware for _, _, aware in votes):
-        return "mpi-cuda-aware", f"{why}; every rank's MPI is CUDA-aware"
-    return "mpi-host-staging", why
-
-
-def _summarise(votes: list[tuple[bool, str]]) -> str:
-    """'ranks [1, 2]: <why>; ...' for the ranks that cannot use NCCL."""
-    by_reason: dict[str, list[int]] = {}
-    for r, (ok, why) in enumerate(votes):
-        if not ok:
-            by_reason.setdefault(why, []).append(r)
-    return "; ".join(f"{'all ranks' if len(rs) == len(votes) else 'ranks ' + str(rs)}: {w}"
-                     for w, rs in by_reason.items())
 
 
 def setup() -> None:
