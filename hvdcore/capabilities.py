@@ -14,9 +14,11 @@ category                names
 ======================  ==========================================================================
 
 The report also says whether repeated blocking host allreduces take the compiled hot path
-(``tensor_paths["host_hot_path"]``, ``HVDCORE_HOTPATH``), which path GPU tensors take
-(``nccl``, ``mpi-cuda-aware``,
-``mpi-host-staging``, or ``none`` without a GPU), honouring ``HVDCORE_GPU_OPERATIONS``, and
+(``tensor_paths["host_hot_path"]``, ``HVDCORE_HOTPATH``; decided by the runtime's own
+:func:`hvdcore.backends.hotpath.decide`), which path GPU tensors take (``nccl``,
+``mpi-cuda-aware``, ``mpi-host-staging``, or ``none`` without a GPU; the torch binding's own
+:func:`hvdcore.gpu_path.choose_gpu_path` on this node's facts), honouring
+``HVDCORE_GPU_OPERATIONS``, and
 (``tensor_paths``) which data plane torch CPU tensors (``HVDCORE_CPU_OPERATIONS``) and
 TensorFlow tensors take.
 
@@ -349,26 +351,28 @@ def _tensor_paths(items: dict[str, Capability], gpu: dict[str, Any]) -> dict[str
 
 def _host_hot_path() -> dict[str, Any]:
     """Whether a repeated blocking host allreduce makes its two MPI calls in C
-    (``hvdcore/engine/_hotpath.c``) or through mpi4py (``HVDCORE_HOTPATH``)."""
+    (``hvdcore/backends/_hotpath.c``) or through mpi4py (``HVDCORE_HOTPATH``): the runtime's
+    own decision (:func:`hvdcore.backends.hotpath.decide`), except that MPI need not be
+    initialised here (``init()`` does that)."""
     out = _setting("HOTPATH")
     if "path" in out:
         return out
     if not out["setting"]:
         return {**out, "path": "mpi4py", "reason": f"{out['source']} turns it off"}
-    try:
-        from hvdcore.engine import _hotpath
-    except ImportError as exc:
-        return {**out, "path": "mpi4py",
-                "reason": f"not built ({exc}); reinstall hvdcore where mpicc is on PATH"}
-    ours = _hotpath.usable()[1].strip()
-    mpi = probes.mpi_facts().get("library_version", "").rstrip("\x00").strip()
-    if ours != mpi:
-        return {**out, "path": "mpi4py",
-                "reason": f"built against {ours[:50]!r}, mpi4py uses {mpi[:50]!r}"}
-    return {**out, "path": "compiled", "reason": f"{_hotpath.__file__}"}
+    from hvdcore.backends import hotpath
+
+    mpi = probes.mpi_facts().get("library_version", "")
+    module, why = hotpath.decide(mpi, need_initialized=False)
+    if module is None:
+        if why.startswith("not built"):
+            why += "; reinstall hvdcore where mpicc is on PATH"
+        return {**out, "path": "mpi4py", "reason": why}
+    return {**out, "path": "compiled", "reason": f"{module.__file__}"}
 
 
 def _gpu_tensor_path(items: dict[str, Capability]) -> dict[str, Any]:
+    """The path GPU tensors would take if every rank looked like this one: the torch binding's
+    own rule (:func:`hvdcore.gpu_path.choose_gpu_path`) on this node's vote."""
     out = _setting("GPU_OPERATIONS")
     if "path" in out:
         return out
@@ -376,16 +380,22 @@ def _gpu_tensor_path(items: dict[str, Capability]) -> dict[str, Any]:
     gpu = items["cuda"] if items["cuda"].available else items["rocm"]
     if not gpu.available:
         return {**out, "path": "none", "reason": "no GPU visible: only CPU tensors (MPI)"}
+    from hvdcore.gpu_path import choose_gpu_path
+
     nccl = items["nccl"]
-    if setting in ("auto", "nccl") and nccl.available:
-        return {**out, "path": "nccl", "reason": f"torch.distributed NCCL {nccl.version or ''}"}
-    if setting == "nccl":
-        return {**out, "path": "error", "reason": f"{source}=nccl but NCCL: {nccl.reason}"}
-    if items["cuda-aware-mpi"].available:
-        return {**out, "path": "mpi-cuda-aware", "reason": "MPI reads device buffers directly"}
-    why = "GPU_OPERATIONS=mpi" if setting == "mpi" else f"NCCL unavailable: {nccl.reason}"
-    return {**out, "path": "mpi-host-staging",
-            "reason": f"{why}; MPI is not CUDA-aware, so GPU tensors are copied through host memory"}
+    # this node's vote, as hvdcore.torch.dataplanes makes it at init()
+    vote = (setting != "mpi" and nccl.available,
+            f"{source}=mpi" if setting == "mpi" else f"NCCL unavailable: {nccl.reason}",
+            items["cuda-aware-mpi"].available)
+    path, why = choose_gpu_path(setting, [vote])
+    why = why.removeprefix("all ranks: ")
+    if path == "nccl":
+        why = f"torch.distributed NCCL {nccl.version or ''}"
+    elif path == "error":
+        why = f"{source}=nccl but {why}"
+    elif path == "mpi-host-staging":
+        why = f"{why}; MPI is not CUDA-aware, so GPU tensors are copied through host memory"
+    return {**out, "path": path, "reason": why}
 
 
 def _context() -> dict[str, Any]:
