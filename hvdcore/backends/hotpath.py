@@ -25,15 +25,17 @@ def _load() -> tuple[ModuleType | None, str]:
     return _hotpath, ""
 
 
-def decide(library_version: str, need_initialized: bool = True
-           ) -> tuple[ModuleType | None, str]:
+def decide(library_version: str, need_initialized: bool = True,
+           module: ModuleType | None = None) -> tuple[ModuleType | None, str]:
     """``(module, "in use")`` when the compiled module is installed, speaks this hvdcore's round
     protocol (:data:`hvdcore.backends.round_wire.PROTOCOL`), was linked with the MPI library
     whose version string is ``library_version`` (mpi4py's ``MPI.Get_library_version()``) and,
-    with ``need_initialized``, finds MPI initialised there; else ``(None, why not)``."""
-    module, why = _load()
+    with ``need_initialized``, finds MPI initialised there; else ``(None, why not)``.
+    ``module``: another build to judge instead of the installed one."""
     if module is None:
-        return None, why
+        module, why = _load()
+        if module is None:
+            return None, why
     built = getattr(module, "PROTOCOL", None)
     if built != round_wire.PROTOCOL:
         return None, (f"built for another round protocol ({built!r}, this hvdcore speaks "
