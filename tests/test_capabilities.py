@@ -208,6 +208,7 @@ GPU_CASES = [
 def test_the_report_predicts_the_gpu_path_by_the_bindings_rule(
         monkeypatch: pytest.MonkeyPatch, setting: str, gpu: bool, nccl: bool, aware: bool,
         path: str) -> None:
+    from hvdcore.capability_paths import gpu_tensor_path
     from hvdcore.gpu_path import choose_gpu_path
 
     monkeypatch.setenv("HVDCORE_GPU_OPERATIONS", setting)
@@ -219,7 +220,7 @@ def test_the_report_predicts_the_gpu_path_by_the_bindings_rule(
         "cuda-aware-mpi": caps.Capability("device", "cuda-aware-mpi", "CUDA-aware MPI", aware,
                                           aware),
     }
-    got = caps._gpu_tensor_path(items)
+    got = gpu_tensor_path(items)
     assert got["path"] == path, got
     if gpu:  # the binding's rule on a job of ranks like this one
         vote = (nccl and setting != "mpi", "why", aware)
