@@ -30,7 +30,6 @@ a build that speaks another.
 
 from __future__ import annotations
 
-import argparse
 import struct
 import sys
 from pathlib import Path
@@ -110,6 +109,8 @@ def c_header() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``--header``: print the C header; ``--write``: rewrite the checked-in one."""
+    import argparse  # (not on the import path of every engine)
+
     parser = argparse.ArgumentParser(prog="python -m hvdcore.backends.round_wire",
                                      description="The cache round's C header.")
     group = parser.add_mutually_exclusive_group(required=True)
