@@ -1,9 +1,10 @@
-"""Build hook: the optional compiled hot path (hvdcore/engine/_hotpath.c).
+"""Build hook: the optional compiled hot path (hvdcore/backends/_hotpath.c).
 
 Everything else is in pyproject.toml. The extension needs mpi.h and the MPI library that
 mpi4py uses; its flags come from the MPI compiler wrapper (``$MPICC``, else ``mpicc``). Without
 a wrapper, or when compiling fails, hvdcore installs without it and runs the same steady path
-in Python (slower at small sizes, same results). ``HVDCORE_BUILD_HOTPATH=0`` skips it.
+in Python (slower at small sizes, same results). ``HVDCORE_BUILD_HOTPATH=0`` skips it. The
+round's constants come from ``_round_wire.h``, generated from hvdcore/backends/round_wire.py.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def _hotpath() -> list[Extension]:
     libs = [f[2:] for f in flags if f.startswith("-l")]
     other = [f for f in flags if not f.startswith(("-I", "-L", "-l"))]
     return [Extension(
-        "hvdcore.engine._hotpath", ["hvdcore/engine/_hotpath.c"], include_dirs=inc,
+        "hvdcore.backends._hotpath", ["hvdcore/backends/_hotpath.c"],
+        depends=["hvdcore/backends/_round_wire.h"], include_dirs=inc,
         library_dirs=libdirs, runtime_library_dirs=[d for d in libdirs if d.startswith("/")],
         libraries=libs, extra_compile_args=["-O2", *[f for f in other if f.startswith("-D")]],
         extra_link_args=[f for f in other if f.startswith("-Wl,")], optional=True)]

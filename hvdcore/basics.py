@@ -45,9 +45,6 @@ class ProcessState:
     comms: list[Any] = field(default_factory=list)
     watchdog: Any = None
     host_plane: Any = None  # the MPI data plane (closed at shutdown if it has close())
-    # allreduce name -> the arguments of its last checked call and their meta (see
-    # hvdcore.ops._allreduce_meta: a loop's repeated calls skip the checks)
-    checked: dict[str, tuple] = field(default_factory=dict)
     # id(names tuple) -> that batch's arguments and metas (see hvdcore.ops.allreduce_batch_async)
     batches: dict[int, tuple] = field(default_factory=dict)
     # grouped allreduce name -> its last checked call's arguments and metas (see
@@ -70,6 +67,12 @@ class ProcessState:
 
 
 _state: ProcessState | None = None
+checked_allreduces: dict[str, tuple] = {}
+"""Allreduce name -> the arguments of its last checked call, their meta and the engine (see
+:func:`hvdcore.ops._allreduce_meta`: a loop's repeated calls skip the checks, and reach the
+engine without a call here). Emptied by ``shutdown()``: an entry is always the live engine's."""
+
+
 class _ThreadNames(threading.local):
     named = 0  # request names this thread took (see names_taken)
 
@@ -272,6 +275,7 @@ def shutdown() -> None:
             ps.process_set_id = None
         global_process_set.bind(0, -1)
         global_process_set.process_set_id = 0
+        checked_allreduces.clear()
         _state = None
 
 

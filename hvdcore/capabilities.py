@@ -14,17 +14,20 @@ category                names
 ======================  ==========================================================================
 
 The report also says whether repeated blocking host allreduces take the compiled hot path
-(``tensor_paths["host_hot_path"]``, ``HVDCORE_HOTPATH``), which path GPU tensors take
-(``nccl``, ``mpi-cuda-aware``,
-``mpi-host-staging``, or ``none`` without a GPU), honouring ``HVDCORE_GPU_OPERATIONS``, and
+(``tensor_paths["host_hot_path"]``, ``HVDCORE_HOTPATH``; decided by the runtime's own
+:func:`hvdcore.backends.hotpath.decide`), which path GPU tensors take (``nccl``,
+``mpi-cuda-aware``, ``mpi-host-staging``, or ``none`` without a GPU; the torch binding's own
+:func:`hvdcore.gpu_path.choose_gpu_path` on this node's facts), honouring
+``HVDCORE_GPU_OPERATIONS``, and
 (``tensor_paths``) which data plane torch CPU tensors (``HVDCORE_CPU_OPERATIONS``) and
 TensorFlow tensors take.
 
 Probes are guarded (a failure is recorded as the reason, never raised), lazy (asking about MPI
 does not import torch; TensorFlow, ~6 s to import, is imported only for the items that need it)
 and cached per process. Importing this module initializes nothing. (The probes themselves live
-in :mod:`hvdcore.capability_probes`; this module, a little over 400 lines, keeps the report and
-Horovod's ``*_built()`` calls together because both read the same cached items.)
+in :mod:`hvdcore.capability_probes`, the predicted paths in :mod:`hvdcore.capability_paths`;
+this module keeps the report and Horovod's ``*_built()`` calls together because both read the
+same cached items.)
 
 Example::
 
@@ -46,6 +49,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hvdcore import capability_paths as paths_of
 from hvdcore import capability_probes as probes
 
 __all__ = [
@@ -299,95 +303,6 @@ _PROBES = {
 }
 
 
-def _setting(name: str) -> dict[str, Any]:
-    """A knob's value as init() will read it: ``setting`` and ``source``, or ``error``."""
-    from hvdcore.config import knob
-
-    k = knob(name)
-    for var in (k.env, k.alias):
-        if var and var in os.environ:
-            try:
-                return {"setting": k.convert(os.environ[var], var), "source": var}
-            except Exception as exc:  # ConfigError: report it, init() will raise it
-                return {"path": "error", "setting": os.environ[var], "source": var,
-                        "reason": probes.describe_error(exc)}
-    return {"setting": k.default, "source": "default"}
-
-
-def _tensor_paths(items: dict[str, Capability], gpu: dict[str, Any]) -> dict[str, Any]:
-    """Which data plane torch CPU tensors and TensorFlow tensors take (see
-    :mod:`hvdcore.torch.dataplanes` and :mod:`hvdcore.tensorflow.device_path`)."""
-    cpu = _setting("CPU_OPERATIONS")
-    if "path" not in cpu:
-        gloo = items.get("gloo")
-        if cpu["setting"] == "gloo":
-            ok = gloo is not None and gloo.available
-            cpu.update(path="gloo" if ok else "error",
-                       reason="torch.distributed Gloo, driven by the engine" if ok else
-                       f"{cpu['source']}=gloo but Gloo: {gloo.reason if gloo else 'unknown'}")
-        else:
-            cpu.update(path="mpi", reason="zero-copy NumPy views through MPI")
-    out: dict[str, Any] = {"torch_cpu": cpu}
-    tf_item, torch_item = items.get("tensorflow"), items.get("torch")
-    if tf_item is None or not tf_item.built:
-        out["tensorflow"] = {"path": "none", "reason": "TensorFlow is not installed"}
-        return out
-    has_torch = torch_item is not None and torch_item.built
-    gpu_path = gpu.get("path")
-    if gpu_path in ("nccl", "mpi-cuda-aware") and has_torch:
-        tf_gpu = f"dlpack->{'nccl' if gpu_path == 'nccl' else 'mpi (CUDA-aware)'}"
-    elif gpu_path == "none":
-        tf_gpu = "no GPU"
-    else:
-        tf_gpu = "host staging" + ("" if has_torch else " (torch is not installed)")
-    tf_cpu = ("dlpack->gloo" if cpu.get("path") == "gloo" and has_torch
-              else "host NumPy views through MPI")
-    out["tensorflow"] = {"path": f"GPU tensors: {tf_gpu}; CPU tensors: {tf_cpu}",
-                         "reason": "DLPack into the torch data planes needs torch"}
-    return out
-
-
-def _host_hot_path() -> dict[str, Any]:
-    """Whether a repeated blocking host allreduce makes its two MPI calls in C
-    (``hvdcore/engine/_hotpath.c``) or through mpi4py (``HVDCORE_HOTPATH``)."""
-    out = _setting("HOTPATH")
-    if "path" in out:
-        return out
-    if not out["setting"]:
-        return {**out, "path": "mpi4py", "reason": f"{out['source']} turns it off"}
-    try:
-        from hvdcore.engine import _hotpath
-    except ImportError as exc:
-        return {**out, "path": "mpi4py",
-                "reason": f"not built ({exc}); reinstall hvdcore where mpicc is on PATH"}
-    ours = _hotpath.usable()[1].strip()
-    mpi = probes.mpi_facts().get("library_version", "").rstrip("\x00").strip()
-    if ours != mpi:
-        return {**out, "path": "mpi4py",
-                "reason": f"built against {ours[:50]!r}, mpi4py uses {mpi[:50]!r}"}
-    return {**out, "path": "compiled", "reason": f"{_hotpath.__file__}"}
-
-
-def _gpu_tensor_path(items: dict[str, Capability]) -> dict[str, Any]:
-    out = _setting("GPU_OPERATIONS")
-    if "path" in out:
-        return out
-    setting, source = out["setting"], out["source"]
-    gpu = items["cuda"] if items["cuda"].available else items["rocm"]
-    if not gpu.available:
-        return {**out, "path": "none", "reason": "no GPU visible: only CPU tensors (MPI)"}
-    nccl = items["nccl"]
-    if setting in ("auto", "nccl") and nccl.available:
-        return {**out, "path": "nccl", "reason": f"torch.distributed NCCL {nccl.version or ''}"}
-    if setting == "nccl":
-        return {**out, "path": "error", "reason": f"{source}=nccl but NCCL: {nccl.reason}"}
-    if items["cuda-aware-mpi"].available:
-        return {**out, "path": "mpi-cuda-aware", "reason": "MPI reads device buffers directly"}
-    why = "GPU_OPERATIONS=mpi" if setting == "mpi" else f"NCCL unavailable: {nccl.reason}"
-    return {**out, "path": "mpi-host-staging",
-            "reason": f"{why}; MPI is not CUDA-aware, so GPU tensors are copied through host memory"}
-
-
 def _context() -> dict[str, Any]:
     try:
         from importlib.metadata import version
@@ -424,10 +339,10 @@ def capabilities(names: Iterable[str] | None = None, refresh: bool = False) -> C
                            ", ".join(sorted(wanted))}
     by_name = {it.name: it for it in items}
     if {"cuda", "rocm", "nccl", "cuda-aware-mpi"} <= wanted:
-        gpu = _gpu_tensor_path(by_name)
-    paths = _tensor_paths(by_name, gpu) if {"gloo", "torch", "tensorflow"} <= wanted else {}
+        gpu = paths_of.gpu_tensor_path(by_name)
+    paths = paths_of.tensor_paths(by_name, gpu) if {"gloo", "torch", "tensorflow"} <= wanted else {}
     if "mpi" in wanted and by_name["mpi"].built:
-        paths["host_hot_path"] = _host_hot_path()
+        paths["host_hot_path"] = paths_of.host_hot_path()
     return CapabilityReport(items, gpu, _context(), paths)
 
 

@@ -137,12 +137,12 @@ KNOBS: tuple[Knob, ...] = (
          "0 disables.",
          horovod_alias=True, cli_flag="--cache-capacity", parse=_parse_nonneg_int),
     Knob("HOTPATH", "bool", True,
-         "Use the compiled hot path (hvdcore/engine/_hotpath.c, built at install time where "
+         "Use the compiled hot path (hvdcore/backends/_hotpath.c, built at install time where "
          "mpicc is found): a repeated blocking allreduce of a cached host tensor then makes "
          "its cache round and its MPI_Allreduce in one C call, and a step's recurring batch "
          "of in-place gradients its round, copies, MPI_Allreduce and scaled copies back. "
-         "Off, or where it was not built "
-         "or was built against another MPI library than mpi4py's, the same two MPI calls are "
+         "Off, or where it was not built, was built for another round protocol (a stale "
+         "build) or against another MPI library than mpi4py's, the same two MPI calls are "
          "made through mpi4py (same results, more time per call at small sizes). "
          "`hvdcorerun --check-build` says which one runs.",
          parse=_parse_bool),

@@ -96,24 +96,27 @@ def _allreduce_meta(
     and process set objects, an array of the same dtype and shape, no ``out=`` or in place)
     reuses that call's meta: a training loop repeats the same calls every step.
     """
-    st = basics.state()
-    if name is not None and average is None:
-        last = st.checked.get(name)
+    if average is None and type(name) is str:
+        last = _checked.get(name)
         if (last is not None and type(tensor) is np.ndarray and last[0] is op
                 and type(prescale_factor) is float and prescale_factor == last[1]
                 and type(postscale_factor) is float and postscale_factor == last[2]
                 and last[3] is process_set and tensor.dtype is last[4]
                 and tensor.shape == last[5].shape and tensor.flags.c_contiguous
                 and (out is None or _plain_output(out, tensor))):
-            meta = last[5]
-            if process_set.process_set_id == meta.set_id and meta.set_id in st.engine.sets:
-                st.request_name(ALLREDUCE, meta.set_id, name)
-                return st.engine, meta, tensor, out
+            meta, engine = last[5], last[6]
+            if process_set.process_set_id == meta.set_id and meta.set_id in engine.sets:
+                _thread_names.named += 1  # the call reached the core (as request_name counts)
+                return engine, meta, tensor, out
+    st = basics.state()
     rank = st.rank
     sid = process_set_id(process_set, st.engine.sets, ALLREDUCE, rank)
     nm = st.request_name(ALLREDUCE, sid, name)
     try:
-        rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
+        if average is None and type(op) is ReduceOp and op is not ReduceOp.ADASUM:
+            rop = op  # a binding resolved it already (one check per call)
+        else:
+            rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
         pre = scale_factor(prescale_factor, "prescale_factor", ALLREDUCE, rank)
         post = scale_factor(postscale_factor, "postscale_factor", ALLREDUCE, rank)
         arr = as_array(tensor, ALLREDUCE, rank, rop)
@@ -126,14 +129,16 @@ def _allreduce_meta(
         meta.device = device_of(arr)
     elif (name is not None and average is None and arr is tensor
           and (out is None or _plain_output(out, tensor))):
-        checked = st.checked
-        if len(checked) >= _CHECKED_NAMES:
-            checked.clear()
-        checked[name] = (op, prescale_factor, postscale_factor, process_set, arr.dtype, meta)
+        if len(_checked) >= _CHECKED_NAMES:
+            _checked.clear()
+        _checked[name] = (op, prescale_factor, postscale_factor, process_set, arr.dtype, meta,
+                          st.engine)
     return st.engine, meta, arr, out
 
 
 _CHECKED_NAMES = 4096  # names whose last checked allreduce is remembered
+_checked = basics.checked_allreduces  # (one dict for the process: emptied, never replaced)
+_thread_names = basics.thread_names
 
 
 def _plain_output(out: Any, tensor: np.ndarray) -> bool:

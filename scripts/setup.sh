@@ -25,7 +25,7 @@ if [ -n "$missing" ]; then
 fi
 
 stamp="$VENV/.hvdcore-setup-stamp"
-want=$(cat pyproject.toml setup.py hvdcore/engine/_hotpath.c scripts/setup.sh | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml setup.py hvdcore/backends/_hotpath.c hvdcore/backends/_round_wire.h scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from hvdcore import config
+from hvdcore.backends import round_wire
 from hvdcore.engine.executor import SetState
 
 _NP_OPS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multiply}
@@ -292,7 +293,8 @@ class DirectBackend(FakeBackend):
 
 class _SteadyDouble:
     """The control plane's steady calls (:class:`hvdcore.backends.mpi_steady.SteadyCalls`) in
-    NumPy for one rank: the round through the plane, the data call through the backend."""
+    NumPy for one rank: the round through the plane (its wire format and the rule that lets the
+    data run are :mod:`hvdcore.backends.round_wire`'s), the data call through the backend."""
 
     compiled = False
 
@@ -302,21 +304,21 @@ class _SteadyDouble:
 
     def _round(self, send: bytearray, recv: bytearray, tail: bytes, lists: int,
                lists_done: int) -> Any:
-        send[:16] = lists.to_bytes(8, "little") + bytes(8)
-        send[16:] = tail
+        round_wire.HEADER.pack_into(send, 0, lists, 0)
+        send[round_wire.HEADER_BYTES:] = tail
         req = self.plane.start_round(send, recv)
         if not req.Test():
-            return 2, req
-        got_lists = int.from_bytes(recv[:8], "little")
-        flags = int.from_bytes(recv[8:16], "little")
-        return 1 if flags or got_lists > lists_done or not recv.endswith(tail) else 0
+            return round_wire.PENDING, req
+        if round_wire.data_may_run(recv, tail, lists_done):
+            return round_wire.DONE
+        return round_wire.NOT_READY
 
     def bind(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any, dtype: Any,
              op: str) -> Callable[..., Any]:
         def call(lists: int, lists_done: int, src: np.ndarray, dst: np.ndarray,
                  count: int) -> Any:
             got = self._round(send, recv, tail, lists, lists_done)
-            if got == 0:
+            if got == round_wire.DONE:
                 self.backend.allreduce(self.pset, src, dst, op)
             return got
         return call
@@ -327,7 +329,7 @@ class _SteadyDouble:
 
         def call(lists: int, lists_done: int, *args: Any) -> Any:
             got = self._round(send, recv, tail, lists, lists_done)
-            if got == 0:
+            if got == round_wire.DONE:
                 data(*args)
             return got
         return call

@@ -174,6 +174,62 @@ def test_unknown_names_rejected() -> None:
         caps.capabilities(["mpi", "horovod"])
 
 
+def test_the_report_makes_the_runtimes_hot_path_decision() -> None:
+    """The report's ``host_hot_path`` in a process where MPI is up says what the steady path
+    chose there (both call hvdcore.backends.hotpath.decide)."""
+    out = run_py("""
+        import json
+        from mpi4py import MPI
+        import hvdcore.capabilities as caps
+        from hvdcore.backends import mpi_steady
+        module, why = mpi_steady.compiled_module()
+        hot = caps.capabilities(["mpi"]).tensor_paths["host_hot_path"]
+        print(json.dumps({"runtime": getattr(module, "__file__", None), "why": why,
+                          "report": hot}))
+    """)
+    report = out["report"]
+    if out["runtime"] is not None:
+        assert report == {**report, "path": "compiled", "reason": out["runtime"]}, out
+    else:
+        assert report["path"] == "mpi4py" and report["reason"].startswith(out["why"]), out
+
+
+# (HVDCORE_GPU_OPERATIONS, GPU visible, NCCL usable, MPI CUDA-aware) -> the path the torch
+# binding takes at init() when every rank has these facts (tests/test_torch_dataplanes.py)
+GPU_CASES = [
+    ("auto", False, True, True, "none"), ("auto", True, True, False, "nccl"),
+    ("auto", True, False, False, "mpi-host-staging"), ("auto", True, False, True, "mpi-cuda-aware"),
+    ("nccl", True, True, True, "nccl"), ("nccl", True, False, True, "error"),
+    ("mpi", True, True, False, "mpi-host-staging"), ("mpi", True, True, True, "mpi-cuda-aware"),
+]
+
+
+@pytest.mark.parametrize("setting,gpu,nccl,aware,path", GPU_CASES)
+def test_the_report_predicts_the_gpu_path_by_the_bindings_rule(
+        monkeypatch: pytest.MonkeyPatch, setting: str, gpu: bool, nccl: bool, aware: bool,
+        path: str) -> None:
+    from hvdcore.capability_paths import gpu_tensor_path
+    from hvdcore.gpu_path import choose_gpu_path
+
+    monkeypatch.setenv("HVDCORE_GPU_OPERATIONS", setting)
+    items = {
+        "cuda": caps.Capability("device", "cuda", "CUDA", True, gpu),
+        "rocm": caps.Capability("device", "rocm", "ROCm", False, False, reason="no ROCm"),
+        "nccl": caps.Capability("tensor_operation", "nccl", "NCCL", nccl, nccl, "2.21.5",
+                                None if nccl else "no NCCL in this torch"),
+        "cuda-aware-mpi": caps.Capability("device", "cuda-aware-mpi", "CUDA-aware MPI", aware,
+                                          aware),
+    }
+    got = gpu_tensor_path(items)
+    assert got["path"] == path, got
+    if gpu:  # the binding's rule on a job of ranks like this one
+        vote = (nccl and setting != "mpi", "why", aware)
+        assert choose_gpu_path(setting, [vote, vote])[0] == path
+    if path not in ("nccl", "none"):
+        assert ("no NCCL in this torch" if setting != "mpi" else "HVDCORE_GPU_OPERATIONS=mpi") \
+            in got["reason"], got
+
+
 @pytest.mark.torch
 def test_gpu_tensor_path(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")

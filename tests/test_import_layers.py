@@ -144,6 +144,27 @@ def test_engine_and_backends_import_nothing_above_them(layer: str) -> None:
     assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
 
 
+def test_the_backends_never_import_the_engine() -> None:
+    """The engine sits above its backends (it drives them through ``backends.base``): no
+    backend module imports an engine module, not even lazily."""
+    assert GRAPH["hvdcore.engine.cache"] & {m for m in MODULES if _within(m, ("hvdcore.backends",))}
+    upward = sorted(f"{m} imports {t}" for m, targets in GRAPH.items()
+                    if _within(m, ("hvdcore.backends",))
+                    for t in targets if _within(t, ("hvdcore.engine",)))
+    assert not upward, "backends import the engine:\n" + "\n".join(upward)
+
+
+def test_the_compiled_module_sits_beside_its_backend() -> None:
+    """C modules are not in the import graph: the only one is the steady path's, built from
+    ``hvdcore/backends/`` (so it belongs to the backends' layer), and none is in the engine."""
+    sources = sorted(str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.c"))
+    assert sources == ["hvdcore/backends/_hotpath.c"], sources
+    setup_py = (ROOT / "setup.py").read_text()
+    assert '"hvdcore.backends._hotpath", ["hvdcore/backends/_hotpath.c"]' in setup_py
+    assert "hvdcore.engine._hotpath" not in setup_py
+    assert "hvdcore.engine" not in (ROOT / "hvdcore/backends/_hotpath.c").read_text()
+
+
 BINDINGS_AND_LAUNCHER = ("hvdcore.torch", "hvdcore.tensorflow", "hvdcore.keras", "hvdcore.runner")
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hotpath_status import compiled_status
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,10 +87,17 @@ def test_check_build_json_is_the_full_report(full_report: tuple[str, dict]) -> N
 
 def test_check_build_says_which_hot_path_repeated_allreduces_take(
         full_report: tuple[str, dict]) -> None:
+    """The report says what the runtime decides (compiled where it is built and usable here,
+    else mpi4py and the runtime's reason); tests/test_fallback_install.py checks an install
+    built without it."""
     text, data = full_report
-    # scripts/setup.sh builds the compiled hot path into this venv
-    assert data["tensor_paths"]["host_hot_path"]["path"] == "compiled", data["tensor_paths"]
-    assert "Repeated host allreduces: compiled (" in text
+    usable, why = compiled_status()
+    hot = data["tensor_paths"]["host_hot_path"]
+    if usable:
+        assert hot["path"] == "compiled", data["tensor_paths"]
+        assert "Repeated host allreduces: compiled (" in text
+    else:
+        assert hot["path"] == "mpi4py" and hot["reason"].startswith(why), (hot, why)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
     proc = subprocess.run([sys.executable, "-m", "hvdcore.runner", "--check-build", "--require",
                            "mpi"], capture_output=True, text=True, cwd=ROOT, timeout=240,

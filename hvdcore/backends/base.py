@@ -13,11 +13,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-STEADY_DONE = 0
-"""A steady-path call (:meth:`ControlPlane.steady_calls`) made the round and the data call."""
-STEADY_NOT_READY = 1
+from hvdcore.backends import round_wire
+
+# What a steady-path call (:meth:`ControlPlane.steady_calls`) returns: the round's description,
+# hvdcore.backends.round_wire, defines them for the Python and the compiled implementation.
+STEADY_DONE = round_wire.DONE
+"""A steady-path call made the round and the data call."""
+STEADY_NOT_READY = round_wire.NOT_READY
 """A steady-path call's round completed but does not let the data run now."""
-STEADY_PENDING = 2
+STEADY_PENDING = round_wire.PENDING
 """A steady-path call's round is still in flight (returned as ``(STEADY_PENDING, token)``)."""
 
 

@@ -1,15 +1,17 @@
 """The steady path's two MPI calls, the cache round and the data allreduce, made as one.
 
-:class:`~hvdcore.engine.rounds.RoundScheduler` runs a blocking allreduce of a cached host
-tensor on an idle engine through a :class:`SteadyCalls` (see ``RoundScheduler.fast_allreduce``):
+:class:`~hvdcore.engine.steady.SteadyPath` runs a blocking allreduce of a cached host
+tensor on an idle engine through a :class:`SteadyCalls`:
 post the round with this rank's bits, poll it briefly, and when every rank offered the same
 tensor, allreduce the data. :class:`CompiledSteady` makes all of it in one C call without the
-GIL (``hvdcore/engine/_hotpath.c``, built when the package is installed where ``mpicc`` is);
-:class:`PythonSteady` makes the same MPI calls through mpi4py. They return the same results
-(the same two MPI calls on the same buffers); the C one costs less at small sizes.
+GIL (``hvdcore/backends/_hotpath.c``, built when the package is installed where ``mpicc`` is);
+:class:`PythonSteady` makes the same MPI calls through mpi4py. Both follow the round's one
+description, :mod:`hvdcore.backends.round_wire` (the C module through the header generated
+from it). They return the same results (the same two MPI calls on the same buffers); the C
+one costs less at small sizes.
 
 ``bind_batch`` does the same for a fused allreduce of several tensors reduced in place (a
-training step's gradients, :meth:`~hvdcore.engine.rounds.RoundScheduler.steady_batch`): after
+training step's gradients, :meth:`~hvdcore.engine.steady_batch.SteadyBatches.steady_batch`): after
 the round, the copies into the fusion buffer, the data call and the copies back, scaled as
 the executor scales them.
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import struct
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -31,34 +32,23 @@ from typing import Any, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from hvdcore.backends.base import STEADY_DONE, STEADY_NOT_READY, STEADY_PENDING
+from hvdcore.backends import hotpath, round_wire
+from hvdcore.backends.round_wire import DONE, NOT_READY, PENDING
 
 __all__ = ["DONE", "NOT_READY", "PENDING", "SteadyCalls", "CompiledSteady", "PythonSteady", "make",
            "compiled_module"]
 
 log = logging.getLogger("hvdcore")
 
-DONE = STEADY_DONE
-NOT_READY = STEADY_NOT_READY
-PENDING = STEADY_PENDING
-_HEADER_BYTES = 16
-_HEAD = struct.Struct("<QQ")
+_HEADER_BYTES = round_wire.HEADER_BYTES
+_HEAD = round_wire.HEADER
+_may_run = round_wire.data_may_run
 
 
 def compiled_module() -> tuple[Any | None, str]:
-    """The compiled hot path if it can run in this process, and why not otherwise."""
-    try:
-        from hvdcore.engine import _hotpath
-    except ImportError as exc:
-        return None, f"not built ({exc})"
-    initialized, version = _hotpath.usable()
-    ours = MPI.Get_library_version().rstrip("\x00").strip()
-    if version.strip() != ours:
-        return None, (f"built against another MPI library ({version.strip()[:60]!r}, mpi4py "
-                      f"uses {ours[:60]!r})")
-    if not initialized:
-        return None, "MPI is not initialised in the library it was linked with"
-    return _hotpath, "in use"
+    """The compiled hot path if it can run in this process, and why not otherwise
+    (:func:`hvdcore.backends.hotpath.decide` with mpi4py's MPI library)."""
+    return hotpath.decide(MPI.Get_library_version())
 
 
 class SteadyCalls(Protocol):
@@ -71,8 +61,8 @@ class SteadyCalls(Protocol):
              dtype: np.dtype, op: Any) -> Callable[[int, int, Any, Any, int], Any] | None:
         """The call for one tensor: ``call(lists, lists_done, src, dst, count)`` writes the
         header ``[lists, 0]`` and ``tail`` into ``send``, posts the round on the plane's round
-        communicator and polls it for ``spin_s``; when ``recv`` then ends in ``tail`` after a
-        header with no flag and at most ``lists_done`` lists, it allreduces ``count``
+        communicator and polls it for ``spin_s``; when the round lets the data run
+        (:func:`~hvdcore.backends.round_wire.data_may_run`), it allreduces ``count``
         elements of ``dtype`` from ``src`` into ``dst`` (in place if they are the same array)
         with ``op`` (an mpi4py Op) on ``comm``. It returns DONE, NOT_READY or ``(PENDING,
         token)``, where :meth:`pending` turns ``token`` into the round's request. None when
@@ -99,7 +89,7 @@ class SteadyCalls(Protocol):
 
 
 class CompiledSteady:
-    """:class:`SteadyCalls` in C (``hvdcore.engine._hotpath.steady``): one call, no GIL."""
+    """:class:`SteadyCalls` in C (``hvdcore.backends._hotpath.steady``): one call, no GIL."""
 
     compiled = True
 
@@ -222,10 +212,7 @@ class PythonSteady:
             while not req.Test():
                 if time.perf_counter() > t_end:
                     return PENDING, req
-        got_lists, flags = _HEAD.unpack_from(recv, 0)
-        if flags or got_lists > lists_done or not recv.endswith(tail):
-            return NOT_READY
-        return DONE
+        return DONE if _may_run(recv, tail, lists_done) else NOT_READY
 
 
 def make(rounds: Any, spin_s: float, compiled: bool) -> SteadyCalls:

@@ -25,14 +25,12 @@ new names simply stay on the coordinator path.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Iterable
 
+from hvdcore.backends.round_wire import FLAG_JOINING, HEADER_BYTES, HEADER_WORDS, WORD_BYTES
+from hvdcore.backends.round_wire import HEADER as _HEADER
 from hvdcore.engine.fusion import slot_bytes
 from hvdcore.engine.messages import ALLREDUCE, Meta, Response, itemsize
-
-#: A flag in a round's header: the sender called join(); every rank disables the cache.
-FLAG_JOINING = 1
 
 _FUSED_MEMO = 64  # fused response lists kept (a loop's steps offer a few distinct sets)
 
@@ -174,7 +172,8 @@ class ResponseCache:
 
 class RoundVector:
     """Layout of one round's contribution: ``[lists, flags, miss bits..., invalid bits...]``,
-    little-endian 64-bit words in a ``bytearray`` (``MPI.UINT64_T``).
+    little-endian 64-bit words in a ``bytearray`` (``MPI.UINT64_T``), as
+    :mod:`hvdcore.backends.round_wire` describes the round for every implementation.
 
     Reduced with bitwise or: a hit is ready when no rank set its *miss* bit; an id is invalid
     when any rank set its *invalid* bit. Only rank 0 puts a non-zero ``lists`` (the number of
@@ -184,10 +183,10 @@ class RoundVector:
 
     def __init__(self, capacity: int) -> None:
         self.words = max(1, (capacity + 63) // 64)
-        self.size = 2 + 2 * self.words
-        self.nbytes = 8 * self.size
+        self.size = HEADER_WORDS + 2 * self.words
+        self.nbytes = WORD_BYTES * self.size
         self._ones = (1 << (64 * self.words)) - 1
-        self._no_invalid = bytes(8 * self.words)
+        self._no_invalid = bytes(WORD_BYTES * self.words)
         self._memo: dict[tuple[int, ...], bytes] = {}  # bits of recurring hit sets
 
     def buffer(self) -> bytearray:
@@ -211,12 +210,12 @@ class RoundVector:
                 bits = self._bits(hits, ())
                 if len(self._memo) < 256:
                     self._memo[key] = bits
-            out[16:] = bits
+            out[HEADER_BYTES:] = bits
             return
-        out[16:] = self._bits(hits, invalid)
+        out[HEADER_BYTES:] = self._bits(hits, invalid)
 
     def _bits(self, hits: Iterable[int], invalid: Iterable[int]) -> bytes:
-        n = 8 * self.words
+        n = WORD_BYTES * self.words
         miss = self._ones
         for cid in hits:
             miss &= ~(1 << cid)
@@ -230,19 +229,17 @@ class RoundVector:
         """``(lists, flags, ready ids among hits, invalid ids)`` of a reduced round
         (``sent``: this rank's contribution, for the common case that every rank sent
         the same bits)."""
-        n = 8 * self.words
+        n = WORD_BYTES * self.words
         lists, flags = _HEADER.unpack_from(res, 0)
         # (bytes comparisons run as memcmp; any() over the bytes was the slowest step here)
-        if sent is not None and sent.endswith(self._no_invalid) and res.endswith(sent[16:]):
+        if (sent is not None and sent.endswith(self._no_invalid)
+                and res.endswith(sent[HEADER_BYTES:])):
             return lists, flags, list(hits), []
-        miss = int.from_bytes(res[16:16 + n], "little")
+        miss = int.from_bytes(res[HEADER_BYTES:HEADER_BYTES + n], "little")
         ready = [cid for cid in hits if not (miss >> cid) & 1]
-        inv = int.from_bytes(res[16 + n:], "little")
+        inv = int.from_bytes(res[HEADER_BYTES + n:], "little")
         invalid = [] if not inv else [i for i in range(64 * self.words) if (inv >> i) & 1]
         return lists, flags, ready, invalid
-
-
-_HEADER = struct.Struct("<QQ")
 
 
 __all__ = ["ResponseCache", "RoundVector", "FLAG_JOINING", "HIT", "MISS", "STALE"]

@@ -26,7 +26,7 @@ from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import DATA_KINDS, Meta
 
 __all__ = ["first", "submit", "submit_control", "single", "allreduce", "batch_steady", "wait",
-           "blocking", "poll", "check_names", "reject"]
+           "blocking", "poll", "check_names", "duplicate_name_error", "reject"]
 
 Item = tuple[Meta, Any, "np.ndarray | None"]
 """(meta, input buffer or None for control requests, caller's output array or None)."""
@@ -40,25 +40,38 @@ def _pending(names: dict, key: tuple[int, str]) -> Handle | None:
     return h if h is not None and not h.done() else None
 
 
+def duplicate_name_error(rank: int, meta: Meta, holder: str) -> errors.ArgumentError:
+    """The error of a request whose name this rank still uses for ``holder`` (the pending
+    request's description): an ArgumentError (a ValueError), as Horovod raises at submission.
+    The one text and class of this mistake, wherever it is found."""
+    where = "" if meta.set_id == 0 else f" in process set {meta.set_id}"
+    return errors.ArgumentError(
+        f"rank {rank}: {meta.kind} '{meta.name}'{where}: a tensor with the same name is still "
+        f"being processed ({holder}); give concurrent collectives distinct names, or "
+        "synchronize the first before submitting the second")
+
+
 def check_names(engine: Any, metas: Sequence[Meta]) -> None:
-    """Raise ArgumentError (a ValueError) if a data request of this rank still being
-    processed has one of ``metas``' explicit names (Horovod raises at submission too).
+    """Raise :func:`duplicate_name_error` if a data request of this rank still being
+    processed has one of ``metas``' explicit names, or if two of ``metas`` share one (Horovod
+    raises at submission too).
 
     Automatic names are unique by construction and are not tracked.
     """
     names = engine.names
+    seen: set[tuple[int, str]] | None = set() if len(metas) > 1 else None
     for meta in metas:
         name = meta.name
         if "#" in name:
             continue
-        h = _pending(names, (meta.set_id, name))
+        key = (meta.set_id, name)
+        h = _pending(names, key)
         if h is not None:
-            where = "" if meta.set_id == 0 else f" in process set {meta.set_id}"
-            raise errors.ArgumentError(
-                f"rank {engine.rank}: {meta.kind} '{name}'{where}: a tensor with the same "
-                f"name is still being processed ({h.description}); give concurrent "
-                "collectives distinct names, or synchronize the first before submitting "
-                "the second")
+            raise duplicate_name_error(engine.rank, meta, h.description)
+        if seen is not None:
+            if key in seen and meta.kind in DATA_KINDS:
+                raise duplicate_name_error(engine.rank, meta, "an earlier tensor of this call")
+            seen.add(key)
 
 
 def _claim_names(engine: Any, reqs: list[Request], handle: Handle) -> None:
@@ -108,8 +121,8 @@ def reject(engine: Any, set_id: int, kind: str, names: Sequence[str],
     owns the name. If the job fails while waiting (stall, dead rank), that error is raised.
     """
     metas = [Meta(set_id, n, kind, error=str(exc), error_type=_error_type(exc)) for n in names]
-    check_names(engine, metas)
-    handle = submit(engine, [(m, None, None) for m in metas], first, f"rejected {kind}")
+    handle = submit(  # (raises the duplicate-name error, as any submission)
+        engine, [(m, None, None) for m in metas], first, f"rejected {kind}")
     try:
         wait(engine, handle)
     except (errors.StallError, errors.RankFailedError, errors.ShutdownError) as fatal:
@@ -126,38 +139,58 @@ def submit_control(engine: Any, kind: str, name: str, set_id: int = 0, **meta: A
 
 def single(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None,
            enqueue: bool = True) -> Request:
-    """The request of one allreduce (enqueued unless ``enqueue`` is False)."""
-    if meta.device:  # a binding's DeviceBuffer: the backend gets the framework tensor itself
-        arr, out = arr.tensor, (None if out is None else out.tensor)  # type: ignore[attr-defined]
-    req = one_request(meta, arr, out)
+    """The request of one allreduce (enqueued unless ``enqueue`` is False; its name checked
+    (:func:`check_names`) and held while it is pending)."""
     if enqueue:
-        if "#" not in meta.name and _pending(engine.names, (meta.set_id, meta.name)) is not None:
-            check_names(engine, (meta,))  # raises the duplicate-name error
-        _track_name(engine, meta, req.handle)
-        engine.enqueue([req])
+        _check_name(engine, meta)
+        return _enqueued(engine, meta, arr, out)
+    return _request(meta, arr, out)
+
+
+def _request(meta: Meta, arr: Any, out: Any) -> Request:
+    if meta.device:  # a binding's DeviceBuffer: the backend gets the framework tensor itself
+        arr, out = arr.tensor, (None if out is None else out.tensor)
+    return one_request(meta, arr, out)
+
+
+def _check_name(engine: Any, meta: Meta) -> None:
+    """:func:`check_names` for one request (the common case, a free name, without a call)."""
+    names = engine.names
+    if names and "#" not in meta.name:
+        h = _pending(names, (meta.set_id, meta.name))
+        if h is not None:
+            raise duplicate_name_error(engine.rank, meta, h.description)
+
+
+def _enqueued(engine: Any, meta: Meta, arr: Any, out: Any) -> Request:
+    """Enqueue the request of an allreduce whose name was checked; it holds the name."""
+    req = _request(meta, arr, out)
+    _track_name(engine, meta, req.handle)
+    engine.enqueue([req])
     return req
 
 
 def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     """A blocking allreduce: driven on this thread, through the engine's fast path when the
     ranks reduced this tensor before (see ``HVDCORE_CACHE_CAPACITY``); when its last call took
-    that path with the same request, through the engine's steady path (``HVDCORE_HOTPATH``)."""
+    that path with the same request, through the engine's steady path (``HVDCORE_HOTPATH``).
+    Its name is checked once (a name this rank still uses raises ArgumentError); the steady
+    path needs no check (it runs only on an idle engine, where no name is in use)."""
     got = engine.steady_allreduce(meta, arr, out)
     if got is not None:
         return got
-    names = engine.names
-    if names and _pending(names, (meta.set_id, meta.name)) is not None:
-        check_names(engine, (meta,))  # raises the duplicate-name error
+    _check_name(engine, meta)
     if not engine.begin_drive():
-        return engine.drive(single(engine, meta, arr, out).handle)
+        return engine.drive(_enqueued(engine, meta, arr, out).handle)
     try:
         # (held before the submission: with thread progress the engine thread is not woken)
         got = None if meta.device else engine.fast_allreduce(
-            meta, arr, out, lambda: single(engine, meta, arr, out, False))
+            meta, arr, out, lambda: _request(meta, arr, out))
         if got is None:
-            handle = single(engine, meta, arr, out).handle
+            handle = _enqueued(engine, meta, arr, out).handle
         elif isinstance(got, Handle):
-            handle = got
+            handle = got  # a pending hit of the round: it holds the name too
+            _track_name(engine, meta, handle)
         else:
             return got
         engine.drive_until(handle)

@@ -36,7 +36,7 @@ __all__ = [
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
     "sparse_allreduce_async_impl", "check_tensor", "host_view", "plain_view",
-    "inplace_host_array", "reduced_view", "started_view",
+    "inplace_host_array", "reduced_view", "started_view", "reduced_host", "started_host",
 ]
 
 
@@ -123,7 +123,7 @@ def host_view(tensor: torch.Tensor) -> np.ndarray | None:
     negative bit; detached when it requires grad); else None (the tensor needs staging or
     another plane)."""
     arr = plain_view(tensor)
-    if arr is not None or not tensor.requires_grad or dataplanes.cpu_plane() is not None:
+    if arr is not None or not tensor.requires_grad or dataplanes.CPU is not None:
         return arr
     try:
         arr = tensor.detach().numpy()
@@ -137,7 +137,7 @@ def plain_view(tensor: torch.Tensor) -> np.ndarray | None:
     a view also means that no autograd is needed). It runs for every gradient of every step:
     ``numpy()`` alone checks the device, layout, bits and grad (each torch attribute read
     costs 1-3 us right after an MPI call)."""
-    if dataplanes.cpu_plane() is not None:
+    if dataplanes.CPU is not None:
         return None
     try:
         arr = tensor.numpy()
@@ -224,6 +224,30 @@ def reduced_view(arr: np.ndarray, op: Any, name: str | None, prescale_factor: fl
     would do for it, without their bookkeeping)."""
     return torch.from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
                                             postscale_factor, process_set))
+
+
+def reduced_host(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,
+                 postscale_factor: float, process_set: Any) -> torch.Tensor | None:
+    """:func:`reduced_view` of ``tensor``'s :func:`plain_view`, or None (nothing done) when
+    it has none: the blocking ``allreduce``'s path for a host tensor on MPI, one call from
+    the binding (``op`` already resolved)."""
+    arr = plain_view(tensor)
+    if arr is None:
+        return None
+    return torch.from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
+                                            postscale_factor, process_set))
+
+
+def started_host(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,
+                 postscale_factor: float, process_set: Any) -> CoreResult | None:
+    """:func:`started_view` of ``tensor``'s :func:`plain_view`, or None (nothing done) when
+    it has none: ``allreduce_async``'s path for a host tensor on MPI."""
+    arr = plain_view(tensor)
+    if arr is None:
+        return None
+    h = _core_allreduce_async(arr, None, name, op, prescale_factor, postscale_factor,
+                              process_set)
+    return CoreResult(h, torch.from_numpy, f"allreduce {name or ''}")
 
 
 def grouped_allreduce_async_impl(tensors: Sequence[torch.Tensor], op: Any, name: str | None,

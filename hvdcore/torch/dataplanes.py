@@ -33,6 +33,7 @@ import hvdcore as _core
 from hvdcore import basics as _basics
 from hvdcore.backends.base import DeviceBuffer
 from hvdcore.errors import CapabilityError
+from hvdcore.gpu_path import choose_gpu_path  # the one rule (the capability report's too)
 from hvdcore.torch import rendezvous
 from hvdcore.torch.backends import TORCH_DTYPES, CudaAwareMPIBackend, TorchBackend
 
@@ -42,7 +43,10 @@ __all__ = ["setup", "shutdown", "plane_for", "refuse_device_tensors", "wrap", "b
 
 _log = logging.getLogger("hvdcore")
 _NP_DTYPES = {t: d for d, t in TORCH_DTYPES.items()}
-_CPU: TorchBackend | None = None
+CPU: TorchBackend | None = None
+"""The torch.distributed plane of CPU tensors (Gloo), or None when they take the host MPI
+plane; set by :func:`setup` and :func:`shutdown`, so read it as ``dataplanes.CPU`` (the
+per-call host path reads it without a call; :func:`cpu_plane` is the same for others)."""
 _GPU: TorchBackend | None = None
 _OWN_PG = False
 _GPU_WHY = "not initialised"
@@ -70,46 +74,17 @@ def _gpu_local_status(setting: str) -> tuple[bool, str, bool]:
     return True, "ok", cuda_aware
 
 
-def choose_gpu_path(setting: str, votes: list[tuple[bool, str, bool]]) -> tuple[str, str]:
-    """The device-tensor path every rank takes, from each rank's ``_gpu_local_status`` vote:
-    ``("nccl" | "mpi-cuda-aware" | "mpi-host-staging" | "error", why)``.
-
-    >>> choose_gpu_path("auto", [(True, "ok", False), (True, "ok", False)])
-    ('nccl', 'ok')
-    >>> choose_gpu_path("mpi", [(False, "HVDCORE_GPU_OPERATIONS=mpi", True)] * 2)[0]
-    'mpi-cuda-aware'
-    """
-    if all(ok for ok, _, _ in votes):
-        return "nccl", "ok"
-    why = _summarise([(ok, w) for ok, w, _ in votes])
-    if setting == "nccl":
-        return "error", why
-    if all(aware for _, _, aware in votes):
-        return "mpi-cuda-aware", f"{why}; every rank's MPI is CUDA-aware"
-    return "mpi-host-staging", why
-
-
-def _summarise(votes: list[tuple[bool, str]]) -> str:
-    """'ranks [1, 2]: <why>; ...' for the ranks that cannot use NCCL."""
-    by_reason: dict[str, list[int]] = {}
-    for r, (ok, why) in enumerate(votes):
-        if not ok:
-            by_reason.setdefault(why, []).append(r)
-    return "; ".join(f"{'all ranks' if len(rs) == len(votes) else 'ranks ' + str(rs)}: {w}"
-                     for w, rs in by_reason.items())
-
-
 def setup() -> None:
     """Decide the planes on every rank together, create the process group, register them.
 
     Collective (every rank calls it, from ``hvdcore.torch.init()``) the first time after the
     core's init; a local no-op afterwards (planes up or not), as Horovod's second ``init()`` is.
     """
-    global _CPU, _GPU, _OWN_PG, _GPU_WHY, _CPU_WHY, _GPU_REFUSED, _DECIDED_FOR
+    global CPU, _GPU, _OWN_PG, _GPU_WHY, _CPU_WHY, _GPU_REFUSED, _DECIDED_FOR
     engine = _basics.state().engine
     # Horovod's init() on an initialised process is a local no-op: the vote below is a
     # collective, so it runs once per engine (one rank's stray second init() must not start it)
-    if _DECIDED_FOR is engine or _CPU is not None or _GPU is not None:
+    if _DECIDED_FOR is engine or CPU is not None or _GPU is not None:
         return
     _DECIDED_FOR = engine
     from hvdcore.config import load
@@ -157,8 +132,8 @@ def setup() -> None:
         if _core.rank() == 0:
             _log.info("%s", rendezvous.describe())
     if want_gloo:
-        _CPU = TorchBackend("gloo", torch.device("cpu"), spec)
-        engine.register_backend(_CPU.key, _CPU)
+        CPU = TorchBackend("gloo", torch.device("cpu"), spec)
+        engine.register_backend(CPU.key, CPU)
     if nccl:
         name = "rccl" if torch.version.hip else "nccl"
         _GPU = TorchBackend(name, device, spec)  # type: ignore[arg-type]
@@ -189,8 +164,8 @@ def _adopt_user_group(dist: Any, spec: str) -> None:
 
 def shutdown() -> None:
     """Forget the planes (after the engine stopped) and destroy the group hvdcore created."""
-    global _CPU, _GPU, _OWN_PG, _GPU_REFUSED, _DECIDED_FOR
-    _CPU = _GPU = _GPU_REFUSED = _DECIDED_FOR = None
+    global CPU, _GPU, _OWN_PG, _GPU_REFUSED, _DECIDED_FOR
+    CPU = _GPU = _GPU_REFUSED = _DECIDED_FOR = None
     if _OWN_PG:
         _OWN_PG = False
         rendezvous.destroy()
@@ -198,7 +173,7 @@ def shutdown() -> None:
 
 def cpu_plane() -> TorchBackend | None:
     """The torch.distributed plane of CPU tensors, or None when they take the host (MPI) path."""
-    return _CPU
+    return CPU
 
 
 def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
@@ -206,7 +181,7 @@ def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
     if tensor.layout != torch.strided:
         return None
     if tensor.is_cpu:  # (is_cpu is ~10x cheaper than building tensor.device)
-        return _CPU
+        return CPU
     if _GPU is not None:
         if tensor.device == _GPU.device:
             return _GPU
@@ -247,7 +222,7 @@ def wrap(plane: TorchBackend, work: torch.Tensor) -> DeviceBuffer:
 
 def backend(name: str) -> TorchBackend | None:
     """The registered plane called ``name`` ("gloo", "nccl", "rccl", "mpi-cuda"), or None."""
-    for plane in (_CPU, _GPU):
+    for plane in (CPU, _GPU):
         if plane is not None and plane.key == name:
             return plane
     return None
@@ -255,7 +230,7 @@ def backend(name: str) -> TorchBackend | None:
 
 def backend_for_device(kind: str) -> TorchBackend | None:
     """The plane of tensors on device type ``kind`` ("cpu" or "cuda"), or None (host path)."""
-    plane = _CPU if kind == "cpu" else _GPU
+    plane = CPU if kind == "cpu" else _GPU
     return plane
 
 
@@ -273,7 +248,7 @@ def gpu_path() -> str:
 
 def cpu_path() -> str:
     """Which path CPU tensors take: ``gloo`` or ``mpi``, with why."""
-    return f"{'gloo' if _CPU is not None else 'mpi'} ({_CPU_WHY})"
+    return f"{'gloo' if CPU is not None else 'mpi'} ({_CPU_WHY})"
 
 
 def dtype_of(tensor: torch.Tensor) -> np.dtype:

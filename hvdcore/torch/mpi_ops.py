@@ -64,6 +64,7 @@ __all__ = [
 
 _GLOBAL = _core.global_process_set
 _NO_COMPRESSION = Compression.none
+_AVERAGE = ReduceOp.AVERAGE
 
 
 def _tensor_list(tensors: Any, what: str) -> list[torch.Tensor]:
@@ -86,15 +87,17 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
 
         >>> avg = hvd.allreduce(torch.ones(2) * hvd.rank())   # doctest: +SKIP
     """
-    if average is not None or type(op) is not ReduceOp:  # (a call costs ~1 us after MPI's)
+    if op is None and average is None:  # Horovod's default, without a call
+        op = _AVERAGE
+    elif average is not None or type(op) is not ReduceOp:
         op = resolve_op(average, op)
     exact = gradient != "horovod" and gradient_mode(gradient)
     plain = compression is _NO_COMPRESSION
     if plain and isinstance(tensor, torch.Tensor):
-        arr = C.plain_view(tensor)
-        if arr is not None:  # a host tensor on MPI, nothing to differentiate: the core's call
-            return C.reduced_view(arr, op, name, prescale_factor, postscale_factor,
-                                  process_set)
+        # a host tensor on MPI, nothing to differentiate: the core's call (None otherwise)
+        out = C.reduced_host(tensor, op, name, prescale_factor, postscale_factor, process_set)
+        if out is not None:
+            return out
     compressed, ctx = (tensor, None) if plain else compression.compress(tensor)
     if getattr(compressed, "requires_grad", False) and torch.is_grad_enabled():
         out = AllreduceFn.apply(compressed, op, name, prescale_factor, postscale_factor,
@@ -110,12 +113,15 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
                     op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: Any = _GLOBAL) -> Handle:
     """Start an allreduce; ``synchronize(handle)`` returns a new tensor with the result."""
-    if average is not None or type(op) is not ReduceOp:
+    if op is None and average is None:
+        op = _AVERAGE
+    elif average is not None or type(op) is not ReduceOp:
         op = resolve_op(average, op)
     if isinstance(tensor, torch.Tensor):
-        arr = C.plain_view(tensor)
-        if arr is not None:  # a host tensor on MPI, as allreduce's fast path
-            return C.started_view(arr, op, name, prescale_factor, postscale_factor, process_set)
+        # a host tensor on MPI, as allreduce's fast path (None otherwise)
+        h = C.started_host(tensor, op, name, prescale_factor, postscale_factor, process_set)
+        if h is not None:
+            return h
     return C.allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                   process_set, inplace=False)
 
@@ -125,7 +131,9 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
                op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: Any = _GLOBAL) -> torch.Tensor:
     """Allreduce in place: ``tensor`` receives the result and is returned."""
-    if average is not None or type(op) is not ReduceOp:
+    if op is None and average is None:
+        op = _AVERAGE
+    elif average is not None or type(op) is not ReduceOp:
         op = resolve_op(average, op)
     return C.allreduce_inplace_impl(tensor, op, name, prescale_factor, postscale_factor,
                                     process_set)
@@ -136,7 +144,9 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
                      op: Any = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0, process_set: Any = _GLOBAL) -> Handle:
     """Start an in-place allreduce; ``synchronize(handle)`` returns ``tensor``."""
-    if average is not None or type(op) is not ReduceOp:
+    if op is None and average is None:
+        op = _AVERAGE
+    elif average is not None or type(op) is not ReduceOp:
         op = resolve_op(average, op)
     return C.allreduce_async_impl(tensor, op, name, prescale_factor, postscale_factor,
                                   process_set, inplace=True)

@@ -23,6 +23,10 @@ wrapped optimizer's ``step``.
 At construction every rank checks that all ranks wrap the same parameters (names, shapes,
 dtypes, trainability): a model that differs between ranks is a
 :class:`~hvdcore.errors.MismatchError` naming the parameters and ranks, instead of a stall.
+
+The class is in three files: this one (construction, ``synchronize()``, ``step()`` and the
+``torch.optim.Optimizer`` interface), ``optimizer_params.py`` (parameter names, groups, the
+same-model check) and ``optimizer_hooks.py`` (the hook, and the start of each allreduce).
 """
 
 from __future__ import annotations
@@ -37,11 +41,11 @@ import torch
 import hvdcore as _core
 from hvdcore import basics
 from hvdcore.arguments import resolve_op
-from hvdcore.errors import ArgumentError, HvdcoreError, MismatchError, UnsupportedError
-from hvdcore.ops import allreduce_batch_async
-from hvdcore.torch import collectives as C
+from hvdcore.errors import ArgumentError, HvdcoreError, UnsupportedError
 from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
+from hvdcore.torch.optimizer_hooks import GradientHooks
+from hvdcore.torch.optimizer_params import ParameterSetup
 
 __all__ = ["DistributedOptimizer"]
 
@@ -55,7 +59,7 @@ sentence is Horovod's (``horovod/torch/optimizer.py``), so warning filters writt
 match it."""
 
 
-class DistributedOptimizer(torch.optim.Optimizer):
+class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer):
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
     Args:
@@ -137,226 +141,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._check_same_model()
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self._params]
 
-    # ----------------------------------------------------------------------------- set-up
-    def _name_parameters(self, named: Iterable[tuple[str, torch.Tensor]] | None
-                         ) -> dict[torch.Tensor, str]:
-        all_params = [p for g in self.param_groups for p in g["params"]]
-        if named is None:
-            return {p: f"allreduce.noname.{i}.{j}" for i, g in enumerate(self.param_groups)
-                    for j, p in enumerate(g["params"])}
-        named = list(named)
-        if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
-            raise ArgumentError("named_parameters must be (name, parameter) tuples, as produced "
-                                "by model.named_parameters()")
-        seen: set[str] = set()
-        dups = sorted({n for n, _ in named if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
-        if dups:
-            raise ArgumentError(f"parameter names in named_parameters must be unique; "
-                                f"duplicates: {', '.join(dups)}")
-        by_id = {id(p): n for n, p in named}
-        unnamed = [i for i, p in enumerate(all_params) if id(p) not in by_id]
-        if unnamed:
-            raise ArgumentError(f"named_parameters was given but {len(unnamed)} parameter(s) "
-                                f"of the optimizer are not in it (positions {unnamed[:10]}); "
-                                "pass model.named_parameters() of the model the optimizer trains")
-        return {p: by_id[id(p)] for p in all_params}
-
-    @property
-    def _parameter_names(self) -> dict[torch.Tensor, str]:
-        # Horovod's attribute (its tests and some user code read it): parameter -> name.
-        return dict(self._names)
-
-    def _make_groups(self, groups: Any) -> tuple[dict[torch.Tensor, int], list[list[Any]]]:
-        if not groups:
-            return {}, []
-        if isinstance(groups, int):
-            n = max(1, min(groups, len(self._params)))
-            size, extra = divmod(len(self._params), n)
-            members, start = [], 0
-            for i in range(n):
-                stop = start + size + (1 if i < extra else 0)
-                members.append(self._params[start:stop])
-                start = stop
-        else:
-            members = [list(g) for g in groups]
-            known = set(self._params)
-            for g in members:
-                for p in g:
-                    if p not in known:
-                        raise ArgumentError("groups contains a tensor that is not a trainable "
-                                            "parameter of this optimizer")
-        group_of: dict[torch.Tensor, int] = {}
-        for gid, g in enumerate(members):
-            for p in g:
-                if p in group_of:
-                    raise ArgumentError("a parameter appears in more than one group")
-                group_of[p] = gid
-        return group_of, members
-
-    def _check_same_model(self) -> None:
-        if self.process_set.size() == 1:
-            return
-        mine = [(self._names[p], tuple(p.shape), str(p.dtype), p.requires_grad)
-                for g in self.param_groups for p in g["params"]]
-        every = _core.allgather_object((mine, self.backward_passes_per_step),
-                                       name="DistributedOptimizer.parameters",
-                                       process_set=self.process_set)
-        if all(e == every[0] for e in every):
-            return
-        ref = dict((n, rest) for n, *rest in every[0][0])
-        problems = []
-        for r, (params, bpps) in enumerate(every):
-            if bpps != every[0][1]:
-                problems.append(f"backward_passes_per_step is {bpps} on rank {r}, "
-                                f"{every[0][1]} on rank 0")
-            here = {n: rest for n, *rest in params}
-            for n in sorted(set(ref) ^ set(here)):
-                where = "rank 0" if n in ref else f"rank {r}"
-                missing = f"rank {r}" if n in ref else "rank 0"
-                problems.append(f"parameter {n!r} exists on {where} but "
-                                f"not on {missing}")
-            for n in sorted(set(ref) & set(here)):
-                if ref[n] != here[n]:
-                    problems.append(
-                        f"parameter {n!r} is (shape, dtype, trainable)="
-                        f"{tuple(here[n])} on rank {r} but {tuple(ref[n])} on rank 0")
-        raise MismatchError(
-            f"DistributedOptimizer on rank {_core.rank()}: ranks wrap different models: "
-            + "; ".join(problems[:8])
-            + ". Build the same model on every rank (a parameter unused in some ranks' "
-              "forward pass is fine; one that exists only on some ranks is not).")
-
     # ------------------------------------------------------------------------ gradients
-    def _scales(self) -> tuple[float, float]:
-        if self.op == _core.Average:
-            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
-        return 1.0, 1.0
-
-    def _on_grad(self, p: torch.Tensor) -> None:
-        left = self._delay[id(p)] - 1
-        if left < 0:
-            raise HvdcoreError(
-                f"gradient of {self._names[p]!r} was computed more than "
-                f"backward_passes_per_step={self.backward_passes_per_step} times before "
-                "step()/synchronize(); raise backward_passes_per_step to accumulate more "
-                "passes locally, or call step() after each pass")
-        self._delay[id(p)] = left
-        if left == 0:
-            self._ready_param(p)
-
-    def _ready_param(self, p: torch.Tensor) -> None:
-        gid = self._group_of.get(p) if self._group_of else None
-        if gid is None:
-            if self._defer:
-                self._deferred.append(p)
-            else:
-                self._submit(id(p), [p])
-            return
-        ready = self._ready.setdefault(gid, set())
-        ready.add(p)
-        if len(ready) == len(self._members[gid]):
-            self._submit(("group", gid), self._members[gid])
-
-    def _dense_grad(self, p: torch.Tensor) -> torch.Tensor:
-        """The tensor to reduce for ``p``: its gradient, a zero one when it has none, a dense
-        copy of a sparse one (``sparse_as_dense``)."""
-        if p.grad is None:
-            p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
-        if p.grad.is_sparse and self.sparse_as_dense:
-            return p.grad.to_dense()
-        return p.grad
-
-    def _submit(self, key: Any, params: list[torch.Tensor],
-                batch: list[tuple[Any, str]] | None = None) -> None:
-        """Start the allreduce of ``params``' gradients (one parameter, or a group). With
-        ``batch``, a gradient the engine reduces in its own memory is appended there instead
-        (its handle is None: the caller submits the batch, see :meth:`_submit_deferred`)."""
-        if self.process_set.size() == 1:
-            for p in params:  # nothing to reduce; unused parameters still get a zero gradient
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
-            self._handles[key] = (Handle(None, lambda _r: None, "local"), [])
-            return
-        pre, post = self._scales()
-        if len(params) == 1 and params[0].grad is not None and params[0].grad.is_sparse \
-                and not self.sparse_as_dense:
-            p = params[0]
-            grad = p.grad
-            assert grad is not None
-            h = C.sparse_allreduce_async_impl(grad, self._names[p], self.op, self.process_set)
-            self._handles[key] = (h, [(p, grad, "sparse")])
-            return
-        entries = []
-        for p in params:
-            grad = self._dense_grad(p)
-            if grad.is_sparse:
-                raise HvdcoreError(
-                    f"parameter {self._names[p]!r} has a sparse gradient inside a group; use "
-                    "sparse_as_dense=True or keep sparse parameters out of groups")
-            sent, ctx = self._compression.compress(grad)
-            entries.append((p, sent, ctx))
-        sent_tensors = [s for _, s, _ in entries]
-        if len(params) == 1 and key == id(params[0]):
-            h = self._start_one(params[0], sent_tensors[0], pre, post, batch)
-        else:
-            h = C.grouped_allreduce_async_impl(
-                sent_tensors, self.op, f"allreduce.group.{key[1]}", pre, post,
-                self.process_set, inplace=True)
-        self._handles[key] = (h, entries)
-
-    def _start_one(self, p: torch.Tensor, sent: torch.Tensor, pre: float, post: float,
-                   batch: list[tuple[Any, str]] | None) -> Any:
-        """Start the in-place allreduce of one parameter's (compressed) dense gradient: its
-        handle, or None when it joined ``batch``. A host gradient reduced in its own memory
-        goes to the core as its NumPy view: the core remembers the checks of the name's
-        last call, so a step costs no argument checks."""
-        name = self._id_names[id(p)]
-        arr = C.inplace_host_array(sent)
-        if arr is None:
-            return C.allreduce_async_impl(sent, self.op, name, pre, post, self.process_set,
-                                          inplace=True)
-        if batch is None:
-            return _core.allreduce_async(arr, name=name, op=self.op, prescale_factor=pre,
-                                         postscale_factor=post, process_set=self.process_set,
-                                         out=arr)
-        batch.append((arr, name))
-        return None
-
-    def _submit_deferred(self) -> list[Any]:
-        """Submit the gradients the hooks noted (caller progress); returns the handles of the
-        batched ones (in ``_handles`` a batched gradient has None, or no entry when nothing is
-        left to do for it after the wait)."""
-        batch: list[tuple[Any, str]] = []
-        pre, post = self._scales()
-        compress, handles = self._compression.compress, self._handles
-        local = self.process_set.size() == 1
-        plain = self._compression is Compression.none
-        names = self._id_names
-        for p in self._deferred:
-            grad = p.grad
-            if local or grad is None or grad.is_sparse:  # the general path decides
-                self._submit(id(p), [p], batch)
-                continue
-            if plain:
-                # Uncompressed and reduced in its own memory (the common case): nothing to do
-                # for this gradient after the batch, so it needs no entry in _handles.
-                arr = C.inplace_host_array(grad)
-                if arr is not None:
-                    batch.append((arr, names[id(p)]))
-                    continue
-            sent, ctx = compress(grad)
-            handles[id(p)] = (self._start_one(p, sent, pre, post, batch), [(p, sent, ctx)])
-        self._deferred.clear()
-        if not batch:
-            return []
-        batch_names = tuple([n for _, n in batch])
-        if batch_names == self._batch_names:
-            # the same tuple object as last step: the core reuses that batch's checks
-            batch_names = self._batch_names
-        self._batch_names = batch_names
-        return [allreduce_batch_async([a for a, _ in batch], batch_names, self.op,
-                                      pre, post, self.process_set)]
-
     def synchronize(self) -> None:
         """Finish every gradient allreduce of this step (zero gradients for unused parameters).
 

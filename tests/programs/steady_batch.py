@@ -12,15 +12,17 @@ Modes:
           the batch waits as ordinary hits, and its data call runs when the round completes).
           Results bit-identical to a reference computed here from every rank's inputs
           (integer-valued data, so any summation order gives the same bits). Prints
-          ``rank R engine ok: N checks, steady=<SteadyCalls class>``.
+          ``rank R engine ok: N checks, hvdcore=<package dir>, steady=<SteadyCalls class>``.
   direct  both SteadyCalls implementations' batch calls on a round communicator of their
           own, called directly: every rank offers the batch (the data runs, with gaps and
           scaling), a tail that differs (nothing touched), and the data call alone.
-          Prints ``rank R direct ok: <implementations>``.
+          Prints ``rank R direct ok: <implementations>`` (and why the compiled one is not
+          there, where it is not).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -35,6 +37,7 @@ from hvdcore.engine.cache import RoundVector
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
+HVDCORE = os.path.dirname(hvd.__file__)  # which install this run imported
 mode = sys.argv[1]
 late = "late" in sys.argv[2:]
 
@@ -198,7 +201,7 @@ def direct() -> list[str]:
 
 if mode == "engine":
     steady = engine()
-    print(f"rank {R} engine ok: {checks} checks, steady={steady}", flush=True)
+    print(f"rank {R} engine ok: {checks} checks, hvdcore={HVDCORE}, steady={steady}", flush=True)
 elif mode == "direct":
     print(f"rank {R} direct ok: {' '.join(direct())}", flush=True)
 else:

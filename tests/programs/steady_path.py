@@ -3,21 +3,23 @@
 Modes:
   exact   every dtype x op x output kind x size, blocking and asynchronous, the same names
           called again and again with new values each time, and two asynchronous calls the
-          ranks start in different orders: results bit-identical to a reference computed here from every
-          rank's inputs (integer-valued data, so any summation order gives the same bits).
-          Prints ``rank R exact ok: N checks, steady=<SteadyCalls class>``.
+          ranks start in different orders: results bit-identical to a reference computed
+          here from every rank's inputs (integer-valued data, so any summation order gives the same bits).
+          Prints ``rank R exact ok: N checks, hvdcore=<package dir>, steady=<SteadyCalls class>``.
   late    the same with one rank sleeping before some calls (the round is still in flight
           on the others, or completes without it: the hit then waits its turn).
           Prints ``rank R late ok: N checks``.
   direct  both SteadyCalls implementations on the plane's round communicator, called
           directly: all agree (data reduced), tails differ, a flag set, lists not yet
           executed, and a late peer (the round still pending: waited, then the data call).
-          Prints ``rank R direct ok: <implementations>``.
+          Prints ``rank R direct ok: <implementations>`` (and why the compiled one is not
+          there, where it is not).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 
@@ -31,6 +33,7 @@ from hvdcore.engine.cache import RoundVector
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
+HVDCORE = os.path.dirname(hvd.__file__)  # which install this run imported
 mode = sys.argv[1]
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.float16, np.bool_]
@@ -212,7 +215,8 @@ def direct() -> list[str]:
 if mode == "exact":
     sweep(4, late=False)
     steady = basics.state().engine.rounds.channel.calls
-    print(f"rank {R} exact ok: {checks} checks, steady={type(steady).__name__}", flush=True)
+    print(f"rank {R} exact ok: {checks} checks, hvdcore={HVDCORE}, steady={type(steady).__name__}",
+          flush=True)
 elif mode == "late":
     sweep(4, late=True)
     print(f"rank {R} late ok: {checks} checks", flush=True)

@@ -1,8 +1,8 @@
 /* hvdcore's compiled hot path: one cached blocking host allreduce, round and data, in C.
  *
  * The steady state of a training loop or a latency benchmark is a blocking allreduce of a
- * tensor every rank has reduced before, on an idle engine (hvdcore/engine/steady.py). It
- * needs two MPI calls: the response-cache round (a bitwise-or allreduce of a few words that
+ * tensor every rank has reduced before, on an idle engine (the engine's steady path, which
+ * calls it through hvdcore/backends/mpi_steady.py's CompiledSteady). It needs two MPI calls: the response-cache round (a bitwise-or allreduce of a few words that
  * says every rank offers this tensor) and the data allreduce. Made from Python through
  * mpi4py, the checks and conversions around those two calls cost more than the calls
  * themselves at 4 KiB; this module makes both calls, and the comparison between them, in one
@@ -12,9 +12,13 @@
  * too (``steady_batch``): the same round, then the copies into the fusion buffer, the data
  * call and the copies back with the average's scaling, in one call.
  *
+ * The round's layout, the status codes and the rule that lets the data run are described
+ * once, in hvdcore/backends/round_wire.py; _round_wire.h is generated from it, and the module
+ * exports the PROTOCOL it was built with (hvdcore/backends/hotpath.py refuses another).
+ *
  * MPI handles travel as Python ints (mpi4py's ``.handle``), so the module needs mpi.h and the
- * MPI library mpi4py uses, not mpi4py's headers. steady.py uses it only when it reports the
- * same library as mpi4py and MPI is initialised in it (see ``usable``).
+ * MPI library mpi4py uses, not mpi4py's headers. mpi_steady.py uses it only when it reports
+ * the same library as mpi4py and MPI is initialised in it (see ``usable``).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,6 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+
+#include "_round_wire.h"
 
 #define AS_HANDLE(T, obj) ((T)(intptr_t)PyLong_AsVoidPtr(obj))
 
@@ -45,24 +51,24 @@ static PyObject *raise_mpi(int code, const char *what)
     return NULL;
 }
 
-/* Status of one call, in the order the work goes. */
-enum { DONE = 0, NOT_READY = 1, PENDING = 2 };
+/* Status of one call, in the order the work goes (round_wire.DONE, NOT_READY, PENDING). */
+enum { DONE = STEADY_DONE, NOT_READY = STEADY_NOT_READY, PENDING = STEADY_PENDING };
 
 /* Post the cache round (header [lists, 0] and the tail already in ``send``), poll it for up
- * to spin_ns, and say whether the data call may run: DONE (it may), NOT_READY (the round
- * completed and ``recv`` holds a result that does not let it run) or PENDING (``*req`` is
- * the round, still in flight). Called without the GIL. Returns the MPI error code, with the
+ * to spin_ns, and say whether the data call may run (round_wire.data_may_run): DONE (it
+ * may), NOT_READY (the round completed and ``recv`` holds a result that does not let it run)
+ * or PENDING (``*req`` is the round, still in flight). Called without the GIL. Returns the MPI error code, with the
  * failing call in ``*failed``. */
 static int run_round(MPI_Comm rounds, unsigned char *sbytes, const unsigned char *rbytes,
                      Py_ssize_t nbytes, long long spin_ns, unsigned long long lists_done,
                      MPI_Request *req, int *status, const char **failed)
 {
     int flag = 0;
-    size_t tail = (size_t)nbytes - 16;
+    size_t tail = (size_t)nbytes - ROUND_HEADER_BYTES;
     *status = DONE;
     *req = MPI_REQUEST_NULL;
-    int rc = MPI_Iallreduce(sbytes, (void *)rbytes, (int)(nbytes / 8), MPI_UINT64_T, MPI_BOR,
-                            rounds, req);
+    int rc = MPI_Iallreduce(sbytes, (void *)rbytes, (int)(nbytes / ROUND_WORD_BYTES),
+                            MPI_UINT64_T, MPI_BOR, rounds, req);
     if (rc != MPI_SUCCESS) {
         *failed = "MPI_Iallreduce";
         return rc;
@@ -81,9 +87,10 @@ static int run_round(MPI_Comm rounds, unsigned char *sbytes, const unsigned char
         *status = PENDING;
         return rc;
     }
-    uint64_t got[2];
+    uint64_t got[ROUND_HEADER_WORDS];
     memcpy(got, rbytes, sizeof got);
-    if (got[1] != 0 || got[0] > (uint64_t)lists_done || memcmp(rbytes + 16, sbytes + 16, tail) != 0)
+    if (got[ROUND_FLAGS_WORD] != 0 || got[ROUND_LISTS_WORD] > (uint64_t)lists_done
+            || memcmp(rbytes + ROUND_HEADER_BYTES, sbytes + ROUND_HEADER_BYTES, tail) != 0)
         *status = NOT_READY;
     return rc;
 }
@@ -91,11 +98,12 @@ static int run_round(MPI_Comm rounds, unsigned char *sbytes, const unsigned char
 /* Write this rank's header [lists, 0] and ``tail`` into the round's send buffer. */
 static void pack_round(unsigned char *sbytes, unsigned long long lists, const Py_buffer *tail)
 {
-    uint64_t header[2] = {(uint64_t)lists, 0};
-    /* (x86-64 and aarch64 are little-endian, as RoundVector's Python side writes it) */
+    uint64_t header[ROUND_HEADER_WORDS] = {0};
+    header[ROUND_LISTS_WORD] = (uint64_t)lists;
+    /* native order: _round_wire.h refuses a big-endian build */
     memcpy(sbytes, header, sizeof header);
-    if (memcmp(sbytes + 16, tail->buf, (size_t)tail->len) != 0)
-        memcpy(sbytes + 16, tail->buf, (size_t)tail->len);
+    if (memcmp(sbytes + ROUND_HEADER_BYTES, tail->buf, (size_t)tail->len) != 0)
+        memcpy(sbytes + ROUND_HEADER_BYTES, tail->buf, (size_t)tail->len);
 }
 
 /* The result of a call: 0, 1 or (2, request); NULL with the error set when an MPI call failed. */
@@ -158,8 +166,8 @@ static PyObject *steady(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!same && PyObject_GetBuffer(args[10], &src, PyBUF_SIMPLE) < 0)
         goto release_dst;
 
-    if (send.len != recv.len || send.len < 16 || send.len % 8 != 0
-            || tail.len != send.len - 16) {
+    if (send.len != recv.len || send.len < ROUND_HEADER_BYTES || send.len % ROUND_WORD_BYTES != 0
+            || tail.len != send.len - ROUND_HEADER_BYTES) {
         PyErr_SetString(PyExc_ValueError, "steady(): round buffers of mismatched sizes");
         goto release_all;
     }
@@ -382,8 +390,8 @@ static PyObject *steady_batch(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto release_send;
     if (PyObject_GetBuffer(args[3], &tail, PyBUF_SIMPLE) < 0)
         goto release_recv;
-    if (send.len != recv.len || send.len < 16 || send.len % 8 != 0
-            || tail.len != send.len - 16) {
+    if (send.len != recv.len || send.len < ROUND_HEADER_BYTES || send.len % ROUND_WORD_BYTES != 0
+            || tail.len != send.len - ROUND_HEADER_BYTES) {
         PyErr_SetString(PyExc_ValueError, "steady_batch(): round buffers of mismatched sizes");
         goto release_tail;
     }
@@ -478,8 +486,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "hvdcore.engine._hotpath",
-    "hvdcore's compiled hot path (see hvdcore/engine/steady.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "hvdcore.backends._hotpath",
+    "hvdcore's compiled hot path (see hvdcore/backends/mpi_steady.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 
@@ -488,12 +496,20 @@ PyMODINIT_FUNC PyInit__hotpath(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    MPIError = PyErr_NewException("hvdcore.engine._hotpath.MPIError", PyExc_RuntimeError, NULL);
+    MPIError = PyErr_NewException("hvdcore.backends._hotpath.MPIError", PyExc_RuntimeError,
+                                  NULL);
     if (MPIError == NULL || PyModule_AddObject(m, "MPIError", MPIError) < 0) {
         Py_XDECREF(MPIError);
         Py_DECREF(m);
         return NULL;
     }
     Py_INCREF(MPIError);
+    /* what it was built with: round_wire.PROTOCOL when _round_wire.h is current */
+    PyObject *protocol = Py_BuildValue(ROUND_WIRE_PROTOCOL_FORMAT, ROUND_WIRE_PROTOCOL_VALUES);
+    if (protocol == NULL || PyModule_AddObject(m, "PROTOCOL", protocol) < 0) {
+        Py_XDECREF(protocol);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }
