@@ -98,12 +98,15 @@ def _allreduce_meta(
     """
     if average is None and type(name) is str:
         last = _checked.get(name)
-        if (last is not None and type(tensor) is np.ndarray and last[0] is op
+        if (last is not None and last[0] is op
                 and type(prescale_factor) is float and prescale_factor == last[1]
                 and type(postscale_factor) is float and postscale_factor == last[2]
-                and last[3] is process_set and tensor.dtype is last[4]
-                and tensor.shape == last[5].shape and tensor.flags.c_contiguous
-                and (out is None or _plain_output(out, tensor))):
+                and last[3] is process_set
+                and ((type(tensor) is np.ndarray and last[7] is None and tensor.dtype is last[4]
+                      and tensor.shape == last[5].shape and tensor.flags.c_contiguous
+                      and (out is None or _plain_output(out, tensor)))
+                     # a binding's buffer, the very object it checked (see DeviceBuffer)
+                     or (tensor is last[7] is not None and (out is None or out is tensor)))):
             meta, engine = last[5], last[6]
             if process_set.process_set_id == meta.set_id and meta.set_id in engine.sets:
                 _thread_names.named += 1  # the call reached the core (as request_name counts)
@@ -125,14 +128,17 @@ def _allreduce_meta(
     except Exception as exc:  # the peers' matching calls must fail too, not wait
         requests.reject(st.engine, sid, ALLREDUCE, [nm], exc)
     meta = Meta(sid, nm, ALLREDUCE, dtype_name(arr.dtype), arr.shape, int(rop), -1, pre, post)
-    if type(arr) is not np.ndarray:
+    device = type(arr) is not np.ndarray
+    if device:
         meta.device = device_of(arr)
-    elif (name is not None and average is None and arr is tensor
-          and (out is None or _plain_output(out, tensor))):
+    if name is not None and average is None and arr is tensor and (
+            (out is None or out is tensor) if device else
+            (out is None or _plain_output(out, tensor))):
         if len(_checked) >= _CHECKED_NAMES:
             _checked.clear()
+        # (a DeviceBuffer is remembered as the object itself: bindings reuse one per tensor)
         _checked[name] = (op, prescale_factor, postscale_factor, process_set, arr.dtype, meta,
-                          st.engine)
+                          st.engine, arr if device else None)
     return st.engine, meta, arr, out
 
 

@@ -188,6 +188,8 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
             meta, arr, out, lambda: _request(meta, arr, out))
         if got is None:
             handle = _enqueued(engine, meta, arr, out).handle
+            if meta.device:  # a cached plane tensor skips the cycle, as a blocking host one
+                engine.fast_queued(handle)
         elif isinstance(got, Handle):
             handle = got  # a pending hit of the round: it holds the name too
             _track_name(engine, meta, handle)

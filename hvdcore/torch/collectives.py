@@ -9,6 +9,7 @@ on the device when every rank can use it, else are staged through host memory.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -152,15 +153,46 @@ _CORE_NUMPY = frozenset(torch.empty(0, dtype=d).numpy().dtype for d in CORE_DTYP
 def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
                            prescale_factor: float, postscale_factor: float,
                            process_set: Any) -> torch.Tensor:
-    """Blocking in-place allreduce: a host tensor on MPI takes the core's blocking call (and
-    its cached fast path); the others wait on :func:`allreduce_async_impl`."""
+    """Blocking in-place allreduce: a host tensor on MPI, and a tensor a data plane reduces
+    in its own memory (Gloo, NCCL), take the core's blocking call (and its cached paths); the
+    others (staged tensors) wait on :func:`allreduce_async_impl`.
+
+    A named plane tensor keeps its core buffer (``dataplanes.inplace_buffers``) while it is
+    the same tensor with the same memory, dtype and shape: the next call reuses it, and the
+    core then reuses its checked request too (one check per call, none repeated per step)."""
     check_tensor(tensor, "allreduce")
     arr = inplace_host_array(tensor)
-    if arr is None:
-        return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
-                                                     postscale_factor, process_set, True))
-    _core_allreduce(arr, None, name, op, prescale_factor, postscale_factor, process_set, arr)
+    if arr is not None:
+        _core_allreduce(arr, None, name, op, prescale_factor, postscale_factor, process_set,
+                        arr)
+        return tensor
+    last = _PLANE_BUFFERS.get(name) if type(name) is str else None
+    if (last is not None and last[0]() is tensor and tensor.dtype is last[1]
+            and tensor.data_ptr() == last[2] and tensor.shape == last[3]
+            and tensor.is_contiguous()):
+        plane, buf = last[4], last[5]
+        if plane.stream is not None:  # the plane's stream waits for the caller's (as wrap)
+            plane.prepare(buf.tensor)
+    else:
+        plane = dataplanes.plane_for(tensor)
+        staged = reduce_buffer(tensor, op.name, on_device=True) if plane is not None else None
+        if staged is None or not staged.shared or staged.kind != "same":
+            return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
+                                                         postscale_factor, process_set, True))
+        buf = dataplanes.wrap(plane, staged.work)  # (prepares the plane's stream)
+        if type(name) is str:
+            if len(_PLANE_BUFFERS) >= _PLANE_NAMES:
+                _PLANE_BUFFERS.clear()
+            _PLANE_BUFFERS[name] = (weakref.ref(tensor), tensor.dtype, buf.ptr, tensor.shape,
+                                    plane, buf)
+    _core_allreduce(buf, None, name, op, prescale_factor, postscale_factor, process_set, buf)
+    if plane.stream is not None:  # and the caller's for the plane's work (deliver)
+        plane.deliver(tensor)
     return tensor
+
+
+_PLANE_BUFFERS = dataplanes.inplace_buffers  # (one dict: emptied, never replaced)
+_PLANE_NAMES = 4096  # names whose in-place plane buffer is remembered
 
 
 def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,

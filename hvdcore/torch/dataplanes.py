@@ -48,6 +48,11 @@ CPU: TorchBackend | None = None
 plane; set by :func:`setup` and :func:`shutdown`, so read it as ``dataplanes.CPU`` (the
 per-call host path reads it without a call; :func:`cpu_plane` is the same for others)."""
 _GPU: TorchBackend | None = None
+inplace_buffers: dict[str, tuple] = {}
+"""Name -> the last in-place plane allreduce of that name: (a weak reference to the tensor,
+its dtype, data address and shape, its plane, the core's buffer for it); see
+:func:`hvdcore.torch.collectives.allreduce_inplace_impl`. Emptied by :func:`shutdown`: an
+entry's plane is always a live one."""
 _OWN_PG = False
 _GPU_WHY = "not initialised"
 _CPU_WHY = "not initialised"
@@ -166,6 +171,7 @@ def shutdown() -> None:
     """Forget the planes (after the engine stopped) and destroy the group hvdcore created."""
     global CPU, _GPU, _OWN_PG, _GPU_REFUSED, _DECIDED_FOR
     CPU = _GPU = _GPU_REFUSED = _DECIDED_FOR = None
+    inplace_buffers.clear()
     if _OWN_PG:
         _OWN_PG = False
         rendezvous.destroy()
