@@ -67,7 +67,8 @@ def test_a_second_pending_request_with_the_same_name_fails_alone() -> None:
     dup = Request(Meta(0, "w", ALLREDUCE), np.ones(3, np.float32), None,
                   Handle(1, first, "dup"), 0)
     assert not p.d.claim(dup)
-    with pytest.raises(errors.MismatchError, match="rank 0: a allreduce named 'w' is already"):
+    with pytest.raises(errors.ArgumentError,
+                       match="rank 0: allreduce 'w': a tensor with the same name is still"):
         dup.handle.wait(0)
     # the same name in another process set is another request
     assert p.d.claim(Request(Meta(1, "w", ALLREDUCE), None, None, Handle(1, first, "x"), 0))

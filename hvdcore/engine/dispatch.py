@@ -33,6 +33,7 @@ from hvdcore.engine.messages import (
     Request,
     Response,
     SetState,
+    duplicate_name_error,
 )
 from hvdcore.engine.progress import RunState
 
@@ -81,11 +82,9 @@ class Dispatcher:
     def claim(self, req: Request) -> bool:
         """Record an announced request; False (and the request failed) if its name is taken."""
         key = (req.meta.set_id, req.meta.name)
-        if key in self.inflight:
-            req.handle.fail(errors.MismatchError(
-                f"rank {self.rank}: a {req.meta.kind} named '{req.meta.name}' is already "
-                "pending; give concurrent collectives distinct names or synchronize the "
-                "first one before submitting the second"))
+        held = self.inflight.get(key)
+        if held is not None:  # (submission checks names; this catches what it cannot see)
+            req.handle.fail(duplicate_name_error(self.rank, req.meta, held.handle.description))
             return False
         self.inflight[key] = req
         return True

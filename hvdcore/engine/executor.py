@@ -170,20 +170,23 @@ class Executor:
             return None
         return plan.dtype, plan.op, postscale(resp, pset)
 
-    def allreduce_single(self, resp: Response, arr: np.ndarray, out: np.ndarray | None,
-                         pset: SetState) -> np.ndarray | None:
-        """One host tensor's allreduce with nothing to convert, straight to the result array;
+    def allreduce_single(self, resp: Response, arr: Any, out: Any,
+                         pset: SetState) -> Any:
+        """One tensor's allreduce with nothing to convert, straight to the result buffer
+        (this plane's: a NumPy array on the host plane, a framework tensor on a binding's);
         None (nothing done) when the tensor needs the general path (float16, bool, prescale,
-        joined ranks, a timeline). The blocking fast path of the host (MPI) data plane."""
+        joined ranks, a timeline). A caller's shortcut for one cached tensor."""
         plan = self.direct_plan(resp, pset) if self.timeline is None else None
         if plan is None:
             return None
         dtype, op, post = plan
+        b = self.backend
         if out is None:
-            out = self.backend.result_block(dtype, arr.size, arr).reshape(arr.shape)
-        self.backend.allreduce(pset, arr, out, op)
+            shape = resp.shapes[0]
+            out = b.result_block(dtype, math.prod(shape), arr).reshape(shape)
+        b.allreduce(pset, arr, out, op)
         if post != 1.0:
-            np.multiply(out, post, out=out, casting="unsafe")
+            b.scale_into(out, out, post)
         return out
 
     def allreduce(self, resp: Response, reqs: list[Request | None], pset: SetState) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from hvdcore import errors
+
 
 class ReduceOp(enum.IntEnum):
     """Reduction operations, numbered as Horovod numbers them."""
@@ -146,3 +148,14 @@ class SetState:
     def index(self) -> int:
         """This rank's position in the set (valid for members only)."""
         return self.comm.Get_rank()
+
+
+def duplicate_name_error(rank: int, meta: Meta, holder: str) -> errors.ArgumentError:
+    """The error of a request whose name this rank still uses for ``holder`` (the pending
+    request's description): an ArgumentError (a ValueError), as Horovod raises at submission.
+    The one text and class of this mistake, wherever it is found."""
+    where = "" if meta.set_id == 0 else f" in process set {meta.set_id}"
+    return errors.ArgumentError(
+        f"rank {rank}: {meta.kind} '{meta.name}'{where}: a tensor with the same name is still "
+        f"being processed ({holder}); give concurrent collectives distinct names, or "
+        "synchronize the first before submitting the second")

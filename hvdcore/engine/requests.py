@@ -21,9 +21,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from hvdcore import errors
-from hvdcore.engine.executor import Request, first, one_request
-from hvdcore.engine.handle import Handle
-from hvdcore.engine.messages import DATA_KINDS, Meta
+from hvdcore.engine.handle import Handle, first, one_request
+from hvdcore.engine.messages import DATA_KINDS, Meta, Request, duplicate_name_error
 
 __all__ = ["first", "submit", "submit_control", "single", "allreduce", "batch_steady", "wait",
            "blocking", "poll", "check_names", "duplicate_name_error", "reject"]
@@ -38,17 +37,6 @@ def _pending(names: dict, key: tuple[int, str]) -> Handle | None:
     ref = names.get(key)
     h = ref() if ref is not None else None
     return h if h is not None and not h.done() else None
-
-
-def duplicate_name_error(rank: int, meta: Meta, holder: str) -> errors.ArgumentError:
-    """The error of a request whose name this rank still uses for ``holder`` (the pending
-    request's description): an ArgumentError (a ValueError), as Horovod raises at submission.
-    The one text and class of this mistake, wherever it is found."""
-    where = "" if meta.set_id == 0 else f" in process set {meta.set_id}"
-    return errors.ArgumentError(
-        f"rank {rank}: {meta.kind} '{meta.name}'{where}: a tensor with the same name is still "
-        f"being processed ({holder}); give concurrent collectives distinct names, or "
-        "synchronize the first before submitting the second")
 
 
 def check_names(engine: Any, metas: Sequence[Meta]) -> None:
@@ -184,12 +172,13 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
         return engine.drive(_enqueued(engine, meta, arr, out).handle)
     try:
         # (held before the submission: with thread progress the engine thread is not woken)
-        got = None if meta.device else engine.fast_allreduce(
-            meta, arr, out, lambda: _request(meta, arr, out))
+        if meta.device:  # a binding's DeviceBuffer: the plane gets the framework tensor
+            got = engine.fast_allreduce(meta, arr.tensor, None if out is None else out.tensor,
+                                        lambda: _request(meta, arr, out))
+        else:
+            got = engine.fast_allreduce(meta, arr, out, lambda: _request(meta, arr, out))
         if got is None:
             handle = _enqueued(engine, meta, arr, out).handle
-            if meta.device:  # a cached plane tensor skips the cycle, as a blocking host one
-                engine.fast_queued(handle)
         elif isinstance(got, Handle):
             handle = got  # a pending hit of the round: it holds the name too
             _track_name(engine, meta, handle)

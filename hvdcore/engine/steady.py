@@ -76,9 +76,10 @@ class SteadyPath:
     def fast_allreduce(self, meta: Meta, arr: Any, out: Any,
                        make_request: Callable[[], Request]) -> Any:
         """A blocking allreduce of a cached tensor on an idle engine, without the queue (the
-        caller drives the engine). Returns the result array (a host tensor); or a handle,
-        done when a data plane's tensor ran, else an ordinary pending hit (a peer is late,
-        or the round must wait for something: drive it); or None when the shortcut does not
+        caller drives the engine): the round, then its response on the tensor's plane
+        (``arr``/``out``: that plane's buffers, a data plane's tensor as it is). Returns the
+        result; or a handle, done (the general executor ran it) or an ordinary pending hit (a
+        peer is late, or the round must wait: drive it); or None when the shortcut does not
         apply."""
         rounds = self.rounds
         if not rounds.idle():
@@ -86,20 +87,10 @@ class SteadyPath:
         state, cid = self.cache.lookup(meta)
         if state != HIT:
             return None
-        if meta.device:  # a data plane's tensor: the same round, then its plane's call
-            plane = self.executors.get(meta.device)
-            if plane is None:
-                return None
-            request = make_request()
-            if rounds.post_alone([cid]) is None:
-                rounds.pending_hit(cid, request, time.perf_counter())
-                return request.handle
-            try:
-                plane.allreduce(self.cache.responses([cid], 0)[0], [request], self.world)
-            except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
-                request.handle.fail(exc)
-            return request.handle
-        entry = self._by_name.get(meta.name)
+        executor = self.executors.get(meta.device) if meta.device else self.host
+        if executor is None:
+            return None
+        entry = None if meta.device else self._by_name.get(meta.name)
         if entry is not None and entry.cid == cid:  # (a hit: its constants still hold)
             entry.meta, entry.generation = meta, self.cache.generation
             got = self._steady_run(entry, arr, out, make_request)
@@ -110,13 +101,16 @@ class SteadyPath:
             rounds.pending_hit(cid, request, time.perf_counter())
             return request.handle
         resp = self.cache.responses([cid], 0)[0]
-        value = self.host.allreduce_single(resp, arr, out, self.world)
+        value = executor.allreduce_single(resp, arr, out, self.world)
         if value is not None:
-            if rounds.channel is not None and rounds.channel.calls is not None:
+            if executor is self.host and rounds.channel.calls is not None:  # type: ignore[union-attr]
                 self._remember(cid, meta, resp, arr)
             return value
         request = make_request()
-        self.host.allreduce(resp, [request], self.world)
+        try:
+            executor.allreduce(resp, [request], self.world)
+        except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
+            request.handle.fail(exc)
         return request.handle
 
     def steady_allreduce(self, meta: Meta, arr: Any, out: Any) -> Any:
