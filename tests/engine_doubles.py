@@ -323,6 +323,11 @@ class _SteadyDouble:
             return got
         return call
 
+    def bind_round(self, send: bytearray, recv: bytearray, tail: bytes) -> Callable[..., Any]:
+        def call(lists: int, lists_done: int) -> Any:
+            return self._round(send, recv, tail, lists, lists_done)
+        return call
+
     def bind_batch(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
                    dtype: Any, op: str) -> Callable[..., Any]:
         data = self.bind_batch_data(comm, dtype, op)

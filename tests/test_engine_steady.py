@@ -164,4 +164,9 @@ def test_a_data_planes_cached_tensor_takes_the_same_route(job) -> None:
         requests.wait(engine, h)
     got = requests.allreduce(engine, meta, buf(np.full(3, 3, np.float32)), None)
     assert got.tolist() == [6.0] * 3
+    plane.fail_next(1, RuntimeError("device lost"))  # a blocking call's data call this time
+    with pytest.raises(RuntimeError, match="device lost"):
+        requests.allreduce(engine, meta, buf(np.ones(3, np.float32)), None)
+    x = np.full(3, 4, np.float32)
+    assert requests.allreduce(engine, meta, buf(x), buf(x)) is x and x.tolist() == [8.0] * 3
     assert {c[0] for c in plane.calls} == {"allreduce"}  # every call ran on its own plane

@@ -211,6 +211,62 @@ release_send:
     return result;
 }
 
+PyDoc_STRVAR(round_only_doc,
+"round_only(rounds, send, recv, tail, spin_ns, lists, lists_done)\n"
+"\n"
+"The round of :func:`steady` alone, for a data call that the caller makes itself (a data\n"
+"plane's: torch.distributed Gloo or NCCL). The first five arguments are constants of one\n"
+"tensor. Returns 0 (the data may run), 1 (the round completed but does not let it run:\n"
+"``recv`` holds its result) or ``(2, request)`` (still in flight); raises MPIError.");
+
+static PyObject *round_only(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "round_only() takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    MPI_Comm rounds = AS_HANDLE(MPI_Comm, args[0]);
+    long long spin_ns = PyLong_AsLongLong(args[4]);
+    unsigned long long lists = PyLong_AsUnsignedLongLong(args[5]);
+    unsigned long long lists_done = PyLong_AsUnsignedLongLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+
+    PyObject *result = NULL;
+    Py_buffer send, recv, tail;
+    if (PyObject_GetBuffer(args[1], &send, PyBUF_WRITABLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &recv, PyBUF_WRITABLE) < 0)
+        goto release_send;
+    if (PyObject_GetBuffer(args[3], &tail, PyBUF_SIMPLE) < 0)
+        goto release_recv;
+    if (send.len != recv.len || send.len < ROUND_HEADER_BYTES
+            || send.len % ROUND_WORD_BYTES != 0 || tail.len != send.len - ROUND_HEADER_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "round_only(): round buffers of mismatched sizes");
+        goto release_tail;
+    }
+
+    unsigned char *sbytes = (unsigned char *)send.buf;
+    pack_round(sbytes, lists, &tail);
+    int rc, status = DONE;
+    const char *failed = NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_round(rounds, sbytes, (const unsigned char *)recv.buf, send.len, spin_ns,
+                   lists_done, &req, &status, &failed);
+    Py_END_ALLOW_THREADS
+    result = outcome(rc, failed, status, req);
+
+release_tail:
+    PyBuffer_Release(&tail);
+release_recv:
+    PyBuffer_Release(&recv);
+release_send:
+    PyBuffer_Release(&send);
+    return result;
+}
+
 /* The arrays, places, gaps, fusion buffer and scaling of one batch call, held while it runs. */
 struct batch {
     PyObject *seq;
@@ -481,6 +537,7 @@ static PyMethodDef methods[] = {
     {"steady_batch", (PyCFunction)(void (*)(void))steady_batch, METH_FASTCALL,
      steady_batch_doc},
     {"batch_data", (PyCFunction)(void (*)(void))batch_data, METH_FASTCALL, batch_data_doc},
+    {"round_only", (PyCFunction)(void (*)(void))round_only, METH_FASTCALL, round_only_doc},
     {"usable", usable, METH_NOARGS, usable_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -78,6 +78,13 @@ class SteadyCalls(Protocol):
         copies each array's part back, multiplied by ``post`` unless ``scale`` is 0 (1:
         float32, 2: float64). Same returns; the arrays are untouched unless DONE."""
 
+    def bind_round(self, send: bytearray, recv: bytearray, tail: bytes
+                   ) -> Callable[[int, int], Any] | None:
+        """The round of :meth:`bind`'s call alone, ``call(lists, lists_done)``, for a data
+        call the caller makes itself (a data plane's tensor): the same returns, DONE meaning
+        that the data may run now. None when there is none (a compiled module built
+        before it had one)."""
+
     def bind_batch_data(self, comm: Any, dtype: np.dtype, op: Any
                         ) -> Callable[..., Any] | None:
         """The data part of :meth:`bind_batch`'s call, for a batch whose round completed
@@ -98,6 +105,7 @@ class CompiledSteady:
         self._steady = module.steady
         self._batch = module.steady_batch
         self._batch_data = module.batch_data
+        self._round_only = getattr(module, "round_only", None)
         self._rounds_handle = rounds.handle
         self._spin_ns = int(spin_s * 1e9)
 
@@ -121,6 +129,14 @@ class CompiledSteady:
             return None
         return functools.partial(self._batch, self._rounds_handle, send, recv, tail,
                                  self._spin_ns, comm.handle, mtype.handle, op.handle)
+
+    def bind_round(self, send: bytearray, recv: bytearray, tail: bytes
+                   ) -> Callable[[int, int], Any] | None:
+        """See :meth:`SteadyCalls.bind_round`: ``_hotpath.round_only``."""
+        if self._round_only is None:
+            return None
+        return functools.partial(self._round_only, self._rounds_handle, send, recv, tail,
+                                 self._spin_ns)
 
     def bind_batch_data(self, comm: Any, dtype: np.dtype, op: Any
                         ) -> Callable[..., Any] | None:
@@ -156,6 +172,11 @@ class PythonSteady:
         """See :meth:`SteadyCalls.bind_batch`."""
         return functools.partial(self._batch, [send, MPI.UINT64_T], [recv, MPI.UINT64_T],
                                  tail, comm, op)
+
+    def bind_round(self, send: bytearray, recv: bytearray, tail: bytes
+                   ) -> Callable[[int, int], Any] | None:
+        """See :meth:`SteadyCalls.bind_round`."""
+        return functools.partial(self._round, [send, MPI.UINT64_T], [recv, MPI.UINT64_T], tail)
 
     def bind_batch_data(self, comm: Any, dtype: np.dtype, op: Any
                         ) -> Callable[..., Any] | None:

@@ -93,6 +93,13 @@ class RoundChannel:
             self.request = self.calls.pending(got[1])  # type: ignore[union-attr]
         return got
 
+    def bind_round(self, cids: list[int]) -> Callable[[int, int], Any] | None:
+        """The round of a steady call alone, offering ``cids``, for a data call the caller
+        makes itself (a data plane's tensor); None when the control plane has none."""
+        calls = self.calls
+        bind = getattr(calls, "bind_round", None)
+        return None if bind is None else bind(self._send, self._recv, self._vector.tail(cids))
+
     def bind(self, cids: list[int], comm: Any, dtype: np.dtype, op: Any, batch: bool = False
              ) -> tuple[Callable[..., Any], Callable[..., Any] | None] | None:
         """The steady call offering ``cids`` with its data call on ``comm`` (and, for a batch,

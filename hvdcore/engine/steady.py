@@ -58,6 +58,20 @@ class _Steady:
     fresh: bool  # results are fresh arrays, not pooled memory (np.empty of the input's shape)
 
 
+@dataclass(slots=True)
+class _PlaneSteady:
+    """What the shortcut keeps about one cached tensor of a data plane (torch on Gloo/NCCL)."""
+
+    cid: int
+    cids: list[int]
+    names: list[str]
+    meta: Meta  # the request the cache last matched (the API layer reuses it while it can)
+    generation: int  # the cache's generation when this was made (a change voids it)
+    round: Callable[..., Any]  # the control plane's bound round, alone
+    executor: Executor  # the plane's
+    resp: Any  # the cache's response for it
+
+
 class SteadyPath:
     """The caller-run shortcuts for cached single tensors and queued requests."""
 
@@ -70,6 +84,7 @@ class SteadyPath:
         self.host = executors[""]
         self.world = world
         self._by_name: dict[str, _Steady] = {}
+        self._planes: dict[str, _PlaneSteady] = {}
 
     # -- a blocking call ----------------------------------------------------------------------
 
@@ -82,6 +97,12 @@ class SteadyPath:
         peer is late, or the round must wait: drive it); or None when the shortcut does not
         apply."""
         rounds = self.rounds
+        if meta.device:
+            p = self._planes.get(meta.name)
+            if p is not None and p.meta is meta and p.generation == self.cache.generation:
+                got = self._plane_run(p, arr, out, make_request)
+                if got is not None:
+                    return got
         if not rounds.idle():
             return None
         state, cid = self.cache.lookup(meta)
@@ -103,7 +124,9 @@ class SteadyPath:
         resp = self.cache.responses([cid], 0)[0]
         value = executor.allreduce_single(resp, arr, out, self.world)
         if value is not None:
-            if executor is self.host and rounds.channel.calls is not None:  # type: ignore[union-attr]
+            if executor is not self.host:
+                self._remember_plane(cid, meta, resp, executor)
+            elif rounds.channel.calls is not None:  # type: ignore[union-attr]
                 self._remember(cid, meta, resp, arr)
             return value
         request = make_request()
@@ -116,8 +139,9 @@ class SteadyPath:
     def steady_allreduce(self, meta: Meta, arr: Any, out: Any) -> Any:
         """A blocking allreduce whose last call took the fast path, again with the same
         request (``meta``, the object the API layer reuses), on an idle engine: drive the
-        engine, make the round and the data call as one call of the control plane, and
-        return the result. None, with nothing done, when anything changed (the caller takes
+        engine, make the round and the data call as one call of the control plane (for a
+        data plane's tensor, given as the binding's DeviceBuffer: the round alone, then the
+        plane's call), and return the result. None, with nothing done, when anything changed (the caller takes
         the general path). Same protocol, MPI calls and results as :meth:`fast_allreduce`."""
         return self._steady_call(meta, arr, out, True)
 
@@ -128,15 +152,19 @@ class SteadyPath:
         return self._steady_call(meta, arr, out, False)
 
     def _steady_call(self, meta: Meta, arr: Any, out: Any, block: bool) -> Any:
-        e = self._by_name.get(meta.name)
+        plane = meta.device
+        e: Any = self._planes.get(meta.name) if plane else self._by_name.get(meta.name)
         if e is None or e.meta is not meta or e.generation != self.cache.generation:
             return None
+        if plane:  # a binding's DeviceBuffers: the plane gets the framework tensors
+            arr, out = arr.tensor, (None if out is None else out.tensor)
         progress = self.progress
         if not progress.begin_drive():
             return None
         got = None
         try:
-            got = self._steady_run(e, arr, out, lambda: one_request(meta, arr, out))
+            run = self._plane_run if plane else self._steady_run
+            got = run(e, arr, out, lambda: one_request(meta, arr, out))
             if type(got) is not Handle or not block:
                 return got
             progress.drive_until(got)
@@ -167,6 +195,39 @@ class SteadyPath:
                                            self.cache.generation, host.backend.routes,
                                            bound[0], dtype, post,
                                            not host.backend.pooled(arr.nbytes))
+
+    def _remember_plane(self, cid: int, meta: Meta, resp: Any, executor: Executor) -> None:
+        """Keep what a data plane's tensor needs to skip the lookups: its id, response and
+        executor, and the control plane's round for it alone (when there is one)."""
+        call = self.rounds.channel.bind_round([cid])  # type: ignore[union-attr]
+        if call is None:
+            return
+        if len(self._planes) >= _KEPT:
+            self._planes.clear()
+        self._planes[meta.name] = _PlaneSteady(cid, [cid], [meta.name], meta,
+                                               self.cache.generation, call, executor, resp)
+
+    def _plane_run(self, p: _PlaneSteady, arr: Any, out: Any,
+                   make_request: Callable[[], Request]) -> Any:
+        """The round alone for ``p`` (one call of the control plane), then its plane's data
+        call: the result; or a handle (a pending hit, or the general executor's request);
+        or None, nothing done, when the engine is not idle."""
+        done = self.rounds.steady_round(p.cids, p.names, p.round)
+        if done is None:
+            return None
+        if done:
+            value = p.executor.allreduce_single(p.resp, arr, out, self.world)
+            if value is not None:
+                return value
+        request = make_request()
+        if not done:
+            self.rounds.pending_hit(p.cid, request, time.perf_counter())
+            return request.handle
+        try:  # (the plan changed since: the general executor, same data call)
+            p.executor.allreduce(p.resp, [request], self.world)
+        except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
+            request.handle.fail(exc)
+        return request.handle
 
     def _steady_run(self, e: _Steady, arr: Any, out: Any,
                     make_request: Callable[[], Request]) -> Any:
