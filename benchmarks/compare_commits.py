@@ -12,7 +12,7 @@ Example (two worktrees, each with its compiled module built in place)::
     (cd /tmp/before && python setup.py build_ext --inplace)
     python benchmarks/compare_commits.py --before /tmp/before --after . --launches 3
 
-Each launch runs ``mpirun -np N python <checkout>/benchmarks/allreduce.py --sizes 4K,16M
+Each launch runs ``mpirun -np N python <checkout>/benchmarks/allreduce.py --sizes 4KiB,16MiB
 --no-hierarchical --no-gpu --json ...`` with ``PYTHONPATH=<checkout>`` (so it imports that
 checkout's hvdcore), prints its figures as it goes, and at the end a table of the median over
 the launches of each figure, before and after, with the change. ``--tolerance`` (default 5 %)
@@ -67,7 +67,7 @@ def launch(checkout: Path, np_: int, extra: list[str], json_path: Path,
     env = dict(os.environ, PYTHONPATH=str(checkout), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmd = ["mpirun", "-np", str(np_), "--oversubscribe", sys.executable,
-           str(checkout / "benchmarks" / "allreduce.py"), "--sizes", "4K,16M",
+           str(checkout / "benchmarks" / "allreduce.py"), "--sizes", "4KiB,16MiB",
            "--no-hierarchical", "--no-gpu", "--json", str(json_path), *extra]
     got = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                          check=False)
