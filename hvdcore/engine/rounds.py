@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from hvdcore.backends.base import STEADY_DONE, STEADY_NOT_READY
-from hvdcore.engine.cache import FLAG_JOINING, HIT, STALE, ResponseCache, RoundVector
+from hvdcore.backends import round_wire
+from hvdcore.backends.round_wire import DONE, FLAG_JOINING, NOT_READY
+from hvdcore.engine.cache import HIT, STALE, ResponseCache, RoundVector
 from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.dispatch import Dispatcher
 from hvdcore.engine.hits import Hits
@@ -54,7 +55,9 @@ class RoundChannel:
         self._send = self._vector.buffer()
         self._recv = self._vector.buffer()
         self._plane = plane
-        self._offered: list[int] = []  # the ids this rank offered in the last round
+        #: The ids this rank offered in the last round (a bound steady call offers its own:
+        #: its caller sets this before making it).
+        self.offered: list[int] = []
         self.request: Any = None  # the round in flight (an object with ``Test()``), or None
         make = getattr(plane, "steady_calls", None)
         #: The control plane's steady calls (compiled where they can be: HVDCORE_HOTPATH).
@@ -62,7 +65,7 @@ class RoundChannel:
 
     def post(self, lists: int, flags: int, hits: list[int], invalid: Iterable[int]) -> None:
         """Post a round offering ``hits`` (and dropping ``invalid``)."""
-        self._offered = hits
+        self.offered = hits
         self._vector.pack(self._send, lists, flags, hits, invalid)
         self.request = self._plane.start_round(self._send, self._recv)
 
@@ -81,17 +84,13 @@ class RoundChannel:
 
     def result(self) -> RoundResult:
         """The last completed round's result (for the ids this rank offered)."""
-        return self._vector.unpack(self._recv, self._offered, self._send)
+        return self._vector.unpack(self._recv, self.offered, self._send)
 
-    def steady(self, call: Callable[..., Any], lists: int, lists_done: int, hits: list[int],
-               args: tuple[Any, ...]) -> Any:
-        """Make a bound steady call (:meth:`bind`) offering ``hits``; its outcome (DONE,
-        NOT_READY, or (PENDING, token): the round is then :attr:`request`)."""
-        self._offered = hits
-        got = call(lists, lists_done, *args)
-        if type(got) is tuple:
-            self.request = self.calls.pending(got[1])  # type: ignore[union-attr]
-        return got
+    def may_run(self, lists_done: int) -> bool:
+        """Whether the last completed round lets the data of the ids this rank offered (and
+        nothing else) run now: :func:`hvdcore.backends.round_wire.data_may_run`."""
+        return round_wire.data_may_run(self._recv, self._send[round_wire.HEADER_BYTES:],
+                                       lists_done)
 
     def bind_round(self, cids: list[int]) -> Callable[[int, int], Any] | None:
         """The round of a steady call alone, offering ``cids``, for a data call the caller
@@ -346,9 +345,7 @@ class RoundScheduler:
         result = ch.test()
         if result is None:
             return None
-        lists, flags, ready, invalid = result
-        if (len(ready) == len(cids) and not flags and not invalid
-                and self._lists_executed >= lists):
+        if ch.may_run(self._lists_executed):  # (this rank's bits alone: no invalid id)
             self.ran_alone([n for cid in cids if (n := self.cache.name_of(cid)) is not None])
             return result
         self._rounds_ready.append(result)
@@ -363,22 +360,27 @@ class RoundScheduler:
         engine is not idle."""
         if not self.idle():
             return None
+        ch = self.channel
+        assert ch is not None
         m = self.posted + 1
         lists = self._lists_before(m) if self.coordinator is not None else 0
         self.posted = m
+        ch.offered = cids
         try:
-            got = self.channel.steady(call, lists, self._lists_executed, cids, args)  # type: ignore[union-attr]
+            got = call(lists, self._lists_executed, *args)
         except BaseException:
             # Posted, and then an MPI call failed (the round's or the data's): counted as run,
             # so that the lists and rounds after it keep the order the peers keep.
             self.ran_alone(names)
             raise
-        if got == STEADY_DONE:
+        if got == DONE:
             self.ran_alone(names)
             return True
-        if got == STEADY_NOT_READY:  # completed: it runs in order, these ids then hits
-            self._rounds_ready.append(self.channel.result())  # type: ignore[union-attr]
-        return False  # (else the round is in flight: the channel's request)
+        if got == NOT_READY:  # completed: it runs in order, these ids then hits
+            self._rounds_ready.append(ch.result())
+        else:  # (PENDING, token): the round is in flight
+            ch.request = ch.calls.pending(got[1])  # type: ignore[union-attr]
+        return False
 
     def pending_hit(self, cid: int, request: Request, now: float) -> None:
         """Register a request whose round did not let it run at once as an ordinary hit."""
@@ -390,7 +392,10 @@ class RoundScheduler:
         order: nothing else was waiting), and its tensors no longer waited on."""
         self._rounds_executed += 1
         self.fast_count += 1
-        self.hits_done(names)
+        coord = self.coordinator
+        if coord is not None and coord.hit_waits:
+            for name in names:
+                coord.hit_done(name)
 
     def hits_done(self, names: list[str]) -> None:
         """Tell the coordinator's stall check that these cached tensors ran (rank 0)."""
