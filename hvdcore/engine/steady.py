@@ -43,14 +43,20 @@ _INT32_MAX = (1 << 31) - 1
 
 
 @dataclass(slots=True)
-class _Steady:
-    """What the steady call keeps about one cached tensor."""
+class _Kept:
+    """What a shortcut keeps about one cached tensor, whatever its plane."""
 
     cid: int
     cids: list[int]
     names: list[str]
     meta: Meta  # the request the cache last matched (the API layer reuses it while it can)
     generation: int  # the cache's generation when this was made (a change voids it)
+
+
+@dataclass(slots=True)
+class _Steady(_Kept):
+    """A host tensor's: round and data as one steady call."""
+
     routes: int  # the backend's ``routes`` when its direct call was asked (a change voids it)
     call: Callable[..., Any]  # the control plane's bound steady call
     dtype: np.dtype
@@ -59,14 +65,9 @@ class _Steady:
 
 
 @dataclass(slots=True)
-class _PlaneSteady:
-    """What the shortcut keeps about one cached tensor of a data plane (torch on Gloo/NCCL)."""
+class _PlaneSteady(_Kept):
+    """A data plane's tensor (torch on Gloo/NCCL): the round alone, then its plane's call."""
 
-    cid: int
-    cids: list[int]
-    names: list[str]
-    meta: Meta  # the request the cache last matched (the API layer reuses it while it can)
-    generation: int  # the cache's generation when this was made (a change voids it)
     round: Callable[..., Any]  # the control plane's bound round, alone
     executor: Executor  # the plane's
     resp: Any  # the cache's response for it
