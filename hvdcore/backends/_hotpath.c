@@ -116,6 +116,75 @@ static PyObject *outcome(int rc, const char *failed, int status, MPI_Request req
     return PyLong_FromLong(status);
 }
 
+/* The round's three buffers, held while a call runs. */
+struct round_bufs {
+    Py_buffer send, recv, tail;
+};
+
+/* Take ``send``, ``recv`` and ``tail`` (objs[0..2]) and check their sizes against each other;
+ * 0, or -1 with the exception set and nothing held. ``who`` names the caller in the error. */
+static int round_open(struct round_bufs *r, PyObject *const *objs, const char *who)
+{
+    if (PyObject_GetBuffer(objs[0], &r->send, PyBUF_WRITABLE) < 0)
+        return -1;
+    if (PyObject_GetBuffer(objs[1], &r->recv, PyBUF_WRITABLE) < 0)
+        goto release_send;
+    if (PyObject_GetBuffer(objs[2], &r->tail, PyBUF_SIMPLE) < 0)
+        goto release_recv;
+    if (r->send.len == r->recv.len && r->send.len >= ROUND_HEADER_BYTES
+            && r->send.len % ROUND_WORD_BYTES == 0
+            && r->tail.len == r->send.len - ROUND_HEADER_BYTES)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s(): round buffers of mismatched sizes", who);
+    PyBuffer_Release(&r->tail);
+release_recv:
+    PyBuffer_Release(&r->recv);
+release_send:
+    PyBuffer_Release(&r->send);
+    return -1;
+}
+
+static void round_close(struct round_bufs *r)
+{
+    PyBuffer_Release(&r->tail);
+    PyBuffer_Release(&r->recv);
+    PyBuffer_Release(&r->send);
+}
+
+/* Write this rank's header and tail into ``send`` and run the round (run_round); called
+ * without the GIL. */
+static int round_post(struct round_bufs *r, MPI_Comm rounds, unsigned long long lists,
+                      long long spin_ns, unsigned long long lists_done, MPI_Request *req,
+                      int *status, const char **failed)
+{
+    unsigned char *sbytes = (unsigned char *)r->send.buf;
+    pack_round(sbytes, lists, &r->tail);
+    return run_round(rounds, sbytes, (const unsigned char *)r->recv.buf, r->send.len, spin_ns,
+                     lists_done, req, status, failed);
+}
+
+/* The arguments a steady call starts with: rounds, (send, recv, tail), spin_ns, data, dtype,
+ * op, lists, lists_done (args[0..9]). */
+struct steady_args {
+    MPI_Comm rounds, data;
+    MPI_Datatype dtype;
+    MPI_Op op;
+    long long spin_ns;
+    unsigned long long lists, lists_done;
+};
+
+static int steady_args_parse(struct steady_args *a, PyObject *const *args)
+{
+    a->rounds = AS_HANDLE(MPI_Comm, args[0]);
+    a->spin_ns = PyLong_AsLongLong(args[4]);
+    a->data = AS_HANDLE(MPI_Comm, args[5]);
+    a->dtype = AS_HANDLE(MPI_Datatype, args[6]);
+    a->op = AS_HANDLE(MPI_Op, args[7]);
+    a->lists = PyLong_AsUnsignedLongLong(args[8]);
+    a->lists_done = PyLong_AsUnsignedLongLong(args[9]);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 PyDoc_STRVAR(steady_doc,
 "steady(rounds, send, recv, tail, spin_ns, data, dtype, op, lists, lists_done, src, dst, count)\n"
 "\n"
@@ -137,13 +206,9 @@ static PyObject *steady(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "steady() takes 13 arguments (%zd given)", nargs);
         return NULL;
     }
-    MPI_Comm rounds = AS_HANDLE(MPI_Comm, args[0]);
-    long long spin_ns = PyLong_AsLongLong(args[4]);
-    MPI_Comm data = AS_HANDLE(MPI_Comm, args[5]);
-    MPI_Datatype dtype = AS_HANDLE(MPI_Datatype, args[6]);
-    MPI_Op op = AS_HANDLE(MPI_Op, args[7]);
-    unsigned long long lists = PyLong_AsUnsignedLongLong(args[8]);
-    unsigned long long lists_done = PyLong_AsUnsignedLongLong(args[9]);
+    struct steady_args a;
+    if (steady_args_parse(&a, args) < 0)
+        return NULL;
     Py_ssize_t count = PyLong_AsSsize_t(args[12]);
     if (PyErr_Occurred())
         return NULL;
@@ -153,44 +218,32 @@ static PyObject *steady(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
 
     PyObject *result = NULL;
-    Py_buffer send, recv, tail, src, dst;
+    struct round_bufs r;
+    Py_buffer src, dst;
     int same = args[10] == args[11];
-    if (PyObject_GetBuffer(args[1], &send, PyBUF_WRITABLE) < 0)
+    if (round_open(&r, args + 1, "steady") < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[2], &recv, PyBUF_WRITABLE) < 0)
-        goto release_send;
-    if (PyObject_GetBuffer(args[3], &tail, PyBUF_SIMPLE) < 0)
-        goto release_recv;
     if (PyObject_GetBuffer(args[11], &dst, PyBUF_WRITABLE) < 0)
-        goto release_tail;
+        goto release_round;
     if (!same && PyObject_GetBuffer(args[10], &src, PyBUF_SIMPLE) < 0)
         goto release_dst;
 
-    if (send.len != recv.len || send.len < ROUND_HEADER_BYTES || send.len % ROUND_WORD_BYTES != 0
-            || tail.len != send.len - ROUND_HEADER_BYTES) {
-        PyErr_SetString(PyExc_ValueError, "steady(): round buffers of mismatched sizes");
-        goto release_all;
-    }
-
     int tsize = 0;
-    if (MPI_Type_size(dtype, &tsize) != MPI_SUCCESS || tsize <= 0
+    if (MPI_Type_size(a.dtype, &tsize) != MPI_SUCCESS || tsize <= 0
             || dst.len < (Py_ssize_t)count * tsize
             || (!same && src.len < (Py_ssize_t)count * tsize)) {
         PyErr_SetString(PyExc_ValueError, "steady(): data buffers shorter than count elements");
         goto release_all;
     }
 
-    unsigned char *sbytes = (unsigned char *)send.buf;
-    pack_round(sbytes, lists, &tail);
-
     int rc, status = DONE;
     const char *failed = NULL;
     MPI_Request req = MPI_REQUEST_NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = run_round(rounds, sbytes, (const unsigned char *)recv.buf, send.len, spin_ns,
-                   lists_done, &req, &status, &failed);
+    rc = round_post(&r, a.rounds, a.lists, a.spin_ns, a.lists_done, &req, &status, &failed);
     if (rc == MPI_SUCCESS && status == DONE) {
-        rc = MPI_Allreduce(same ? MPI_IN_PLACE : src.buf, dst.buf, (int)count, dtype, op, data);
+        rc = MPI_Allreduce(same ? MPI_IN_PLACE : src.buf, dst.buf, (int)count, a.dtype, a.op,
+                           a.data);
         if (rc != MPI_SUCCESS)
             failed = "MPI_Allreduce";
     }
@@ -202,12 +255,8 @@ release_all:
         PyBuffer_Release(&src);
 release_dst:
     PyBuffer_Release(&dst);
-release_tail:
-    PyBuffer_Release(&tail);
-release_recv:
-    PyBuffer_Release(&recv);
-release_send:
-    PyBuffer_Release(&send);
+release_round:
+    round_close(&r);
     return result;
 }
 
@@ -233,38 +282,17 @@ static PyObject *round_only(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (PyErr_Occurred())
         return NULL;
 
-    PyObject *result = NULL;
-    Py_buffer send, recv, tail;
-    if (PyObject_GetBuffer(args[1], &send, PyBUF_WRITABLE) < 0)
+    struct round_bufs r;
+    if (round_open(&r, args + 1, "round_only") < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[2], &recv, PyBUF_WRITABLE) < 0)
-        goto release_send;
-    if (PyObject_GetBuffer(args[3], &tail, PyBUF_SIMPLE) < 0)
-        goto release_recv;
-    if (send.len != recv.len || send.len < ROUND_HEADER_BYTES
-            || send.len % ROUND_WORD_BYTES != 0 || tail.len != send.len - ROUND_HEADER_BYTES) {
-        PyErr_SetString(PyExc_ValueError, "round_only(): round buffers of mismatched sizes");
-        goto release_tail;
-    }
-
-    unsigned char *sbytes = (unsigned char *)send.buf;
-    pack_round(sbytes, lists, &tail);
     int rc, status = DONE;
     const char *failed = NULL;
     MPI_Request req = MPI_REQUEST_NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = run_round(rounds, sbytes, (const unsigned char *)recv.buf, send.len, spin_ns,
-                   lists_done, &req, &status, &failed);
+    rc = round_post(&r, rounds, lists, spin_ns, lists_done, &req, &status, &failed);
     Py_END_ALLOW_THREADS
-    result = outcome(rc, failed, status, req);
-
-release_tail:
-    PyBuffer_Release(&tail);
-release_recv:
-    PyBuffer_Release(&recv);
-release_send:
-    PyBuffer_Release(&send);
-    return result;
+    round_close(&r);
+    return outcome(rc, failed, status, req);
 }
 
 /* The arrays, places, gaps, fusion buffer and scaling of one batch call, held while it runs. */
@@ -425,52 +453,28 @@ static PyObject *steady_batch(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_Format(PyExc_TypeError, "steady_batch() takes 17 arguments (%zd given)", nargs);
         return NULL;
     }
-    MPI_Comm rounds = AS_HANDLE(MPI_Comm, args[0]);
-    long long spin_ns = PyLong_AsLongLong(args[4]);
-    MPI_Comm data = AS_HANDLE(MPI_Comm, args[5]);
-    MPI_Datatype dtype = AS_HANDLE(MPI_Datatype, args[6]);
-    MPI_Op op = AS_HANDLE(MPI_Op, args[7]);
-    unsigned long long lists = PyLong_AsUnsignedLongLong(args[8]);
-    unsigned long long lists_done = PyLong_AsUnsignedLongLong(args[9]);
-    if (PyErr_Occurred())
+    struct steady_args a;
+    if (steady_args_parse(&a, args) < 0)
         return NULL;
 
     PyObject *result = NULL;
-    Py_buffer send, recv, tail;
+    struct round_bufs r;
     struct batch b;
-    if (batch_open(&b, args + 10, dtype) < 0)
+    if (batch_open(&b, args + 10, a.dtype) < 0)
         return NULL;
-    if (PyObject_GetBuffer(args[1], &send, PyBUF_WRITABLE) < 0)
+    if (round_open(&r, args + 1, "steady_batch") < 0)
         goto release_batch;
-    if (PyObject_GetBuffer(args[2], &recv, PyBUF_WRITABLE) < 0)
-        goto release_send;
-    if (PyObject_GetBuffer(args[3], &tail, PyBUF_SIMPLE) < 0)
-        goto release_recv;
-    if (send.len != recv.len || send.len < ROUND_HEADER_BYTES || send.len % ROUND_WORD_BYTES != 0
-            || tail.len != send.len - ROUND_HEADER_BYTES) {
-        PyErr_SetString(PyExc_ValueError, "steady_batch(): round buffers of mismatched sizes");
-        goto release_tail;
-    }
 
-    unsigned char *sbytes = (unsigned char *)send.buf;
-    pack_round(sbytes, lists, &tail);
     int rc, status = DONE;
     const char *failed = NULL;
     MPI_Request req = MPI_REQUEST_NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = run_round(rounds, sbytes, (const unsigned char *)recv.buf, send.len, spin_ns,
-                   lists_done, &req, &status, &failed);
+    rc = round_post(&r, a.rounds, a.lists, a.spin_ns, a.lists_done, &req, &status, &failed);
     if (rc == MPI_SUCCESS && status == DONE)
-        rc = batch_run(&b, dtype, op, data, &failed);
+        rc = batch_run(&b, a.dtype, a.op, a.data, &failed);
     Py_END_ALLOW_THREADS
     result = outcome(rc, failed, status, req);
-
-release_tail:
-    PyBuffer_Release(&tail);
-release_recv:
-    PyBuffer_Release(&recv);
-release_send:
-    PyBuffer_Release(&send);
+    round_close(&r);
 release_batch:
     batch_close(&b);
     return result;
