@@ -83,7 +83,7 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
     signature = [(_var_name(v, i), tuple(t.shape.as_list()), t.dtype.name)
                  for i, (v, t) in enumerate(zip(var_list, values, strict=False))]
     session_graph = not tf.executing_eagerly() and not tf.inside_function()
-    if name is None and session_graph:  # fixed at build time (see collectives.build_name)
+    if name is None and session_graph:  # fixed at build time (see op_building.build_name)
         name = tf.compat.v1.get_default_graph().unique_name("hvdcore.broadcast_variables",
                                                             mark_as_used=True)
 
