@@ -19,7 +19,7 @@ A file is *entered once* when it has one entry; each entry after its first is a
 
 ``python tests/call_walk.py`` prints the walks of a cached torch ``allreduce`` and
 ``allreduce_`` (CPU tensor, MPI plane), of a NumPy ``hvdcore.allreduce`` and of a torch
-``allreduce_`` on the Gloo plane (a second process, ``HVDCORE_CPU_OPERATIONS=gloo``);
+``allreduce`` and ``allreduce_`` on the Gloo plane (a second process, ``HVDCORE_CPU_OPERATIONS=gloo``);
 ``--plane mpi|gloo --json`` walks one plane's calls in this process and prints them as JSON
 (what ``tests/test_call_walk.py`` runs). A plain ``python`` is a one-rank MPI job.
 """
@@ -180,7 +180,7 @@ def mpi_walks() -> list[Walk]:
 
 
 def gloo_walks() -> list[Walk]:
-    """The walk of an in-place torch allreduce on the Gloo plane (HVDCORE_CPU_OPERATIONS=gloo
+    """The walks of torch allreduces (new result, in place) on the Gloo plane (HVDCORE_CPU_OPERATIONS=gloo
     must be set before this process initializes)."""
     import torch
 
@@ -193,7 +193,9 @@ def gloo_walks() -> list[Walk]:
             raise SystemExit("call_walk: the Gloo plane is not in use; set "
                              "HVDCORE_CPU_OPERATIONS=gloo")
         t = torch.ones(1024, dtype=torch.float32)
-        walks = [walk("torch hvd.allreduce_(t, name='walk.g') [cpu, gloo]",
+        walks = [walk("torch hvd.allreduce(t, name='walk.gn') [cpu, gloo]",
+                      lambda: hvd.allreduce(t, name="walk.gn")),
+                 walk("torch hvd.allreduce_(t, name='walk.g') [cpu, gloo]",
                       lambda: hvd.allreduce_(t, name="walk.g"))]
     finally:
         hvd.shutdown()

@@ -9,8 +9,8 @@ entry ``engine/requests.py``, each entered once, and no argument checks, process
 data-plane lookups (``arguments.py``, ``basics.py``, ``torch/dataplanes.py``,
 ``torch/handles.py``, ``torch/tensors.py``) on a cached call. The whole route is asserted too:
 a cached torch host call crosses eight Python files (nine with the compiled steady call) and
-enters each once, save the drive lock's bracket in ``progress.py``; a cached Gloo-plane call
-takes the same files, then its plane's executor and backend.
+enters each once; a cached Gloo-plane call (``allreduce`` and ``allreduce_``) takes the same
+files, then its plane's backend for the bound data call, each once.
 """
 
 from __future__ import annotations
@@ -84,42 +84,42 @@ def test_a_cached_numpy_allreduce_enters_ops_and_requests_once(
     assert not NOT_ON_A_CACHED_CALL & set(walk["files"]), walk["files"]
 
 
+@pytest.mark.parametrize("call", ["torch hvd.allreduce", "torch hvd.allreduce_"])
 def test_a_cached_torch_allreduce_on_the_gloo_plane_enters_each_binding_file_once(
-        gloo_walks: dict[str, dict]) -> None:
-    walk = gloo_walks["torch hvd.allreduce_"]
+        gloo_walks: dict[str, dict], call: str) -> None:
+    walk = gloo_walks[call]
     assert _binding_part(walk) == BINDING
     _entered_once(walk, BINDING)
-    # the plane's own file is entered by the engine, for the data call alone
     assert not NOT_ON_A_CACHED_CALL & set(walk["files"]), walk["files"]
+    # the plane's own file is entered by the engine, for its bound data call alone
     assert [e["function"] for e in walk["entries"]
-            if e["file"] == "hvdcore/torch/backends.py"] == ["TorchBackend.allreduce"]
+            if e["file"] == "hvdcore/torch/backends.py"] == [
+                "TorchBackend.bound_allreduce.<locals>.call"]
 
 
-# A cached call enters each file once, except progress.py: the drive lock is taken and given
-# back around the round (Progress.begin_drive / end_drive), a bracket of two entries.
-DRIVE_BRACKET = ["Progress.begin_drive", "Progress.end_drive"]
-HOST_ROUTE = [*BINDING, "hvdcore/engine/steady.py", "hvdcore/engine/progress.py",
+# The engine's part: the caller drives the engine for the steady stage (progress.py's
+# run_alone takes the drive lock, runs the stage, gives the lock back), which makes the round.
+HOST_ROUTE = [*BINDING, "hvdcore/engine/progress.py", "hvdcore/engine/steady.py",
               "hvdcore/engine/rounds.py"]
-PLANE_ROUTE = [*HOST_ROUTE, "hvdcore/engine/executor.py", "hvdcore/torch/backends.py"]
+PLANE_ROUTE = [*HOST_ROUTE, "hvdcore/torch/backends.py"]
 
 
 def _one_route(walk: dict, route: list[str]) -> None:
     assert walk["files"] == route, walk["files"]
-    assert walk["reentered"] == {"hvdcore/engine/progress.py": 1}, walk["reentered"]
-    assert [e["function"] for e in walk["entries"]
-            if e["file"] == "hvdcore/engine/progress.py"] == DRIVE_BRACKET
+    assert walk["reentered"] == {}, walk["reentered"]
 
 
 @pytest.mark.parametrize("call", ["torch hvd.allreduce", "torch hvd.allreduce_"])
 def test_a_cached_torch_allreduce_crosses_at_most_nine_files_each_once(
         mpi_walks: dict[str, dict], call: str) -> None:
-    """Eight Python files, and the compiled steady call where it is built (called through
-    functools.partial, which the profiler does not see): nine."""
+    """Eight Python files, and the compiled steady call where it is built (a C function
+    bound with functools.partial, which the profiler does not see): nine."""
     _one_route(mpi_walks[call], HOST_ROUTE)
 
 
+@pytest.mark.parametrize("call", ["torch hvd.allreduce", "torch hvd.allreduce_"])
 def test_a_cached_plane_allreduce_takes_the_same_route_to_its_plane(
-        gloo_walks: dict[str, dict]) -> None:
-    """On the Gloo plane: the same files, then the plane's executor and backend (and the
-    compiled round, unseen by the profiler as above)."""
-    _one_route(gloo_walks["torch hvd.allreduce_"], PLANE_ROUTE)
+        gloo_walks: dict[str, dict], call: str) -> None:
+    """On the Gloo plane: the same files, then the plane's bound call in its backend (and
+    the compiled round, unseen by the profiler as above), each entered once."""
+    _one_route(gloo_walks[call], PLANE_ROUTE)

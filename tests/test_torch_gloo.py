@@ -33,6 +33,13 @@ def test_gloo_plane_fuses_negotiates_and_traces(world_size: int) -> None:
     _ok_lines(world_size, [program("torch_gloo.py"), "engine"], "torch-gloo engine", 180)
 
 
+def test_repeated_gloo_allreduces_match_the_reference_step_after_step(world_size: int) -> None:
+    """Issue 51: a cached plane tensor takes the host tensor's steady route (the round alone,
+    then the plane's bound call); every result, new or in place, is the in-process reference
+    of that step, and mistakes still fail on every rank."""
+    _ok_lines(world_size, [program("torch_gloo.py"), "steady"], "torch-gloo steady", 180)
+
+
 def test_collectives_on_gloo_match_torch_reference(world_size: int, shared_launch) -> None:
     # one launch with the optimizer and errors programs (SHARED_LAUNCHES in conftest.py)
     lines = ok_lines(shared_launch("torch", world_size, GLOO), world_size, "torch-collectives")

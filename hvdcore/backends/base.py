@@ -76,7 +76,11 @@ class Backend(Protocol):
     def allreduce(self, pset: Any, buf: Any, out: Any, op: str) -> None:
         """Reduce ``buf`` element-wise across ranks into ``out`` (``out is buf``: in place).
 
-        ``op`` is one of "sum", "min", "max", "prod".
+        ``op`` is one of "sum", "min", "max", "prod". A backend may also offer
+        ``bound_allreduce(pset, op, post, dtype, shape)``: this call for one cached tensor,
+        bound once (``call(buf, out) -> result``, ``out`` None for a new result, scaled by
+        ``post``), or None; the engine's steady route calls it for a data plane's tensor
+        (see ``hvdcore.torch.backends.TorchBackend.bound_allreduce``).
         """
 
     def allgatherv(self, pset: Any, buf: Any, out: Any, counts: list[int]) -> None:

@@ -21,6 +21,7 @@ engine itself imports neither MPI nor a framework.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
@@ -96,14 +97,18 @@ class Engine:
                                  self.dispatcher.executors, sets[0])
         self.batches = SteadyBatches(self.rounds, self.cache, self.progress, self.executor,
                                      sets[0])
-        #: A repeated blocking allreduce of a cached host tensor on an idle engine, in one
-        #: call (:meth:`SteadyPath.steady_allreduce`): the result, or None when it does
-        #: not apply (then take :meth:`fast_allreduce` or the queue).
-        self.steady_allreduce: Callable[[Meta, Any, Any], Any] = self.steady.steady_allreduce
-        #: The same for an asynchronous call (:meth:`SteadyPath.steady_start`), for
-        #: tensors of at most ``inline_async_bytes`` (HVDCORE_ASYNC_INLINE_BYTES; any size
-        #: with caller progress, where no engine thread would run it sooner).
-        self.steady_start: Callable[[Meta, Any, Any], Any] = self.steady.steady_start
+        #: A repeated blocking allreduce of a cached tensor on an idle engine, in one call
+        #: (:meth:`SteadyPath.steady_stage`, run by :meth:`Progress.run_alone`: this thread
+        #: drives the engine for it): the result, or None when it does not apply (then take
+        #: :meth:`fast_allreduce` or the queue). Bound here so that a call enters each
+        #: module once.
+        self.steady_allreduce: Callable[[Meta, Any, Any], Any] = functools.partial(
+            self.progress.run_alone, self.steady.steady_stage, True)
+        #: The same for an asynchronous call (a pending hit's handle is returned, not
+        #: driven), for tensors of at most ``inline_async_bytes`` (HVDCORE_ASYNC_INLINE_BYTES;
+        #: any size with caller progress, where no engine thread would run it sooner).
+        self.steady_start: Callable[[Meta, Any, Any], Any] = functools.partial(
+            self.progress.run_alone, self.steady.steady_stage, False)
         self.inline_async_bytes: int = (sys.maxsize if caller_progress
                                         else cfg.async_inline_bytes)
         #: A recurring batch of in-place host allreduces (a training step's gradients) in one

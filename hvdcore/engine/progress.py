@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hvdcore import errors
+from hvdcore.engine.handle import Handle
 
 log = logging.getLogger("hvdcore")
 
@@ -131,6 +132,28 @@ class Progress:
             return False
         self._driver = threading.get_ident()
         return True
+
+    def run_alone(self, stage: Callable[[Any, Any, Any], Any], block: bool, meta: Any,
+                  arr: Any, out: Any) -> Any:
+        """Run a caller's shortcut, ``stage(meta, arr, out)``, on this thread as the engine's
+        driver when the engine is free; None when it is not (nothing done).
+
+        The stage returns a result, None (it did nothing) or a :class:`Handle` (a pending
+        request): this returns the result of a blocking call (``block``: the handle is driven
+        here until done) or the handle itself. The engine is given back as the stage left it.
+        """
+        if not self.begin_drive():
+            return None
+        got = None
+        try:
+            got = stage(meta, arr, out)
+            if type(got) is not Handle or not block:
+                return got
+            self.drive_until(got)
+        finally:
+            # (a result, or nothing done: the engine is as idle as it was)
+            self.end_drive(type(got) is not Handle)
+        return got.wait()
 
     def driving(self) -> bool:
         """True when the calling thread is a caller that drives the engine now."""

@@ -7,10 +7,12 @@ route itself, without the queue and the engine cycle:
 
 - :meth:`SteadyPath.fast_allreduce`: a blocking call: a round offering just this tensor,
   then its response on the executor (``Executor.allreduce_single`` for a host tensor);
-- :meth:`SteadyPath.steady_allreduce` / :meth:`~SteadyPath.steady_start`: the same call
-  again with the request the API layer reuses, where the data call is one direct MPI
-  allreduce: round and data as one call of the control plane (compiled where it can be,
-  :mod:`hvdcore.backends.mpi_steady`);
+- :meth:`SteadyPath.steady_stage` (the engine's ``steady_allreduce`` and ``steady_start``,
+  run by :meth:`~hvdcore.engine.progress.Progress.run_alone`): the same call again with the
+  request the API layer reuses. A host tensor whose data call is one direct MPI allreduce
+  makes round and data as one call of the control plane (compiled where it can be,
+  :mod:`hvdcore.backends.mpi_steady`); a data plane's tensor makes the round alone, then the
+  plane's call bound once;
 - :meth:`SteadyPath.fast_queued`: queued calls (a step's gradients, a grouped call, async
   then synchronize; a data plane's tensors too): one round, then their fused responses on
   their planes' executors.
@@ -32,7 +34,7 @@ import numpy as np
 
 from hvdcore.engine.cache import HIT, ResponseCache
 from hvdcore.engine.executor import Executor
-from hvdcore.engine.handle import Handle, one_request
+from hvdcore.engine.handle import one_request
 from hvdcore.engine.messages import ALLREDUCE, Meta, Request, SetState
 from hvdcore.engine.rounds import RoundScheduler
 
@@ -71,6 +73,7 @@ class _PlaneSteady(_Kept):
     round: Callable[..., Any]  # the control plane's bound round, alone
     executor: Executor  # the plane's
     resp: Any  # the cache's response for it
+    call: Callable[[Any, Any], Any] | None  # its data call bound once (_bound_call)
 
 
 class SteadyPath:
@@ -144,42 +147,24 @@ class SteadyPath:
             request.handle.fail(exc)
         return request.handle
 
-    def steady_allreduce(self, meta: Meta, arr: Any, out: Any) -> Any:
-        """A blocking allreduce whose last call took the fast path, again with the same
-        request (``meta``, the object the API layer reuses), on an idle engine: drive the
-        engine, make the round and the data call as one call of the control plane (for a
-        data plane's tensor, given as the binding's DeviceBuffer: the round alone, then the
-        plane's call), and return the result. None, with nothing done, when anything changed (the caller takes
-        the general path). Same protocol, MPI calls and results as :meth:`fast_allreduce`."""
-        return self._steady_call(meta, arr, out, True)
-
-    def steady_start(self, meta: Meta, arr: Any, out: Any) -> Any:
-        """:meth:`steady_allreduce` for an asynchronous call: the result array; or the
-        handle of the request, an ordinary pending hit, when a peer has not offered it yet
-        (it never waits for one); or None, nothing done (the caller enqueues it)."""
-        return self._steady_call(meta, arr, out, False)
-
-    def _steady_call(self, meta: Meta, arr: Any, out: Any, block: bool) -> Any:
+    def steady_stage(self, meta: Meta, arr: Any, out: Any) -> Any:
+        """A repeated allreduce whose last call took the fast path, again with the same
+        request (``meta``, the object the API layer reuses), run by the caller as the
+        engine's driver (:meth:`~hvdcore.engine.progress.Progress.run_alone`: the engine's
+        ``steady_allreduce`` and ``steady_start``): the round and the data call as one call of
+        the control plane (for a data plane's tensor, given as the binding's DeviceBuffer: the
+        round alone, then the plane's bound call). Returns the result; or the handle of a
+        request that became an ordinary pending hit (a peer has not offered it yet); or None,
+        nothing done, when anything changed (the caller takes the general path). Same
+        protocol, MPI calls and results as :meth:`fast_allreduce`."""
         plane = meta.device
         e: Any = self._planes.get(meta.name) if plane else self._by_name.get(meta.name)
         if e is None or e.meta is not meta or e.generation != self.cache.generation:
             return None
         if plane:  # a binding's DeviceBuffers: the plane gets the framework tensors
             arr, out = arr.tensor, (None if out is None else out.tensor)
-        progress = self.progress
-        if not progress.begin_drive():
-            return None
-        got = None
-        try:
-            run = self._plane_run if plane else self._steady_run
-            got = run(e, arr, out, lambda: one_request(meta, arr, out))
-            if type(got) is not Handle or not block:
-                return got
-            progress.drive_until(got)
-        finally:
-            # (a result, or nothing done: the engine is as idle as it was)
-            progress.end_drive(type(got) is not Handle)
-        return got.wait()
+            return self._plane_run(e, arr, out, lambda: one_request(meta, arr, out))
+        return self._steady_run(e, arr, out, lambda: one_request(meta, arr, out))
 
     def _remember(self, cid: int, meta: Meta, resp: Any, arr: Any) -> None:
         """Keep what the steady call needs for ``cid``, when its data call is one direct MPI
@@ -213,7 +198,22 @@ class SteadyPath:
         if len(self._planes) >= _KEPT:
             self._planes.clear()
         self._planes[meta.name] = _PlaneSteady(cid, [cid], [meta.name], meta,
-                                               self.cache.generation, call, executor, resp)
+                                               self.cache.generation, call, executor, resp,
+                                               self._bound_call(executor, resp))
+
+    def _bound_call(self, executor: Executor, resp: Any) -> Callable[[Any, Any], Any] | None:
+        """``executor.allreduce_single`` for ``resp`` bound once where the plane's backend can
+        bind its allreduce (``bound_allreduce``: torch.distributed's process-group call):
+        ``call(tensor, out) -> result``, the same data call, scaling and result; else None.
+        Valid while the engine is idle (no timeline), as the steady calls that use it are."""
+        bind = getattr(executor.backend, "bound_allreduce", None)
+        if bind is None:
+            return None
+        plan = executor.direct_plan(resp, self.world)
+        if plan is None:
+            return None
+        dtype, op, post = plan
+        return bind(self.world, op, post, dtype, tuple(resp.shapes[0]))
 
     def _plane_run(self, p: _PlaneSteady, arr: Any, out: Any,
                    make_request: Callable[[], Request]) -> Any:
@@ -224,7 +224,9 @@ class SteadyPath:
         if done is None:
             return None
         if done:
-            value = p.executor.allreduce_single(p.resp, arr, out, self.world)
+            call = p.call
+            value = (call(arr, out) if call is not None
+                     else p.executor.allreduce_single(p.resp, arr, out, self.world))
             if value is not None:
                 return value
         request = make_request()

@@ -21,7 +21,9 @@ Example (what ``hvdcore.torch.init()`` does with ``HVDCORE_CPU_OPERATIONS=gloo``
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -120,6 +122,40 @@ class TorchBackend:
             if out is not buf:
                 out.copy_(buf)
             dist.all_reduce(out, op=_OPS[op], group=self._group(pset))
+
+    def bound_allreduce(self, pset: Any, op: str, post: float, dtype: np.dtype,
+                        shape: tuple[int, ...]
+                        ) -> Callable[[torch.Tensor, Any], torch.Tensor] | None:
+        """:meth:`allreduce` of one cached tensor bound once, for the engine's steady call:
+        ``call(buf, out) -> out`` (``out`` None: a new result block; ``out is buf``: in
+        place), scaled by ``post``. It calls the set's process group as ``dist.all_reduce``
+        does once its per-call checks pass (the engine checked this tensor when it cached it,
+        and the binding reuses that check only for the same tensor)."""
+        group = self._group(pset)
+        if group is None:
+            group = dist.group.WORLD
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = _OPS[op]  # type: ignore[assignment]  # (as dist.all_reduce sets it)
+        calls, stream, count = self.calls, self.stream, math.prod(shape)
+        result_block, scale_into = self.result_block, self.scale_into
+        # (a result the pool would not keep anyway is the input's clone: one torch call)
+        pooled = self._pool is not None and self._pool.keeps(count * dtype.itemsize)
+
+        def call(buf: torch.Tensor, out: Any) -> torch.Tensor:
+            calls["allreduce"] += 1
+            with contextlib.nullcontext() if stream is None else torch.cuda.stream(stream):
+                if out is None and not pooled:
+                    out = buf.clone()
+                elif out is not buf:
+                    if out is None:
+                        out = result_block(dtype, count, buf).reshape(shape)
+                    out.copy_(buf)
+                group.allreduce([out], opts).wait()
+            if post != 1.0:
+                scale_into(out, out, post)
+            return out
+
+        return call
 
     def allgatherv(self, pset: Any, buf: torch.Tensor, out: torch.Tensor,
                    counts: list[int]) -> None:
@@ -279,6 +315,11 @@ class CudaAwareMPIBackend(TorchBackend):
 
     def _bytes(self, t: torch.Tensor) -> Any:
         return self._buf(t.reshape(-1).view(torch.uint8))
+
+    def bound_allreduce(self, pset: Any, op: str, post: float, dtype: np.dtype,
+                        shape: tuple[int, ...]) -> None:
+        """None: this plane's allreduce is MPI's, with no process-group call to bind."""
+        return None
 
     def allreduce(self, pset: Any, buf: torch.Tensor, out: torch.Tensor, op: str) -> None:
         """See :meth:`Backend.allreduce`."""

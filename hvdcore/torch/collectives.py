@@ -37,7 +37,7 @@ __all__ = [
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
     "sparse_allreduce_async_impl", "check_tensor", "host_view", "plain_view",
-    "inplace_host_array", "reduced_view", "started_view", "reduced_host", "started_host",
+    "inplace_host_array", "reduced_view", "started_view", "reduced_plain", "started_host",
 ]
 
 
@@ -166,25 +166,11 @@ def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
         _core_allreduce(arr, None, name, op, prescale_factor, postscale_factor, process_set,
                         arr)
         return tensor
-    last = _PLANE_BUFFERS.get(name) if type(name) is str else None
-    if (last is not None and last[0]() is tensor and tensor.dtype is last[1]
-            and tensor.data_ptr() == last[2] and tensor.shape == last[3]
-            and tensor.is_contiguous()):
-        plane, buf = last[4], last[5]
-        if plane.stream is not None:  # the plane's stream waits for the caller's (as wrap)
-            plane.prepare(buf.tensor)
-    else:
-        plane = dataplanes.plane_for(tensor)
-        staged = reduce_buffer(tensor, op.name, on_device=True) if plane is not None else None
-        if staged is None or not staged.shared or staged.kind != "same":
-            return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
-                                                         postscale_factor, process_set, True))
-        buf = dataplanes.wrap(plane, staged.work)  # (prepares the plane's stream)
-        if type(name) is str:
-            if len(_PLANE_BUFFERS) >= _PLANE_NAMES:
-                _PLANE_BUFFERS.clear()
-            _PLANE_BUFFERS[name] = (weakref.ref(tensor), tensor.dtype, buf.ptr, tensor.shape,
-                                    plane, buf)
+    got = _plane_input(tensor, op, name)
+    if got is None:
+        return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
+                                                     postscale_factor, process_set, True))
+    plane, buf = got
     _core_allreduce(buf, None, name, op, prescale_factor, postscale_factor, process_set, buf)
     if plane.stream is not None:  # and the caller's for the plane's work (deliver)
         plane.deliver(tensor)
@@ -192,7 +178,34 @@ def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
 
 
 _PLANE_BUFFERS = dataplanes.inplace_buffers  # (one dict: emptied, never replaced)
-_PLANE_NAMES = 4096  # names whose in-place plane buffer is remembered
+_PLANE_NAMES = 4096  # names whose plane buffer is remembered
+
+
+def _plane_input(tensor: torch.Tensor, op: Any, name: str | None) -> tuple[Any, Any] | None:
+    """(plane, core buffer) of a tensor a data plane reduces in its own memory (Gloo, NCCL:
+    contiguous, a core dtype), made ready for the plane's stream; None when it needs staging
+    or no plane takes it. A named tensor keeps its buffer (``dataplanes.inplace_buffers``)
+    while it is the same tensor with the same memory, dtype and shape: the next call reuses
+    it, and the core then reuses its checked request too (one check per call)."""
+    last = _PLANE_BUFFERS.get(name) if type(name) is str else None
+    if (last is not None and last[0]() is tensor and tensor.dtype is last[1]
+            and tensor.data_ptr() == last[2] and tensor.shape == last[3]
+            and tensor.is_contiguous()):
+        plane, buf = last[4], last[5]
+        if plane.stream is not None:  # the plane's stream waits for the caller's (as wrap)
+            plane.prepare(buf.tensor)
+        return plane, buf
+    plane = dataplanes.plane_for(tensor)
+    staged = reduce_buffer(tensor, op.name, on_device=True) if plane is not None else None
+    if staged is None or not staged.shared or staged.kind != "same":
+        return None
+    buf = dataplanes.wrap(plane, staged.work)  # (prepares the plane's stream)
+    if type(name) is str:
+        if len(_PLANE_BUFFERS) >= _PLANE_NAMES:
+            _PLANE_BUFFERS.clear()
+        _PLANE_BUFFERS[name] = (weakref.ref(tensor), tensor.dtype, buf.ptr, tensor.shape,
+                                plane, buf)
+    return plane, buf
 
 
 def allreduce_async_impl(tensor: torch.Tensor, op: Any, name: str | None,
@@ -234,15 +247,22 @@ def inplace_host_array(tensor: torch.Tensor) -> np.ndarray | None:
 
 def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,
                    postscale_factor: float, process_set: Any) -> torch.Tensor:
-    """Blocking allreduce returning a new tensor: host tensors on MPI take the core's blocking
-    call (and its cached fast path); the others wait on :func:`allreduce_async_impl`."""
+    """Blocking allreduce returning a new tensor: host tensors on MPI, and tensors a data
+    plane reduces in their own memory (:func:`_plane_input`), take the core's blocking call
+    (and its cached paths); the others (staged tensors) wait on :func:`allreduce_async_impl`."""
     check_tensor(tensor, "allreduce")
     arr = host_view(tensor)
     if arr is not None:
         return reduced_view(arr, op, name, prescale_factor, postscale_factor, process_set)
     if not tensor.is_cpu or dataplanes.plane_for(tensor) is not None:
-        return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
-                                                     postscale_factor, process_set, False))
+        got = _plane_input(tensor, op, name)
+        if got is None:  # staged: the asynchronous call's buffers and finish
+            return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
+                                                         postscale_factor, process_set, False))
+        plane, buf = got  # the tensor's own memory in, the plane's new result out
+        out: Any = _core_allreduce(buf, None, name, op, prescale_factor, postscale_factor,
+                                   process_set)
+        return out if plane.stream is None else plane.deliver(out)
     buf = reduce_buffer(tensor, op.name)
     raw = _core.allreduce(buf.array(), name=name, op=op, prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, process_set=process_set)
@@ -258,16 +278,26 @@ def reduced_view(arr: np.ndarray, op: Any, name: str | None, prescale_factor: fl
                                             postscale_factor, process_set))
 
 
-def reduced_host(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,
-                 postscale_factor: float, process_set: Any) -> torch.Tensor | None:
-    """:func:`reduced_view` of ``tensor``'s :func:`plain_view`, or None (nothing done) when
-    it has none: the blocking ``allreduce``'s path for a host tensor on MPI, one call from
-    the binding (``op`` already resolved)."""
+def reduced_plain(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,
+                  postscale_factor: float, process_set: Any) -> torch.Tensor | None:
+    """The blocking ``allreduce`` of a tensor with nothing to differentiate that needs no
+    staging, one call from the binding (``op`` already resolved): a host tensor on MPI (its
+    :func:`plain_view` in, the core's result array out, zero-copy) or a tensor its data plane
+    reduces in its own memory (:func:`_plane_input`: the plane's new result out). None,
+    nothing done, for any other tensor."""
     arr = plain_view(tensor)
-    if arr is None:
+    if arr is not None:
+        return torch.from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+    if (dataplanes.CPU is None and tensor.is_cpu) or tensor.requires_grad:
+        return None  # (a host tensor that needs staging, or autograd)
+    got = _plane_input(tensor, op, name)
+    if got is None:
         return None
-    return torch.from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
-                                            postscale_factor, process_set))
+    plane, buf = got
+    out: Any = _core_allreduce(buf, None, name, op, prescale_factor, postscale_factor,
+                               process_set)
+    return out if plane.stream is None else plane.deliver(out)
 
 
 def started_host(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,

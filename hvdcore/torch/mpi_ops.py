@@ -94,8 +94,9 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
     exact = gradient != "horovod" and gradient_mode(gradient)
     plain = compression is _NO_COMPRESSION
     if plain and isinstance(tensor, torch.Tensor):
-        # a host tensor on MPI, nothing to differentiate: the core's call (None otherwise)
-        out = C.reduced_host(tensor, op, name, prescale_factor, postscale_factor, process_set)
+        # nothing to differentiate, no staging (a host tensor on MPI, a plane's tensor in its
+        # own memory): the core's call (None otherwise)
+        out = C.reduced_plain(tensor, op, name, prescale_factor, postscale_factor, process_set)
         if out is not None:
             return out
     compressed, ctx = (tensor, None) if plain else compression.compress(tensor)

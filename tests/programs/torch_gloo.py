@@ -4,6 +4,9 @@ Run with ``HVDCORE_CPU_OPERATIONS=gloo``. argv[1]:
 - ``engine``: the plane is reported, a grouped allreduce of 10 tensors is one Gloo call,
   a name submitted for different data planes is a MismatchError on every rank (and the next
   call works), process sets get their own Gloo groups, timeline spans name GLOO_* operations;
+- ``steady``: repeated named allreduces (the steady route, the plane's bound call) against
+  references computed here, new results kept intact, in-place results, then a new tensor
+  under a known name, scale factors, a timeline, a shape mismatch on a steady name;
 - ``stall``: rank 1 never submits 'skipped' (sleeps argv[2] seconds): stall warning, then
   StallError and the job ends;
 - ``kill``: rank 1 SIGKILLs itself while the others are in Gloo allreduces.
@@ -95,6 +98,83 @@ def section_engine() -> None:
                 check(want in names, f"timeline lacks {want}: {sorted(n for n in names if n)}")
 
 
+def _rank_input(r: int, step: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rank ``r``'s input at ``step``: small integers, exact in every dtype and product."""
+    return ((torch.arange(n) % 5) + (r + 1) * (step % 3 + 1)).to(dtype)
+
+
+def _reference(step: int, n: int, dtype: torch.dtype, op: str) -> torch.Tensor:
+    """The reduction of every rank's input, computed here in float64."""
+    xs = torch.stack([_rank_input(r, step, n, torch.float64) for r in range(N)])
+    want = {"sum": xs.sum(0), "average": xs.sum(0) / N, "min": xs.min(0).values,
+            "max": xs.max(0).values, "prod": xs.prod(0)}[op]
+    return want
+
+
+def section_steady() -> None:
+    """Repeated named calls, which take the engine's steady route and the plane's bound call
+    from their third call on, give what a reference computed here gives, step after step:
+    new results (fresh and pooled sizes, each kept intact while later calls run) and in-place
+    results; then a new tensor under a known name, a postscaled and a prescaled call, a
+    timeline started between steady calls, and (2+ ranks) a shape mismatch on a steady name,
+    raised on every rank, after which the name works again."""
+    ops = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max,
+           "prod": hvd.Product}
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.int64, torch.float16):
+        for n in (7, 12_000):  # (12,000 elements: a result the plane's pool keeps)
+            for opname, op in ops.items():
+                if opname == "average" and not dtype.is_floating_point:
+                    continue
+                if dtype is torch.float16 and opname not in ("sum", "max"):
+                    continue
+                x, y, kept = torch.empty(n, dtype=dtype), torch.empty(n, dtype=dtype), []
+                for step in range(6):
+                    want = _reference(step, n, dtype, opname)
+                    x.copy_(_rank_input(R, step, n, dtype))
+                    got = hvd.allreduce(x, name=f"st.{dtype}.{n}.{opname}", op=op)
+                    check(got.dtype is dtype and got.shape == x.shape, f"{got.dtype} {got.shape}")
+                    kept.append((got, want))
+                    y.copy_(_rank_input(R, step, n, dtype))
+                    back = hvd.allreduce_(y, name=f"st_.{dtype}.{n}.{opname}", op=op)
+                    check(back is y, "allreduce_ returned another tensor")
+                    check(torch.allclose(y.double(), want, rtol=1e-6),
+                          f"in place {dtype} n={n} {opname} step {step}: {y[:4]} vs {want[:4]}")
+                for step, (got, want) in enumerate(kept):
+                    check(torch.allclose(got.double(), want, rtol=1e-6),
+                          f"{dtype} n={n} {opname} step {step} (kept): {got[:4]} vs {want[:4]}")
+    # another tensor (other memory) under a name the steady route knows
+    for step in range(4):
+        t = _rank_input(R, step, 9, torch.float32).clone()
+        got = hvd.allreduce(t, name="st.fresh", op=hvd.Sum)
+        check(torch.equal(got.double(), _reference(step, 9, torch.float32, "sum")), f"{got}")
+    for step in range(4):  # a postscale (the bound call scales) and a prescale (general path)
+        x = _rank_input(R, step, 9, torch.float32)
+        got = hvd.allreduce(x, name="st.post", op=hvd.Sum, postscale_factor=0.25)
+        check(torch.equal(got.double(), _reference(step, 9, x.dtype, "sum") * 0.25), f"{got}")
+        got = hvd.allreduce(x, name="st.pre", op=hvd.Sum, prescale_factor=2.0)
+        check(torch.equal(got.double(), _reference(step, 9, x.dtype, "sum") * 2), f"{got}")
+    with tempfile.TemporaryDirectory() as tmp:
+        x = _rank_input(R, 0, 9, torch.float32)
+        for step in range(6):
+            if step == 3:
+                hvd.start_timeline(os.path.join(tmp, "steady.json"))
+            got = hvd.allreduce(x, name="st.timeline", op=hvd.Sum)
+            check(torch.equal(got.double(), _reference(0, 9, x.dtype, "sum")), f"{got}")
+        hvd.stop_timeline()
+    if N > 1:
+        x = torch.ones(4)
+        for _ in range(4):
+            hvd.allreduce_(x.fill_(1.0), name="st.mismatch", op=hvd.Sum)
+        try:
+            hvd.allreduce_(torch.ones(5 if R == 0 else 4), name="st.mismatch", op=hvd.Sum)
+            check(False, "a shape mismatch on a steady name went through")
+        except hvdcore.MismatchError as exc:
+            check("mismatched shape" in str(exc), str(exc))
+        for _ in range(3):
+            hvd.allreduce_(x.fill_(1.0), name="st.mismatch", op=hvd.Sum)
+            check(torch.equal(x, torch.full((4,), float(N))), f"after the mismatch: {x}")
+
+
 def section_stall() -> None:
     hvd.allreduce(torch.ones(2), name="warmup")
     if R == 1:
@@ -116,6 +196,7 @@ def section_kill() -> None:
         hvd.allreduce(x, name="grad")
 
 
-{"engine": section_engine, "stall": section_stall, "kill": section_kill}[sys.argv[1]]()
+{"engine": section_engine, "steady": section_steady, "stall": section_stall,
+ "kill": section_kill}[sys.argv[1]]()
 print(f"torch-gloo {sys.argv[1]} rank={R} size={N} checks={checks} OK", flush=True)
 hvd.shutdown()
