@@ -27,17 +27,29 @@ def _ok_lines(np: int, args: list[str], marker: str, timeout: float,
     return ok_lines(run_mpi(np, args, env={**GLOO, **(env or {})}, timeout=timeout), np, marker)
 
 
+_ENGINE_LAUNCHES: dict[int, subprocess.CompletedProcess[str]] = {}
+
+
+def _engine_launch(np: int) -> subprocess.CompletedProcess[str]:
+    """``torch_gloo.py engine`` at ``np`` ranks, launched once per world size (its ``engine``
+    and ``steady`` sections share the launch: torch's import costs more than their checks)."""
+    if np not in _ENGINE_LAUNCHES:
+        _ENGINE_LAUNCHES[np] = run_mpi(np, [program("torch_gloo.py"), "engine"], env=GLOO,
+                                       timeout=240)
+    return _ENGINE_LAUNCHES[np]
+
+
 def test_gloo_plane_fuses_negotiates_and_traces(world_size: int) -> None:
     """Fusion (10 grouped tensors = 1 Gloo call), a data-plane mismatch raised on every rank,
     process-set groups, GLOO_* timeline spans."""
-    _ok_lines(world_size, [program("torch_gloo.py"), "engine"], "torch-gloo engine", 180)
+    ok_lines(_engine_launch(world_size), world_size, "torch-gloo engine")
 
 
 def test_repeated_gloo_allreduces_match_the_reference_step_after_step(world_size: int) -> None:
     """Issue 51: a cached plane tensor takes the host tensor's steady route (the round alone,
     then the plane's bound call); every result, new or in place, is the in-process reference
     of that step, and mistakes still fail on every rank."""
-    _ok_lines(world_size, [program("torch_gloo.py"), "steady"], "torch-gloo steady", 180)
+    ok_lines(_engine_launch(world_size), world_size, "torch-gloo steady")
 
 
 def test_collectives_on_gloo_match_torch_reference(world_size: int, shared_launch) -> None:

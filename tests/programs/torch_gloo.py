@@ -1,7 +1,7 @@
 """torch CPU tensors on the engine-driven torch.distributed Gloo data plane.
 
-Run with ``HVDCORE_CPU_OPERATIONS=gloo``. argv[1]:
-- ``engine``: the plane is reported, a grouped allreduce of 10 tensors is one Gloo call,
+Run with ``HVDCORE_CPU_OPERATIONS=gloo``. argv[1] (each section prints its own OK line):
+- ``engine`` (then ``steady``, in the same launch): the plane is reported, a grouped allreduce of 10 tensors is one Gloo call,
   a name submitted for different data planes is a MismatchError on every rank (and the next
   call works), process sets get their own Gloo groups, timeline spans name GLOO_* operations;
 - ``steady``: repeated named allreduces (the steady route, the plane's bound call) against
@@ -196,7 +196,10 @@ def section_kill() -> None:
         hvd.allreduce(x, name="grad")
 
 
-{"engine": section_engine, "steady": section_steady, "stall": section_stall,
- "kill": section_kill}[sys.argv[1]]()
-print(f"torch-gloo {sys.argv[1]} rank={R} size={N} checks={checks} OK", flush=True)
+SECTIONS = {"engine": (section_engine, section_steady), "steady": (section_steady,),
+            "stall": (section_stall,), "kill": (section_kill,)}
+for section in SECTIONS[sys.argv[1]]:
+    section()
+    print(f"torch-gloo {section.__name__[len('section_'):]} rank={R} size={N} checks={checks} OK",
+          flush=True)
 hvd.shutdown()
