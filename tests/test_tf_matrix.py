@@ -7,8 +7,9 @@ tensorflow-cpu, which the rest of the suite tests.
 - ``2.18.1+keras3.9.2``: TensorFlow-2.18.1-foss-2024a, Keras 3.9.2 (plus tf-keras 2.18).
 
 Each runs ``tests/test_tensorflow.py`` and ``tests/test_tensorflow_semantics.py`` at 2 ranks
-(and the tests that launch 2 ranks of their own); the test asserts that the inner run used the
-versions asked for and that every selected test passed.
+(and the tests that launch 2 ranks of their own) but the MNIST example's training (the main run
+has it, with the newest TensorFlow); the test asserts that the inner run used the versions
+asked for and that every selected test passed.
 """
 
 from __future__ import annotations
@@ -51,4 +52,4 @@ def test_tensorflow_binding_on(spec: str) -> None:
     # every selected test ran, none skipped: the Keras tests with this TensorFlow's flavours
     # (keras2; or keras3 and tf_keras), the eager zero-copy exchange with this TensorFlow, and
     # the Horovod parity program (issue 52: TF1 graphs, dtypes, IndexedSlices, scaling)
-    assert int(summary[-1].split()[0]) == (8 if keras_version.startswith("2.") else 10), tail
+    assert int(summary[-1].split()[0]) == (7 if keras_version.startswith("2.") else 9), tail
