@@ -240,3 +240,24 @@ def test_a_failing_data_call_leaves_the_dispatcher_usable() -> None:
     b = p.request("a", tensor=np.full(3, 5.0, np.float32))  # the name is free again
     p.d.run_one(_allreduce("a"))
     assert b.handle.wait(0).tolist() == [5.0] * 3
+
+
+def test_a_list_runs_every_response_after_one_raises_and_its_requests_get_the_error(
+        caplog) -> None:
+    """As on the peers, the responses after a failing one still run; the first error is
+    raised after them, and ``fail_interrupted`` hands it to the requests of the call that
+    raised (the engine's cycle does, on any thread)."""
+    p = Parts()
+    a = p.request("a", tensor=np.ones(3, np.float32))
+    b = p.request("b", tensor=np.full(3, 2.0, np.float32))
+    p.backend.fail_next(1, RuntimeError("link down"))
+    with pytest.raises(RuntimeError, match="link down") as raised:
+        p.d.run_all([_allreduce("a"), _allreduce("b")])
+    assert b.handle.wait(0).tolist() == [2.0] * 3  # ran after a's data call raised
+    assert not a.handle.done()
+    with caplog.at_level(logging.WARNING, logger="hvdcore"):
+        assert p.d.fail_interrupted(raised.value)
+    assert "the data call of 'a' failed (RuntimeError: link down)" in caplog.text
+    with pytest.raises(RuntimeError, match="link down"):
+        a.handle.wait(0)
+    assert not p.d.fail_interrupted(RuntimeError("other"))  # nothing kept any more

@@ -125,6 +125,47 @@ def test_one_driver_at_a_time_and_the_other_waiter_still_gets_its_result() -> No
     assert not t.is_alive() and result["value"] == "other-waiter"
 
 
+def test_run_alone_runs_a_stage_as_the_driver_and_gives_the_engine_back() -> None:
+    """A caller's shortcut: its result; None (nothing run) while another thread drives; a
+    pending handle driven to its result when blocking, returned as it is otherwise; the engine
+    free again after each, also when the stage raises."""
+    p = Cycle().make()
+    seen: list[tuple] = []
+
+    def stage(meta: object, arr: object, out: object) -> object:
+        seen.append((meta, arr, out, p.driving()))
+        return arr
+
+    assert p.run_alone(stage, True, "m", 7, None) == 7 and seen == [("m", 7, None, True)]
+    assert not p.driving() and p.begin_drive()
+    try:
+        other: list[object] = []
+        t = threading.Thread(target=lambda: other.append(p.run_alone(stage, True, "m", 8, None)))
+        t.start()
+        t.join(_WAIT)
+        assert other == [None] and len(seen) == 1  # busy: the stage did not run
+    finally:
+        p.end_drive()
+
+    def pending(meta: object, arr: object, out: object) -> Handle:
+        r = _req(str(meta))
+        p.submit([r], 0.0)
+        return r.handle
+
+    assert p.run_alone(pending, True, "a", None, None) == threading.current_thread().name
+    h = p.run_alone(pending, False, "b", None, None)
+    assert isinstance(h, Handle) and not h.done()
+    assert p.drive(h) == threading.current_thread().name  # (the engine was given back)
+
+    def raising(meta: object, arr: object, out: object) -> None:
+        raise errors.ArgumentError("bad")
+
+    with pytest.raises(errors.ArgumentError, match="bad"):
+        p.run_alone(raising, True, "c", None, None)
+    assert p.begin_drive()
+    p.end_drive()
+
+
 def test_hold_keeps_cycles_out_and_lets_the_driver_through() -> None:
     p = Cycle().make()
     with p.hold():

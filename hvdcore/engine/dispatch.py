@@ -98,14 +98,21 @@ class Dispatcher:
 
     def interrupted(self, reqs: list[Request | None]) -> None:
         """Keep the requests of a data call that raised (they already left ``inflight``),
-        for whoever handles the error to fail them (:meth:`take_interrupted`,
+        for whoever handles the error to fail them (:meth:`fail_interrupted`,
         :meth:`take_all`): otherwise their callers would get no error at all."""
         self._interrupted.extend(r for r in reqs if r is not None)
 
-    def take_interrupted(self) -> list[Request]:
-        """The requests kept by :meth:`interrupted`, forgotten here."""
+    def fail_interrupted(self, exc: BaseException) -> bool:
+        """Fail the requests kept by :meth:`interrupted` with ``exc`` (their data call's
+        error), forgotten here; False when there were none (``exc`` is not a data call's)."""
         reqs, self._interrupted = self._interrupted, []
-        return reqs
+        if reqs and isinstance(exc, Exception):
+            log.warning("rank %d: the data call of %s failed (%s: %s); its requests get the "
+                        "error", self.rank, ", ".join(repr(r.meta.name) for r in reqs),
+                        type(exc).__name__, exc)
+        for req in reqs:
+            req.handle.fail(exc)
+        return bool(reqs)
 
     def _take(self, resp: Response, name: str) -> Request | None:
         return self.inflight.pop((resp.set_id, name), None)
@@ -121,12 +128,20 @@ class Dispatcher:
         handler(resp, cached)
 
     def run_all(self, responses: list[Response]) -> None:
-        """Execute responses in order, stopping early once the engine stops or fails."""
+        """Execute responses in order, stopping early once the engine stops or fails. Every
+        response runs, as on the peers, even after one raised: the first error is raised
+        after the rest (the requests of the call that raised are kept: :meth:`interrupted`)."""
         run = self.run
+        error: Exception | None = None
         for resp in responses:
-            self.run_one(resp)
+            try:
+                self.run_one(resp)
+            except Exception as exc:  # noqa: BLE001 - re-raised below
+                error = error or exc
             if run.stopped or run.fatal is not None:
-                return
+                break
+        if error is not None:
+            raise error
 
     def _allreduce(self, resp: Response, cached: bool) -> None:
         pset = self.sets.get(resp.set_id)

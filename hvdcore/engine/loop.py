@@ -265,13 +265,11 @@ class Engine:
             progressed |= self.rounds.advance()
             self.control.flush()
         except BaseException as exc:
-            # On a caller's thread the error reaches that caller and the engine goes on: the
-            # requests whose data call raised get it too (on the engine thread it is fatal,
-            # and _crashed fails them with everything else).
-            if self.progress.driving():
-                for req in self.dispatcher.take_interrupted():
-                    req.handle.fail(exc)
-            raise
+            # A data call's error goes to its requests and the engine goes on, on any thread
+            # (Horovod's PerformOperation); others reach the caller, or are fatal.
+            if not self.dispatcher.fail_interrupted(exc) or not isinstance(exc, Exception):
+                raise
+            return True
         return progressed
 
     def _announce(self, batch: list[Request]) -> None:

@@ -239,9 +239,9 @@ class RoundScheduler:
                 self._lists_executed += 1
                 self.dispatcher.run_all(responses)
             elif self._rounds_ready and self._lists_executed >= self._rounds_ready[0][0]:
-                # Counted before it runs, as a list is: when its data call raises on a
-                # caller's thread (the caller gets the error, the engine goes on), the lists
-                # fenced after this round must still run.
+                # Counted before it runs, as a list is: when its data call raises (its
+                # requests get the error, the engine goes on), the lists fenced after this
+                # round must still run.
                 self._rounds_executed += 1
                 self._execute_round(*self._rounds_ready.popleft())
             else:
@@ -298,7 +298,7 @@ class RoundScheduler:
             for resp in self.cache.responses(ready, self.cfg.fusion_threshold):
                 self.hits_done(resp.names)
                 # Every response of the round runs, as on the peers, even after one raised
-                # on a caller's thread (that caller gets the first error, after the rest).
+                # (the first error is raised after the rest: its requests get it, Engine._step).
                 try:
                     self.dispatcher.run_one(resp, cached=True)
                 except Exception as exc:  # noqa: BLE001 - re-raised below
