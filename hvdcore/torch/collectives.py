@@ -255,14 +255,12 @@ def allreduce_impl(tensor: torch.Tensor, op: Any, name: str | None, prescale_fac
     if arr is not None:
         return reduced_view(arr, op, name, prescale_factor, postscale_factor, process_set)
     if not tensor.is_cpu or dataplanes.plane_for(tensor) is not None:
-        got = _plane_input(tensor, op, name)
-        if got is None:  # staged: the asynchronous call's buffers and finish
+        out = _reduced_on_plane(tensor, op, name, prescale_factor, postscale_factor,
+                                process_set)
+        if out is None:  # staged: the asynchronous call's buffers and finish
             return blocking(lambda: allreduce_async_impl(tensor, op, name, prescale_factor,
                                                          postscale_factor, process_set, False))
-        plane, buf = got  # the tensor's own memory in, the plane's new result out
-        out: Any = _core_allreduce(buf, None, name, op, prescale_factor, postscale_factor,
-                                   process_set)
-        return out if plane.stream is None else plane.deliver(out)
+        return out
     buf = reduce_buffer(tensor, op.name)
     raw = _core.allreduce(buf.array(), name=name, op=op, prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, process_set=process_set)
@@ -291,6 +289,14 @@ def reduced_plain(tensor: torch.Tensor, op: Any, name: str | None, prescale_fact
                                                 postscale_factor, process_set))
     if (dataplanes.CPU is None and tensor.is_cpu) or tensor.requires_grad:
         return None  # (a host tensor that needs staging, or autograd)
+    return _reduced_on_plane(tensor, op, name, prescale_factor, postscale_factor, process_set)
+
+
+def _reduced_on_plane(tensor: torch.Tensor, op: Any, name: str | None, prescale_factor: float,
+                      postscale_factor: float, process_set: Any) -> torch.Tensor | None:
+    """The core's blocking call for a tensor its plane reduces in its own memory
+    (:func:`_plane_input`): the plane's new result, delivered to the caller's stream; None,
+    nothing done, when the tensor needs staging."""
     got = _plane_input(tensor, op, name)
     if got is None:
         return None
