@@ -44,7 +44,8 @@ class ProcessState:
     counters: dict[tuple[str, int], int] = field(default_factory=dict)
     comms: list[Any] = field(default_factory=list)
     watchdog: Any = None
-    host_plane: Any = None  # the MPI data plane (closed at shutdown if it has close())
+    host_plane: Any = None  # the host data plane (closed at shutdown if it has close())
+    formed: Any = None  # the controller's hvdcore.controllers.Formed
     # id(names tuple) -> that batch's arguments and metas (see hvdcore.ops.allreduce_batch_async)
     batches: dict[int, tuple] = field(default_factory=dict)
     # grouped allreduce name -> its last checked call's arguments and metas (see
@@ -124,26 +125,6 @@ def _setup_logging(level: str, rank: int) -> None:
     log.propagate = False
 
 
-def _world_from(comm: Any) -> Any:
-    from mpi4py import MPI
-
-    if comm is None:
-        return MPI.COMM_WORLD
-    if isinstance(comm, (list, tuple)):
-        ranks = sorted(int(r) for r in comm)
-        if MPI.COMM_WORLD.Get_rank() not in ranks:
-            raise errors.UnsupportedError(
-                f"init(comm={ranks}) called on world rank {MPI.COMM_WORLD.Get_rank()}, which is "
-                "not in the list: only the listed ranks may call it")
-        group = MPI.COMM_WORLD.Get_group().Incl(ranks)
-        return MPI.COMM_WORLD.Create_group(group)
-    if hasattr(comm, "Get_rank") and hasattr(comm, "Dup"):
-        return comm
-    raise errors.UnsupportedError(
-        f"init(comm=...) expects None, a list of ranks or an mpi4py communicator, got "
-        f"{type(comm).__name__}")
-
-
 def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> None:
     """Initialize hvdcore on every rank (a no-op when already initialized).
 
@@ -161,30 +142,22 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
         if _state is not None:
             return
         cfg = _config.load()
-        # The engine thread shares cores with the training thread: let Open MPI yield the CPU
-        # while it polls instead of spinning (takes effect only if MPI is not initialized yet;
-        # a value set by the user or the site wins).
-        os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
-        from mpi4py import MPI
-
+        from hvdcore import controllers
         from hvdcore.backends.degraded import wrap_from_env
-        from hvdcore.backends.mpi_control import MPIControlPlane
         from hvdcore.engine.loop import Engine
 
-        if MPI.Query_thread() < MPI.THREAD_SERIALIZED:
-            raise errors.CapabilityError(
-                "MPI was initialized with thread level "
-                f"{MPI.Query_thread()} (< MPI_THREAD_SERIALIZED); hvdcore's engine thread needs "
-                "MPI_THREAD_MULTIPLE: do not set mpi4py.rc.thread_level below 'serialized'")
-        world = _world_from(comm)
-        rank, size = world.Get_rank(), world.Get_size()
-        _setup_logging(cfg.log_level, rank)
-        data = world.Dup()
-        local = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-        local_rank, local_size = local.Get_rank(), local.Get_size()
-        cross = world.Split(local_rank, rank)
-        cross_rank, cross_size = cross.Get_rank(), cross.Get_size()
-        sets = {0: SetState(0, tuple(range(size)), data)}
+        name, why = controllers.choose(cfg.controller, cfg.source("controller"), os.environ,
+                                       comm)
+        controller = controllers.get(name)
+        if comm is not None and name != "mpi":
+            raise errors.UnsupportedError(
+                f"init(comm=...) needs the MPI controller, but this process takes {name} "
+                f"({why}); drop comm=, or launch with mpirun / set HVDCORE_CONTROLLER=mpi")
+        formed = controller.form(cfg, comm, why,
+                                 lambda r: _setup_logging(cfg.log_level, r))
+        rank, size = formed.rank, formed.size
+        plane = formed.plane
+        sets = {0: SetState(0, tuple(range(size)), formed.set0)}
         global_process_set.ranks = list(range(size))
         global_process_set.bind(0, rank)
         registry: dict[int, ProcessSet] = {0: global_process_set}
@@ -196,50 +169,25 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
                 raise errors.UnsupportedError(
                     f"process set {ps.ranks} names ranks {bad} outside 0..{size - 1}")
             sid = len(sets)
-            member = rank in ps.ranks
-            sub = data.Split(0 if member else MPI.UNDEFINED, rank)
-            sets[sid] = SetState(sid, tuple(ps.ranks), sub if member else None)
+            sets[sid] = SetState(sid, tuple(ps.ranks),
+                                 plane.split(formed.set0, rank in ps.ranks, rank))
             ps.bind(sid, rank)
             registry[sid] = ps
-        host_plane = _host_plane(cfg, world, rank)
-        backend = wrap_from_env(host_plane, os.environ, rank)
-        plane = MPIControlPlane(world, rounds=cfg.cache_capacity > 0)
+        backend = wrap_from_env(formed.host_plane, os.environ, rank)
         engine = Engine(plane, cfg, backend, sets,
-                        caller_progress=_caller_progress(cfg.progress, local_size))
-        _state = ProcessState(cfg, world, rank, size, local_rank, local_size, cross_rank,
-                              cross_size, engine, registry, comms=[local, cross],
-                              host_plane=host_plane)
-        _state.watchdog = liveness.start(world, rank, size, _peer_gone)
+                        caller_progress=_caller_progress(cfg.progress, formed.local_size))
+        _state = ProcessState(cfg, formed.world, rank, size, formed.local_rank,
+                              formed.local_size, formed.cross_rank, formed.cross_size, engine,
+                              registry, comms=list(formed.comms),
+                              host_plane=formed.host_plane, formed=formed)
+        _state.watchdog = liveness.start(formed.world, rank, size, _peer_gone)
         path = Timeline.resolve(cfg.timeline, rank)
         if path:
             engine.set_timeline(Timeline(path, rank, cfg.timeline_mark_cycles))
         _install_hooks(cfg, size)
-        log.debug("initialized: rank %d of %d (local %d/%d, cross %d/%d), config %s",
-                  rank, size, local_rank, local_size, cross_rank, cross_size, cfg)
-
-
-def _host_plane(cfg: Any, world: Any, rank: int) -> Any:
-    """The MPI data plane: hierarchical when a knob asks for it (decided on every rank alike)."""
-    from hvdcore.backends.mpi import MPIBackend
-
-    wanted = (bool(cfg.hierarchical_allreduce), bool(cfg.hierarchical_allgather))
-    # The hierarchical plane is built collectively: a rank with other settings would hang.
-    seen = world.allgather(wanted) if world.Get_size() > 1 else [wanted]
-    if any(w != wanted for w in seen):
-        differ = sorted(r for r, w in enumerate(seen) if w != seen[0])
-        raise errors.ConfigError(
-            "HVDCORE_HIERARCHICAL_ALLREDUCE/ALLGATHER must be the same on every rank: rank 0 "
-            f"has (allreduce, allgather) = {seen[0]}, ranks {differ} have "
-            f"{[seen[r] for r in differ]}; export the same values to every rank")
-    if not any(wanted):
-        return MPIBackend()
-    from hvdcore.backends.hierarchical import HierarchicalBackend
-
-    plane = HierarchicalBackend(world, allreduce=wanted[0], allgather=wanted[1],
-                                node_id=os.environ.get("SLURM_NODEID"))
-    if rank == 0:
-        log.info("%s", plane.describe())
-    return plane
+        log.debug("initialized: rank %d of %d (local %d/%d, cross %d/%d) on the %s controller "
+                  "(%s), config %s", rank, size, formed.local_rank, formed.local_size,
+                  formed.cross_rank, formed.cross_size, name, why, cfg)
 
 
 def shutdown() -> None:
@@ -271,6 +219,8 @@ def shutdown() -> None:
                 comm.Free()
             except Exception as exc:  # noqa: BLE001 - freeing during teardown is best effort
                 log.debug("freeing a communicator failed: %s", exc)
+        if st.formed is not None and st.formed.close is not None:
+            st.formed.close()
         for ps in st.sets.values():
             ps.process_set_id = None
         global_process_set.bind(0, -1)
@@ -327,11 +277,19 @@ def cross_size() -> int:
 
 
 def mpi_threads_supported() -> bool:
-    """True when MPI provides MPI_THREAD_MULTIPLE."""
+    """True when MPI provides MPI_THREAD_MULTIPLE (False on the Gloo controller)."""
+    st = _require()
+    if st.formed is None or st.formed.controller != "mpi":
+        return False
     from mpi4py import MPI
 
-    _require()
     return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+def controller() -> str:
+    """The controller this job runs on: ``"mpi"`` or ``"gloo"``."""
+    st = _require()
+    return st.formed.controller if st.formed is not None else "mpi"
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:

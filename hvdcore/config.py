@@ -87,6 +87,7 @@ class Knob:
     choices: tuple[str, ...] = ()
     parse: Callable[[str], Any] = _parse_str
     internal: bool = False  # set by the launcher or tests, not meant for users
+    more_aliases: tuple[str, ...] = ()  # other variables Horovod reads for this knob
 
     @property
     def env(self) -> str:
@@ -215,8 +216,17 @@ KNOBS: tuple[Knob, ...] = (
     Knob("RENDEZVOUS_TIMEOUT", "float (s, > 0)", 120.0,
          "How long forming torch.distributed's process group may take (connecting to rank "
          "0's store, the backend's set-up, each new group) before RendezvousError on every "
-         "rank. Collectives keep torch's own timeouts.",
-         parse=_parse_pos_float),
+         "rank. Collectives keep torch's own timeouts. Also read from Horovod's "
+         "HOROVOD_GLOO_TIMEOUT_SECONDS; hvdcorerun --gloo-timeout-seconds sets it.",
+         cli_flag="--gloo-timeout-seconds", parse=_parse_pos_float,
+         more_aliases=("HOROVOD_GLOO_TIMEOUT_SECONDS",)),
+    Knob("CONTROLLER", "choice", "auto",
+         "How the ranks agree on what to run: mpi (mpi4py), gloo (torch.distributed: a "
+         "TCPStore rendezvous and Gloo process groups, no MPI), or auto: mpi when mpi4py "
+         "imports and an MPI or PMIx launcher started the rank (mpirun, srun --mpi=pmix), "
+         "gloo when torchrun, hvdcorerun --gloo or a plain srun did, mpi for a lone process "
+         "when mpi4py imports, else gloo. hvdcorerun --check-build prints the choice and why.",
+         horovod_alias=True, choices=("auto", "mpi", "gloo")),
     Knob("HIERARCHICAL_ALLREDUCE", "bool", False,
          "Host (MPI) allreduces of the global process set run in two levels: the ranks of a "
          "node reduce through an MPI-3 shared-memory window, one communicator per slice "
@@ -283,7 +293,7 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for k in KNOBS:
-        for name in (k.env, k.alias):
+        for name in (k.env, k.alias, *k.more_aliases):
             if name and name in env:
                 values[k.attr] = k.convert(env[name], name)
                 sources[k.attr] = name

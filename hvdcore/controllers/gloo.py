@@ -1,0 +1,211 @@
+"""The Gloo controller: hvdcore without MPI, on torch.distributed.
+
+The job is formed at a TCPStore (see :mod:`hvdcore.controllers.gloo_env` for where each
+launcher puts it); every rank checks in there, so a rank that disagrees on the job's size or
+claims a taken rank fails at once with both sides named, and an unreachable store fails within
+``HVDCORE_RENDEZVOUS_TIMEOUT`` naming the address and where it came from. Then a Gloo default
+group (with NCCL/RCCL beside it where GPUs are) and private Gloo groups: one for the response
+cache's rounds, one for the global set's host data, one for the controller's own collectives.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hvdcore.controllers import gloo_env
+from hvdcore.controllers.base import Formed
+from hvdcore.errors import CapabilityError, ConfigError, RendezvousError
+
+__all__ = ["GlooController", "GlooWorld"]
+
+log = logging.getLogger("hvdcore")
+_generation = 0  # inits of this process: each forms its job under its own store prefix
+
+
+class GlooWorld:
+    """:class:`~hvdcore.controllers.base.World` over a private Gloo group."""
+
+    def __init__(self, rank: int, size: int, group: Any) -> None:
+        self._rank, self._size, self._group = rank, size, group
+
+    def Get_rank(self) -> int:  # noqa: N802 - the World protocol's (mpi4py's) names
+        """This rank."""
+        return self._rank
+
+    def Get_size(self) -> int:  # noqa: N802
+        """The number of ranks."""
+        return self._size
+
+    def allgather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order."""
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self._size
+        dist.all_gather_object(out, obj, group=self._group)
+        return out
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """Root's ``obj`` on every rank."""
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=root, group=self._group)
+        return box[0]
+
+    def Abort(self, code: int) -> None:  # noqa: N802
+        """End this process; the liveness watchdog and the launcher end the others."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _store(info: gloo_env.LaunchInfo, timeout: float) -> Any:
+    """The job's TCPStore (hosted here or reached), or RendezvousError naming the address."""
+    import torch.distributed as dist
+
+    where = f"{info.addr}:{info.port}" if info.port else info.addr
+    try:
+        return dist.TCPStore(info.addr, info.port, info.size, info.store_here,
+                             datetime.timedelta(seconds=timeout), wait_for_workers=False)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear error
+        first = (str(exc).strip().splitlines() or [""])[0]
+        verb = "cannot listen on" if info.store_here else "cannot reach the rendezvous store at"
+        raise RendezvousError(
+            f"rank {info.rank}: {verb} {where} (from {info.source}; started by {info.launcher}) "
+            f"within {timeout:g} s (HVDCORE_RENDEZVOUS_TIMEOUT, hvdcorerun "
+            f"--gloo-timeout-seconds): {type(exc).__name__}: {first}. Check that the address "
+            "is this job's, that the port is free and open between the nodes, or raise the "
+            "timeout if nodes start slowly") from exc
+
+
+def _check_in(store: Any, info: gloo_env.LaunchInfo, timeout: float) -> None:
+    """Every rank announces (size, host); a rank that disagrees fails at once, a missing one
+    within ``timeout``, on every rank that waits for it."""
+    host = socket.gethostname()
+    me = f"{info.size} {host} {os.getpid()} {info.launcher}"
+    if not 0 <= info.rank < info.size:
+        raise ConfigError(f"rank {info.rank} is outside 0..{info.size - 1} ({info.launcher})")
+    if store.add(f"claim/{info.rank}", 1) != 1:
+        raise RendezvousError(
+            f"rank {info.rank}: another process already checked in as rank {info.rank} at "
+            f"{info.addr}:{info.port} ({store.get(f'rank/{info.rank}').decode()}); two jobs share "
+            "this rendezvous address, or the launcher gave one rank twice")
+    store.set(f"rank/{info.rank}", me)
+    if info.rank != 0:
+        store.wait(["rank/0"], datetime.timedelta(seconds=timeout))
+        size0 = int(store.get("rank/0").decode().split()[0])
+        if size0 != info.size:
+            raise RendezvousError(
+                f"rank {info.rank}: this rank was started for {info.size} ranks, rank 0 for "
+                f"{size0} (at {info.addr}:{info.port}); start every rank with the same size")
+    keys = [f"rank/{r}" for r in range(info.size)]
+    deadline = time.monotonic() + timeout
+    while not store.check(keys):
+        if time.monotonic() > deadline:
+            missing = [r for r in range(info.size) if not store.check([f"rank/{r}"])]
+            raise RendezvousError(
+                f"rank {info.rank}: ranks {missing} of {info.size} did not reach the "
+                f"rendezvous store at {info.addr}:{info.port} within {timeout:g} s "
+                "(HVDCORE_RENDEZVOUS_TIMEOUT); were they started with another controller "
+                "(HVDCORE_CONTROLLER), another size, or another rendezvous address?")
+        time.sleep(0.01)
+    for r in range(info.size):
+        size_r = int(store.get(f"rank/{r}").decode().split()[0])
+        if size_r != info.size:
+            raise RendezvousError(
+                f"rank {info.rank}: rank {r} was started for {size_r} ranks, this rank for "
+                f"{info.size}; start every rank with the same size")
+
+
+def _layout(info: gloo_env.LaunchInfo, hosts: list[str]) -> tuple[int, int, int, int]:
+    """(local rank, local size, cross rank, cross size): the launcher's when it gave all four,
+    else from the hosts' names, as MPI's shared-memory split would make them."""
+    given = (info.local_rank, info.local_size, info.cross_rank, info.cross_size)
+    if all(v is not None for v in given):
+        return given  # type: ignore[return-value]
+    me = hosts[info.rank]
+    local = [r for r, h in enumerate(hosts) if h == me]
+    local_rank = local.index(info.rank)
+    locals_ = [[r for r, h in enumerate(hosts) if h == x].index(r) for r, x in enumerate(hosts)]
+    cross = [r for r, lr in enumerate(locals_) if lr == local_rank]
+    return local_rank, len(local), cross.index(info.rank), len(cross)
+
+
+class GlooController:
+    """:class:`~hvdcore.controllers.base.Controller` over torch.distributed (no mpi4py)."""
+
+    name = "gloo"
+    hierarchical = False
+    compiled_steady = False
+
+    def available(self) -> tuple[bool, str]:
+        """torch with torch.distributed's Gloo backend importable."""
+        if importlib.util.find_spec("torch") is None:
+            return False, "torch is not installed (pip install 'hvdcore[torch]')"
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_gloo_available():
+            return False, "this torch build has no torch.distributed Gloo backend"
+        return True, "torch.distributed Gloo"
+
+    def form(self, cfg: Any, comm: Any, reason: str, on_rank: Callable[[int], None]) -> Formed:
+        """See :meth:`Controller.form`."""
+        global _generation
+        import torch
+        import torch.distributed as dist
+
+        from hvdcore.controllers.gloo_control import GlooComm, GlooControlPlane
+        from hvdcore.controllers.gloo_host import GlooHostBackend
+
+        ok, why = self.available()
+        if not ok:
+            raise CapabilityError(f"the Gloo controller cannot run here: {why}")
+        if cfg.hierarchical_allreduce or cfg.hierarchical_allgather:
+            raise ConfigError(
+                "HVDCORE_HIERARCHICAL_ALLREDUCE/ALLGATHER need the MPI controller (an MPI-3 "
+                f"shared-memory window); this job runs on Gloo ({reason}): unset them")
+        info = gloo_env.read(os.environ)
+        on_rank(info.rank)
+        timeout = float(cfg.rendezvous_timeout)
+        root = _store(info, timeout)
+        _generation += 1
+        # a job's ranks init the same number of times: each init gets fresh keys
+        store = dist.PrefixStore(f"hvdcore/{_generation}/", root)
+        _check_in(store, info, timeout)
+        if dist.is_initialized():
+            raise RendezvousError(
+                "torch.distributed is already initialized in this process: on the Gloo "
+                "controller hvdcore forms the default group itself; call hvd.init() before "
+                "(or instead of) torch.distributed.init_process_group")
+        gpu = torch.cuda.is_available() and dist.is_nccl_available()
+        spec = "cpu:gloo,cuda:nccl" if gpu else "gloo"
+        dist.init_process_group(spec, store=dist.PrefixStore("pg/", store), rank=info.rank,
+                                world_size=info.size,
+                                timeout=datetime.timedelta(seconds=timeout))
+        everyone = list(range(info.size))
+        rounds = dist.new_group(everyone, backend="gloo")
+        data = dist.new_group(everyone, backend="gloo")
+        misc = dist.new_group(everyone, backend="gloo")
+        world = GlooWorld(info.rank, info.size, misc)
+        layout = _layout(info, world.allgather(socket.gethostname()))
+        plane = GlooControlPlane(info.rank, info.size, dist.PrefixStore("ctl/", store), rounds,
+                                 misc)
+
+        def close() -> None:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+        return Formed(
+            "gloo", reason, world, info.rank, info.size, *layout,
+            GlooComm(data, tuple(everyone), info.rank), plane, GlooHostBackend(),
+            close=close,
+            describe=f"Gloo (torch {torch.__version__}; store {info.addr}:{root.port} from "
+                     f"{info.source}, started by {info.launcher})")
