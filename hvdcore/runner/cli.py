@@ -78,10 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--binding-args", metavar="'ARGS'",
                    help="Open MPI binding/mapping arguments replacing '--bind-to none "
                         "--map-by slot' (Hydra: added as given)")
-    p.add_argument("--mpi", action="store_true",
-                   help="accepted for horovodrun compatibility (hvdcore always runs on MPI)")
-    p.add_argument("--gloo", action="store_true",
-                   help="not supported: hvdcore's controller is MPI (an error says so)")
+    ctl = p.add_mutually_exclusive_group()
+    ctl.add_argument("--mpi", action="store_true",
+                     help="the MPI controller (the default launch: mpirun or srun --mpi)")
+    ctl.add_argument("--gloo", action="store_true",
+                     help="the Gloo controller, no MPI: hvdcorerun starts the ranks itself "
+                          "(local processes; ssh for other hosts) and hosts their rendezvous")
+    p.add_argument("--network-interfaces", "--network-interface", dest="network_interfaces",
+                   metavar="IFACE", help="with --gloo: the interface the ranks' Gloo and "
+                   "rendezvous use (sets GLOO_SOCKET_IFNAME; default: HVDCORE_GLOO_IFACE, "
+                   "else loopback on one host)")
     p.add_argument("--verbose", action="store_true",
                    help="print the exact launch command on stderr before running it")
     p.add_argument("--dry-run", action="store_true",
@@ -201,13 +207,14 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         except check_build.UnknownNameError as exc:
             raise UsageError(str(exc)) from None
         return check_build.run_check_build(args.json, require, available)
-    if args.gloo:
-        raise UsageError("--gloo is not supported: hvdcore coordinates ranks over MPI (Gloo "
-                         "moves GPU/CPU tensors inside torch.distributed); drop --gloo")
     if not args.command:
         raise UsageError("no command given: hvdcorerun -np N [options] [--] program [args...]")
     exports = {**allocator_exports(environ), **knob_exports(args)}
     validate_environment(environ, exports)
+    if args.gloo:
+        return _run_gloo(args, environ, exports)
+    if args.network_interfaces:
+        raise UsageError("--network-interfaces goes with --gloo (MPI: --mpi-args)")
     cmd, name = build_command(args, environ, exports, which=which,
                               mpi_version_output=mpi_version_output, uid=uid)
     if args.dry_run:
@@ -216,6 +223,33 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
     if args.verbose:
         print(f"{PROG}: running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
     return run_job(cmd, {**environ, **exports}, name)
+
+
+def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
+              exports: Mapping[str, str]) -> int:
+    from hvdcore.config import load
+    from hvdcore.runner import gloo_launch
+
+    hosts = _hosts(args)
+    np = args.np if args.np is not None else (total_slots(hosts) if hosts else None)
+    if np is None or np < 1:
+        raise UsageError("--gloo needs -np N (at least 1)")
+    if hosts is None:
+        hosts = [Host("localhost", np)]
+    if np > total_slots(hosts):
+        raise UsageError(f"-np {np} is more than the {total_slots(hosts)} slot(s) given; add "
+                         "slots (-H host:N) or lower -np")
+    places = gloo_launch.plan(hosts, np)
+    cfg = load({**environ, **exports})
+    iface = args.network_interfaces or cfg.gloo_iface or None
+    if args.dry_run or args.verbose:
+        lines = [f"rank {p.rank}: {p.host} (local {p.local_rank}/{p.local_size}, cross "
+                 f"{p.cross_rank}/{p.cross_size}): {shlex.join(args.command)}" for p in places]
+        print("\n".join(lines), file=sys.stdout if args.dry_run else sys.stderr, flush=True)
+        if args.dry_run:
+            return 0
+    return gloo_launch.run_gloo_job(places, args.command, environ, exports,
+                                    cfg.rendezvous_timeout, iface)
 
 
 def main(

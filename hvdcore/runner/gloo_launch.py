@@ -1,0 +1,193 @@
+"""``hvdcorerun --gloo``: start the ranks without MPI, on the Gloo controller.
+
+The launcher hosts the job's rendezvous (a torch.distributed ``TCPStore``), gives every rank
+Horovod's variables (``HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE/HOSTNAME``,
+``HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT``, ``HOROVOD_CONTROLLER=gloo``), starts each rank on its host
+(a host that names this machine, such as ``localhost``, ``127.0.0.1`` or its own name, as a
+local process; any other over ``ssh``), prefixes each output line with ``[rank]<stdout>:`` /
+``[rank]<stderr>:``, and ends the job when a rank fails: the others get SIGTERM, then SIGKILL,
+and one line names the rank and its exit code.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hvdcore.runner.hosts import Host
+
+__all__ = ["RankPlace", "plan", "is_local", "run_gloo_job"]
+
+_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank runs and its place among the ranks (Horovod's numbering)."""
+
+    rank: int
+    host: str
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+
+
+def plan(hosts: Sequence[Host], np: int) -> list[RankPlace]:
+    """Ranks 0..np-1 filling the hosts' slots in order (Horovod's block placement)."""
+    names: list[str] = []
+    for h in hosts:
+        names.extend([h.name] * h.slots)
+    names = names[:np]
+    per_host = {n: names.count(n) for n in dict.fromkeys(names)}
+    places, seen = [], {n: 0 for n in per_host}
+    for r, n in enumerate(names):
+        local = seen[n]
+        seen[n] += 1
+        cross = [h for h in per_host if per_host[h] > local]
+        places.append(RankPlace(r, n, local, per_host[n], cross.index(n), len(cross)))
+    return places
+
+
+def _own_names() -> set[str]:
+    names = {"localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()}
+    try:
+        names.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    return names
+
+
+def is_local(host: str, own: set[str] | None = None) -> bool:
+    """True when ``host`` names this machine (started without ssh)."""
+    return host in (own if own is not None else _own_names()) or host.startswith("127.")
+
+
+def _address(places: Sequence[RankPlace], iface_addr: str | None) -> str:
+    if iface_addr:
+        return iface_addr
+    own = _own_names()
+    if all(is_local(p.host, own) for p in places):
+        return "127.0.0.1"
+    return socket.gethostbyname(socket.gethostname())
+
+
+def _iface_address(iface: str) -> str:
+    from hvdcore.netaddr import local_interfaces
+
+    for item in local_interfaces():
+        if getattr(item, "name", None) == iface:
+            return str(item.address)
+    raise OSError(f"--network-interfaces {iface}: no IPv4 address on this machine")
+
+
+def _pump(stream: object, rank: int, kind: str, out: object, lock: threading.Lock) -> None:
+    prefix = f"[{rank}]<{kind}>:".encode()
+    for line in iter(stream.readline, b""):  # type: ignore[attr-defined]
+        with lock:
+            try:
+                out.write(prefix + line)  # type: ignore[attr-defined]
+                out.flush()  # type: ignore[attr-defined]
+            except (OSError, ValueError):
+                pass
+
+
+def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: Mapping[str, str],
+                 exports: Mapping[str, str], timeout_s: float, iface: str | None) -> int:
+    """Run ``command`` on every rank of ``places`` (see the module docstring); the exit code."""
+    import torch.distributed as dist  # the store the ranks meet at
+
+    addr = _address(places, _iface_address(iface) if iface else None)
+    bind = addr if addr.startswith("127.") else "0.0.0.0"
+    store = dist.TCPStore(bind, 0, len(places), True, datetime.timedelta(seconds=timeout_s),
+                          wait_for_workers=False)
+    own = _own_names()
+    procs: list[subprocess.Popen[bytes]] = []
+    lock = threading.Lock()
+    pumps: list[threading.Thread] = []
+    for p in places:
+        env = {**environ, **exports,
+               "HOROVOD_RANK": str(p.rank), "HOROVOD_SIZE": str(len(places)),
+               "HOROVOD_LOCAL_RANK": str(p.local_rank), "HOROVOD_LOCAL_SIZE": str(p.local_size),
+               "HOROVOD_CROSS_RANK": str(p.cross_rank), "HOROVOD_CROSS_SIZE": str(p.cross_size),
+               "HOROVOD_HOSTNAME": p.host, "HOROVOD_CONTROLLER": "gloo",
+               "HVDCORE_CONTROLLER": "gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR": addr,
+               "HOROVOD_GLOO_RENDEZVOUS_PORT": str(store.port)}
+        if iface:
+            env.setdefault("GLOO_SOCKET_IFNAME", iface)
+        if is_local(p.host, own):
+            cmd = list(command)
+        else:
+            sent = {k: v for k, v in env.items() if k not in environ or environ[k] != v}
+            remote = " ".join(f"{k}={shlex.quote(v)}" for k, v in sent.items())
+            cmd = ["ssh", "-o", "BatchMode=yes", p.host,
+                   f"cd {shlex.quote(os.getcwd())} && env {remote} {shlex.join(command)}"]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        procs.append(proc)
+        for stream, kind, out in ((proc.stdout, "stdout", sys.stdout.buffer),
+                                  (proc.stderr, "stderr", sys.stderr.buffer)):
+            t = threading.Thread(target=_pump, args=(stream, p.rank, kind, out, lock),
+                                 daemon=True)
+            t.start()
+            pumps.append(t)
+    return _supervise(procs, pumps)
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]], sig: int) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _supervise(procs: Sequence[subprocess.Popen[bytes]], pumps: Sequence[threading.Thread]
+               ) -> int:
+    received: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        received.append(signum)
+        _stop(procs, signal.SIGKILL if len(received) >= 3 else signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} \
+        if main else {}
+    failed: tuple[int, int] | None = None
+    try:
+        while any(p.poll() is None for p in procs):
+            for rank, p in enumerate(procs):
+                code = p.poll()
+                if code not in (None, 0) and failed is None:
+                    failed = (rank, code)
+                    _stop(procs, signal.SIGTERM)
+                    deadline = time.monotonic() + _GRACE_S
+                    while any(q.poll() is None for q in procs) and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    _stop(procs, signal.SIGKILL)
+            time.sleep(0.02)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    for t in pumps:
+        t.join(timeout=5)
+    if failed is None:
+        failed = next(((r, p.returncode) for r, p in enumerate(procs) if p.returncode), None)
+    if failed is None:
+        return 0
+    rank, code = failed
+    shown = 128 - code if code < 0 else code
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with exit code {code}"
+    print(f"hvdcorerun: job failed: rank {rank} {how}; the other ranks were stopped",
+          file=sys.stderr, flush=True)
+    return shown
