@@ -56,6 +56,35 @@ def run_mpi(
         pytest.fail(f"mpirun -np {np} {args} did not finish in {timeout}s\n{out}\n{err}")
 
 
+_RANK_PREFIX = re.compile(r"^\[\d+\]<(?:stdout|stderr)>:", re.M)
+
+
+def run_gloo(np: int, args: list[str], env: dict[str, str] | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``hvdcorerun --gloo -np N python <args>`` (the Gloo controller, no MPI in the job);
+    the ranks' ``[r]<stdout>:`` prefixes are removed, so output reads as under ``mpirun``."""
+    hvdcorerun = str(Path(sys.executable).with_name("hvdcorerun"))
+    cmd = [hvdcorerun, "--gloo", "-np", str(np), sys.executable, *args]
+    full = {k: v for k, v in mpi_env(env).items() if k != "HVDCORE_CONTROLLER"}
+    try:
+        res = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=timeout,
+                             cwd=ROOT)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout
+        err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else exc.stderr
+        pytest.fail(f"hvdcorerun --gloo -np {np} {args} did not finish in {timeout}s\n{out}\n{err}")
+    res.stdout = _RANK_PREFIX.sub("", res.stdout)
+    res.stderr = _RANK_PREFIX.sub("", res.stderr)
+    return res
+
+
+def launch(controller: str, np: int, args: list[str], env: dict[str, str] | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``args`` at ``np`` ranks on ``controller``: ``mpirun`` for "mpi", ``hvdcorerun --gloo``
+    for "gloo"."""
+    return (run_mpi if controller == "mpi" else run_gloo)(np, args, env=env, timeout=timeout)
+
+
 def ok_lines(proc: subprocess.CompletedProcess[str], np: int, marker: str) -> list[str]:
     """The ``marker`` lines of a launch that exited 0 with one OK line from each rank 0..np-1
     (programs print ``<marker> rank=R ... OK``)."""

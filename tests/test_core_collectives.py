@@ -1,9 +1,10 @@
-"""Every core collective against a NumPy reference, at world sizes 1, 2 and 3 (real mpirun)."""
+"""Every core collective against a NumPy reference, at world sizes 1, 2 and 3, on both
+controllers (real mpirun; hvdcorerun --gloo, with no MPI in the job)."""
 
 import re
 
 import pytest
-from conftest import program, run_mpi
+from conftest import launch, program, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -12,11 +13,18 @@ def _digests(out: str) -> dict[str, str]:
     return dict(re.findall(r"rank (\d+): CHECKS \d+ DIGEST (\w+)", out))
 
 
-def test_collectives_match_numpy_reference(world_size: int) -> None:
-    res = run_mpi(world_size, [program("core_collectives.py")], timeout=180)
+@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+def test_collectives_match_numpy_reference(world_size: int, controller: str) -> None:
+    # The Gloo run at 3 ranks also takes the engine thread (HVDCORE_PROGRESS=thread), which
+    # test_thread_progress_at_three_ranks checked on MPI alone
+    env = {"HVDCORE_PROGRESS": "thread"} if (controller, world_size) == ("gloo", 3) else None
+    res = launch(controller, world_size, [program("core_collectives.py")], env=env, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     counts = [int(c) for c in re.findall(r"CHECKS (\d+)", res.stdout)]
     assert len(counts) == world_size and min(counts) > 250, res.stdout
+    assert res.stdout.count(f"CONTROLLER {controller}") == world_size, res.stdout
+    if env:
+        assert res.stdout.count("PROGRESS thread") == 3, res.stdout
 
 
 def test_fusion_on_and_off_give_identical_results() -> None:
@@ -44,10 +52,3 @@ def test_thread_and_caller_progress_give_identical_results() -> None:
         assert res.returncode == 0, res.stdout + res.stderr
         assert res.stdout.count(f"PROGRESS {mode}") == 2, res.stdout
     assert _digests(runs["thread"].stdout) == _digests(runs["caller"].stdout)
-
-
-def test_thread_progress_at_three_ranks() -> None:
-    res = run_mpi(3, [program("core_collectives.py")], env={"HVDCORE_PROGRESS": "thread"},
-                  timeout=180)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.count("PROGRESS thread") == 3, res.stdout

@@ -310,7 +310,7 @@ if N > 1:
     hvd.barrier()
 
 progress = "caller" if hvd.basics.state().engine.caller_progress else "thread"
-os.write(1, f"rank {R}: CHECKS {checks} DIGEST {digest.hexdigest()[:16]} PROGRESS {progress}\n"
+os.write(1, f"rank {R}: CHECKS {checks} DIGEST {digest.hexdigest()[:16]} PROGRESS {progress} CONTROLLER {hvd.basics.controller()}\n"
          .encode())
 hvd.shutdown()
 sys.exit(0)
