@@ -121,17 +121,19 @@ SHARED_LAUNCHES = {
 
 @pytest.fixture(scope="session")
 def shared_launch(tmp_path_factory: pytest.TempPathFactory):
-    """``(group, np, env) -> CompletedProcess``: the programs of ``SHARED_LAUNCHES[group]`` run
-    in one ``mpirun -np N`` (once per session for each group, np and env)."""
+    """``(group, np, env, controller=) -> CompletedProcess``: the programs of
+    ``SHARED_LAUNCHES[group]`` run in one launch (``mpirun -np N``, or ``hvdcorerun --gloo``
+    for controller "gloo"), once per session for each group, np, env and controller."""
     runs: dict[tuple, subprocess.CompletedProcess[str]] = {}
 
     def get(group: str, np: int, env: dict[str, str] | None = None,
-            timeout: float = 550) -> subprocess.CompletedProcess[str]:
-        key = (group, np, tuple(sorted((env or {}).items())))
+            timeout: float = 550, controller: str = "mpi") -> subprocess.CompletedProcess[str]:
+        key = (group, np, tuple(sorted((env or {}).items())), controller)
         if key not in runs:
             work = tmp_path_factory.mktemp(f"{group}-np{np}")
-            runs[key] = run_mpi(np, [program("several.py"), str(work), *SHARED_LAUNCHES[group]],
-                                env=env, timeout=timeout)
+            runs[key] = launch(controller, np,
+                               [program("several.py"), str(work), *SHARED_LAUNCHES[group]],
+                               env=env, timeout=timeout)
         return runs[key]
     return get
 

@@ -89,8 +89,9 @@ def test_blocking_calls_on_gloo_with_thread_progress(world_size: int, shared_lau
     """Thread progress (``auto``'s choice where each rank has 2+ CPUs: GPU nodes), where the
     binding's blocking calls on a torch.distributed plane hold the engine before they submit
     (``hvdcore.torch.handles.blocking``): the collectives, the optimizer and the errors
-    programs give their in-process references and errors at every world size."""
-    res = shared_launch("torch", world_size, THREAD)
+    programs give their in-process references and errors at every world size. Launched with
+    ``hvdcorerun --gloo``: the whole job on the Gloo controller (issue 62), no MPI in it."""
+    res = shared_launch("torch", world_size, THREAD, controller="gloo")
     for marker in ("torch-collectives", "torch-optimizer", "torch-errors"):
         ok_lines(res, world_size, marker)
 

@@ -9,6 +9,7 @@ is reduced in a float32 buffer, as there.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,8 @@ from hvdcore.backends.host_buffers import HostBuffers
 
 __all__ = ["GlooHostBackend"]
 
+# Gloo only reads a collective's send buffer; torch warns about any read-only NumPy view
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 # torch 2.13 renamed the tensor-to-tensor gather; older releases have the old name only
 _GATHER_INTO = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
