@@ -14,5 +14,6 @@ except SystemExit as exc:  # the script's own sys.exit(main())
 with open("/proc/self/maps") as f:
     libmpi = any("libmpi" in line for line in f)
 rank = os.environ.get("HOROVOD_RANK") or os.environ.get("RANK") or "0"
-print(f"MAPS rank={rank} libmpi={libmpi} mpi4py={'mpi4py' in sys.modules}", flush=True)
+sys.stdout.flush()  # one write: ranks sharing a terminal (torchrun) do not split the line
+os.write(1, f"MAPS rank={rank} libmpi={libmpi} mpi4py={'mpi4py' in sys.modules}\n".encode())
 sys.exit(code)
