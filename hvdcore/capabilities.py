@@ -356,16 +356,20 @@ def mpi_built() -> bool:
     return _mpi("controller").built
 
 
-def mpi_enabled() -> bool:
-    """True if MPI is in use at run time: ``hvdcore.init()`` was called (and no ``shutdown()``)
-    in this process and MPI is initialized. hvdcore's controller is always MPI, so this is
-    Horovod's "the job runs with the MPI controller"; False before ``init()``."""
+def _controller_in_use() -> str | None:
+    """The running job's controller (None before ``init()``, after ``shutdown()``)."""
     try:
         from hvdcore import basics
-
-        if not basics.is_initialized():
-            return False
     except ImportError:  # hvdcore's core is not importable: nothing can be enabled
+        return None
+    st = basics.current()
+    return None if st is None or st.formed is None else st.formed.controller
+
+
+def mpi_enabled() -> bool:
+    """True if this job runs on the MPI controller (Horovod's "MPI mode is enabled at run
+    time"): ``hvdcore.init()`` chose MPI and MPI is initialized; False before ``init()``."""
+    if _controller_in_use() != "mpi":
         return False
     mod = sys.modules.get("mpi4py.MPI")
     if mod is None:
@@ -382,16 +386,10 @@ def gloo_built() -> bool:
 
 
 def gloo_enabled() -> bool:
-    """True if a torch.distributed Gloo process group is initialized in this process. Never
-    imports torch (False when torch is not loaded)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return False
-    try:
-        return bool(dist.is_available() and dist.is_initialized()
-                    and "gloo" in str(dist.get_backend()).lower())
-    except Exception:  # no default group / backend query failed: not enabled
-        return False
+    """True if this job runs on the Gloo controller (Horovod's "Gloo mode is enabled at run
+    time"); False before ``init()``, on the MPI controller (even with Gloo as a data plane,
+    ``HVDCORE_CPU_OPERATIONS=gloo``) and after ``shutdown()``. Never imports torch."""
+    return _controller_in_use() == "gloo"
 
 
 def nccl_built() -> int:

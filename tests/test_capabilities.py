@@ -102,21 +102,22 @@ def test_torch_items_match_torch() -> None:
 
 
 @pytest.mark.torch
-def test_gloo_enabled_with_a_real_process_group(tmp_path: Path) -> None:
+def test_gloo_enabled_means_the_gloo_controller(tmp_path: Path) -> None:
+    """Horovod's gloo_enabled()/mpi_enabled(): which controller the running job is on."""
     pytest.importorskip("torch")
-    out = run_py(f"""
-        import json
+    out = run_py("""
+        import json, os
+        os.environ["HVDCORE_CONTROLLER"] = "gloo"
+        import hvdcore as hvd
         import hvdcore.capabilities as caps
-        import torch.distributed as dist
         seen = [caps.gloo_enabled()]
-        dist.init_process_group("gloo", init_method="file://{tmp_path}/store",
-                                rank=0, world_size=1)
-        seen.append(caps.gloo_enabled())
-        dist.destroy_process_group()
+        hvd.init()
+        seen += [caps.gloo_enabled(), caps.mpi_enabled()]
+        hvd.shutdown()
         seen.append(caps.gloo_enabled())
         print(json.dumps(seen))
     """)
-    assert out == [False, True, False]
+    assert out == [False, True, False, False]
 
 
 def test_broken_framework_is_reported_not_raised(tmp_path: Path) -> None:
