@@ -196,8 +196,16 @@ class GlooController:
         misc = dist.new_group(everyone, backend="gloo")
         world = GlooWorld(info.rank, info.size, misc)
         layout = _layout(info, world.allgather(socket.gethostname()))
-        plane = GlooControlPlane(info.rank, info.size, dist.PrefixStore("ctl/", store), rounds,
-                                 misc)
+        prefix = f"hvdcore/{_generation}/ctl/"
+
+        def connect() -> Any:  # a waiter thread's own connection to the same store
+            again = dist.TCPStore(info.addr if not info.store_here else "127.0.0.1"
+                                  if info.addr in ("", "0.0.0.0") else info.addr, root.port,
+                                  info.size, False, datetime.timedelta(seconds=timeout))
+            return dist.PrefixStore(prefix, again)
+
+        plane = GlooControlPlane(info.rank, info.size, dist.PrefixStore(prefix, root), rounds,
+                                 misc, connect)
 
         def close() -> None:
             if dist.is_initialized():

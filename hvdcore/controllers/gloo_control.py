@@ -4,16 +4,22 @@ Gloo's point-to-point receives cannot be polled (a posted receive completes only
 blocking wait), and the engine's :meth:`~hvdcore.backends.base.ControlPlane.receive` must never
 block. So announcements and response lists go through the job's TCPStore, one queue per
 (destination, tag): a sender takes the next slot number with the store's atomic ``add`` and
-writes ``sender rank + payload`` there; the receiver checks its next slot (one round trip) and
-takes it. The response cache's rounds, the hot path, are a non-blocking bitwise-or allreduce
-on a private Gloo group, polled with ``Work.is_completed()``.
+writes ``sender rank + payload`` there. On the receiving rank one thread per tag waits for its
+next slot (``store.wait`` on a connection of its own) and hands each message to a local queue,
+so the engine's poll costs no round trip. ``close`` wakes the threads by writing their next slot
+itself. The response cache's rounds, the hot path, are a non-blocking bitwise-or allreduce on a
+private Gloo group, polled with ``Work.is_completed()``.
 """
 
 from __future__ import annotations
 
+import collections
+import datetime
 import os
 import struct
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,6 +28,8 @@ import torch.distributed as dist
 __all__ = ["GlooComm", "GlooControlPlane"]
 
 _SRC = struct.Struct("!i")
+_CLOSE = b"\xff\xff\xff\xff"  # a slot written by close(): the waiter ends
+_FOREVER = datetime.timedelta(days=365)
 
 
 class GlooComm:
@@ -62,13 +70,16 @@ class _Round:
 class GlooControlPlane:
     """:class:`~hvdcore.backends.base.ControlPlane` over a TCPStore and Gloo groups."""
 
-    def __init__(self, rank: int, size: int, store: Any, rounds: Any, sets: Any) -> None:
+    def __init__(self, rank: int, size: int, store: Any, rounds: Any, sets: Any,
+                 connect: Callable[[], Any]) -> None:
         self.rank = rank
         self.size = size
         self._store = store
+        self._connect = connect  # a new connection to the store (for a waiter thread)
         self._rounds_group = rounds
         self._sets_group = sets
-        self._next: dict[int, int] = {}  # tag -> this rank's next slot to read
+        self._inbox: dict[int, collections.deque[tuple[int, bytes]]] = {}
+        self._waiters: dict[int, tuple[threading.Thread, list[int]]] = {}
         self._held: dict[int, list[tuple[int, bytes]]] = {}  # tag -> read, not yet asked for
         self._round_key: tuple[int, int] | None = None
         self._round_tensors: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -82,27 +93,43 @@ class GlooControlPlane:
         """See :meth:`ControlPlane.flush`: nothing is ever in flight."""
         return False
 
+    def _wait_loop(self, tag: int, inbox: collections.deque, next_slot: list[int]) -> None:
+        store = self._connect()
+        while True:
+            key = f"q/{self.rank}/{tag}/{next_slot[0]}"
+            try:
+                store.wait([key], _FOREVER)
+                raw = store.get(key)
+                store.delete_key(key)
+            except Exception:  # noqa: BLE001 - the store is gone: the job is ending
+                return
+            if raw == _CLOSE:
+                return
+            next_slot[0] += 1
+            inbox.append((_SRC.unpack_from(raw)[0], bytearray(raw[_SRC.size:])))
+
     def receive(self, source: int | None, tag: int) -> tuple[int, bytes] | None:
-        """See :meth:`ControlPlane.receive` (one store round trip when nothing is waiting)."""
+        """See :meth:`ControlPlane.receive` (a local queue: no round trip)."""
         held = self._held.get(tag)
         if held:
             for i, (src, body) in enumerate(held):
                 if source is None or src == source:
                     del held[i]
                     return src, body
-        while True:
-            slot = self._next.get(tag, 1)
-            key = f"q/{self.rank}/{tag}/{slot}"
-            if not self._store.check([key]):
-                return None
-            raw = self._store.get(key)
-            self._store.delete_key(key)
-            self._next[tag] = slot + 1
-            src = _SRC.unpack_from(raw)[0]
-            body = bytearray(raw[_SRC.size:])
+        inbox = self._inbox.get(tag)
+        if inbox is None:
+            inbox = self._inbox[tag] = collections.deque()
+            slot = [1]
+            thread = threading.Thread(target=self._wait_loop, args=(tag, inbox, slot),
+                                      name=f"hvdcore-gloo-inbox-{tag}", daemon=True)
+            self._waiters[tag] = (thread, slot)
+            thread.start()
+        while inbox:
+            src, body = inbox.popleft()
             if source is None or src == source:
                 return src, body
             self._held.setdefault(tag, []).append((src, body))
+        return None
 
     def start_round(self, send: bytearray, recv: bytearray) -> _Round:
         """See :meth:`ControlPlane.start_round` (the uint64 words as int64: same bits)."""
@@ -138,7 +165,12 @@ class GlooControlPlane:
                 pass
 
     def close(self) -> None:
-        """See :meth:`ControlPlane.close` (the groups go with the default group)."""
+        """See :meth:`ControlPlane.close`: the waiters end (the groups go with the default
+        group). Called after the engine stopped: no message is in flight any more."""
+        for tag, (thread, slot) in self._waiters.items():
+            self._store.set(f"q/{self.rank}/{tag}/{slot[0]}", _CLOSE)
+            thread.join(timeout=10)
+        self._waiters.clear()
         self._round_tensors = None
         self._round_key = None
 
