@@ -5,6 +5,9 @@ up the torch planes and TF CPU tensors reach the engine's Gloo plane through DLP
 NumPy copy), eagerly and through ``tf.py_function`` in graphs; this is the same code path GPU
 tensors take to NCCL (which needs a GPU: not run here). The TF programs the host path is tested
 with run again, against the same references.
+
+Issue 62: these jobs run on the Gloo controller (``hvdcorerun --gloo``, no MPI in the job), so
+the TensorFlow and Keras programs are also checked against their references there.
 """
 
 from __future__ import annotations
@@ -12,11 +15,11 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from conftest import program, run_mpi
+from conftest import launch, program
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.tensorflow, pytest.mark.torch, pytest.mark.mpi]
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
 
 GLOO = {"HVDCORE_CPU_OPERATIONS": "gloo"}
 
@@ -30,20 +33,20 @@ def _assert_ok(proc, marker: str, np: int) -> None:  # type: ignore[no-untyped-d
 @pytest.mark.parametrize("np", [2, 3])
 def test_tf_collectives_on_the_gloo_plane(np: int, shared_launch) -> None:
     # one launch with tensorflow_semantics.py (SHARED_LAUNCHES in conftest.py)
-    proc = shared_launch("tf", np, GLOO)
+    proc = shared_launch("tf", np, GLOO, controller="gloo")
     _assert_ok(proc, "TF-COLLECTIVES-OK", np)
     assert proc.stdout.count("CPU tensors: dlpack->gloo") == np, proc.stdout[-3000:]
 
 
 def test_tf_semantics_on_the_gloo_plane(shared_launch) -> None:
-    proc = shared_launch("tf", 3, GLOO)
+    proc = shared_launch("tf", 3, GLOO, controller="gloo")
     _assert_ok(proc, "TF-SEMANTICS-OK", 3)
 
 
 def test_tf_parity_on_the_gloo_plane(shared_launch) -> None:
     """Issue 52's TF checks (tests/programs/tensorflow_parity.py: scaling bit for bit, every
     dtype, TF1 graphs, IndexedSlices, in-place broadcasts) with CPU tensors on Gloo (DLPack)."""
-    proc = shared_launch("tf", 3, GLOO)
+    proc = shared_launch("tf", 3, GLOO, controller="gloo")
     _assert_ok(proc, "TF-PARITY-OK", 3)
 
 
@@ -54,5 +57,6 @@ def test_keras_fit_on_the_gloo_plane_matches_single_process(flavour: str, tmp_pa
         if importlib.util.find_spec("tf_keras") is None:
             pytest.skip("tf-keras is not installed (pip install --no-deps tf-keras)")
         env["TF_USE_LEGACY_KERAS"] = "1"
-    proc = run_mpi(2, [program("tensorflow_keras_fit.py"), str(tmp_path)], env=env, timeout=400)
+    proc = launch("gloo", 2, [program("tensorflow_keras_fit.py"), str(tmp_path)], env=env,
+                  timeout=400)
     _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", 2)
