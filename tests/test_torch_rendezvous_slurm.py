@@ -59,3 +59,24 @@ def test_engine_gloo_plane_across_two_nodes(cluster: SlurmCluster) -> None:
     described = [ln for ln in out.splitlines() if "rendezvous tcp://" in ln]
     assert described and all("tcp://127." not in ln and "ranks on 2 hosts" in ln
                               for ln in described), out[-4000:]
+
+
+def test_srun_without_mpi_runs_on_the_gloo_controller(cluster: SlurmCluster) -> None:
+    """Issue 62: a plain ``srun --mpi=none`` on 2 nodes (no PMI, no MPI in the job): every
+    rank takes the Gloo controller from Slurm's variables, meets rank 0's store on the step's
+    first node (its NodeAddr, from scontrol) and reduces exactly."""
+    cmd = ["srun", "-N2", "-n4", "--mpi=none", "--kill-on-bad-exit=1",
+           sys.executable, program("gloo_job.py"), "ok"]
+    env = {k: v for k, v in cluster.env(mpi_env()).items()
+           if k not in ("HVDCORE_CONTROLLER", "MASTER_ADDR", "MASTER_PORT")}
+    try:
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd)} did not finish in 240 s\n{exc.stdout!r}\n{exc.stderr!r}")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    lines = sorted(ln for ln in res.stdout.splitlines() if ln.startswith("gloo-job"))
+    assert [ln.split()[1] for ln in lines] == [f"rank={r}" for r in range(4)], out[-4000:]
+    assert all("size=4 controller=gloo" in ln and "mpi4py=False OK" in ln for ln in lines), lines
+    # the fake nodes share a host name: SLURM_NODEID tells them apart, as under MPI
+    assert [ln.split()[4] for ln in lines] == ["local=0/2", "local=1/2"] * 2, lines

@@ -125,9 +125,9 @@ def _check_in(store: Any, info: gloo_env.LaunchInfo, timeout: float) -> None:
                 f"{info.size}; start every rank with the same size")
 
 
-def _layout(info: gloo_env.LaunchInfo, hosts: list[str]) -> tuple[int, int, int, int]:
+def _layout(info: gloo_env.LaunchInfo, hosts: list[Any]) -> tuple[int, int, int, int]:
     """(local rank, local size, cross rank, cross size): the launcher's when it gave all four,
-    else from the hosts' names, as MPI's shared-memory split would make them."""
+    else from each rank's node (``hosts``), as MPI's shared-memory split would make them."""
     given = (info.local_rank, info.local_size, info.cross_rank, info.cross_size)
     if all(v is not None for v in given):
         return given  # type: ignore[return-value]
@@ -195,7 +195,9 @@ class GlooController:
         data = dist.new_group(everyone, backend="gloo")
         misc = dist.new_group(everyone, backend="gloo")
         world = GlooWorld(info.rank, info.size, misc)
-        layout = _layout(info, world.allgather(socket.gethostname()))
+        # a node is a host name and, under Slurm, a node id (as the MPI controller's layout)
+        node = (socket.gethostname(), os.environ.get("SLURM_NODEID", ""))
+        layout = _layout(info, world.allgather(node))
         prefix = f"hvdcore/{_generation}/ctl/"
 
         def connect() -> Any:  # a waiter thread's own connection to the same store

@@ -18,6 +18,9 @@ Read in this order (the first that applies wins):
 from __future__ import annotations
 
 import re
+import shutil
+import socket
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -76,6 +79,27 @@ def expand_hostlist(text: str) -> list[str]:
     return hosts
 
 
+def node_address(name: str) -> str:
+    """``name`` if it resolves, else the node's ``NodeAddr`` from ``scontrol`` (Slurm node
+    names need not be host names), else ``name`` (the store's error will name it)."""
+    try:
+        socket.getaddrinfo(name, None)
+        return name
+    except OSError:
+        pass
+    scontrol = shutil.which("scontrol")
+    if scontrol:
+        try:
+            out = subprocess.run([scontrol, "show", "node", "-o", name], capture_output=True,
+                                 text=True, timeout=20).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        m = re.search(r"\bNodeAddr=(\S+)", out)
+        if m:
+            return m.group(1)
+    return name
+
+
 def _port(env: Mapping[str, str], name: str) -> int:
     port = _int(env, name)
     if port is None or not 0 < port < 65536:
@@ -113,7 +137,7 @@ def read(env: Mapping[str, str]) -> LaunchInfo:
             if not hosts:
                 raise ConfigError("srun started this rank but neither SLURM_STEP_NODELIST nor "
                                   "MASTER_ADDR names the node of rank 0")
-            addr, source = hosts[0], "the first node of SLURM_STEP_NODELIST"
+            addr, source = node_address(hosts[0]), "the first node of SLURM_STEP_NODELIST"
         if env.get("MASTER_PORT"):
             port, source = _port(env, "MASTER_PORT"), source + ", MASTER_PORT"
         else:
