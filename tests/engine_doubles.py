@@ -25,6 +25,7 @@ import numpy as np
 
 from hvdcore import config
 from hvdcore.backends import round_wire
+from hvdcore.backends.base import HOST_MPI, PLAIN
 from hvdcore.engine.executor import SetState
 
 _NP_OPS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multiply}
@@ -56,6 +57,9 @@ class FakeBackend:
     sum over a set of n ranks is n times this rank's tensor, and at one rank it is a copy.
     ``fail_next(n, exc)`` makes the next n collectives raise ``exc`` before touching ``out``.
     """
+
+    capabilities = PLAIN
+    routes = 0
 
     def __init__(self, name: str = "fake", reduces_float16: bool = False,
                  peer: Callable[[np.ndarray], np.ndarray] | None = None,
@@ -278,6 +282,7 @@ class DirectBackend(FakeBackend):
     ``direct = False`` (then ``routes += 1``) makes it say no, as the hierarchical plane does
     for a size it takes."""
 
+    capabilities = HOST_MPI
     routes = 0
 
     def __init__(self, **kw: Any) -> None:
@@ -312,6 +317,11 @@ class _SteadyDouble:
         if round_wire.data_may_run(recv, tail, lists_done):
             return round_wire.DONE
         return round_wire.NOT_READY
+
+    def bind_round(self, send: bytearray, recv: bytearray, tail: bytes) -> None:
+        """None, as a compiled module built without it: the doubles' plane tensors take the
+        general route (their round alone is tested on real MPI)."""
+        return None
 
     def bind(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any, dtype: Any,
              op: str) -> Callable[..., Any]:

@@ -7,7 +7,6 @@ programs with thread progress, 1-3 ranks); this file checks how jobs start and f
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys

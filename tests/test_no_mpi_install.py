@@ -52,9 +52,10 @@ def _maps(out: str, np: int) -> None:
     assert lines == [f"MAPS rank={r} libmpi=False mpi4py=False" for r in range(np)], out[-3000:]
 
 
-def _run(cmd: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _run(cmd: list[str], timeout: float = 300, cwd: Path = ROOT
+         ) -> subprocess.CompletedProcess[str]:
     res = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout,
-                         cwd=ROOT)
+                         cwd=cwd)
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     return res
 
@@ -88,10 +89,10 @@ def test_torch_mnist_under_hvdcorerun_gloo_and_torchrun_without_mpi(nompi: Path)
 
 
 @pytest.mark.tensorflow
-def test_keras_mnist_under_hvdcorerun_gloo_without_mpi(nompi: Path) -> None:
+def test_keras_mnist_under_hvdcorerun_gloo_without_mpi(nompi: Path, tmp_path: Path) -> None:
     example = str(ROOT / "examples" / "keras_mnist.py")
     res = _run([str(nompi), "-m", "hvdcore.runner", "--gloo", "-np", "2", str(nompi),
                 program("maps_probe.py"), example, "--epochs", "1", "--train-samples", "2048",
-                "--test-samples", "512"], timeout=400)
+                "--test-samples", "512"], timeout=400, cwd=tmp_path)  # (its checkpoints/)
     _maps(res.stdout, 2)
     assert "accuracy" in res.stdout, res.stdout[-3000:]

@@ -1,14 +1,15 @@
 """The two protocols below the engine.
 
 :class:`Backend` is the data plane: the collectives that move tensor bytes, one implementation
-per transport (MPI for host memory; a binding registers more, such as torch.distributed
-Gloo/NCCL). :class:`ControlPlane` is how the ranks'
-engines agree on what to run; it is always MPI. The engine imports neither mpi4py nor a
-framework: everything it does between ranks goes through these two.
+per transport (MPI or Gloo for host memory; a binding registers more, such as torch.distributed
+Gloo/NCCL). :class:`ControlPlane` is how the ranks' engines agree on what to run: MPI or Gloo,
+whichever controller formed the job (:mod:`hvdcore.controllers`). The engine imports neither
+mpi4py nor a framework: everything it does between ranks goes through these two.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -53,6 +54,29 @@ class DeviceBuffer:
         return f"DeviceBuffer({self.device}, {self.dtype}, {list(self.shape)})"
 
 
+@dataclass(frozen=True)
+class PlaneCapabilities:
+    """What a data plane declares beyond the :class:`Backend` protocol's collectives; the
+    engine asks these, never ``getattr``.
+
+    ``direct_allreduce``: the plane has ``direct_allreduce(pset, nbytes) -> (comm, ops) | None``
+    (its allreduce of ``nbytes`` is one MPI call the steady path may make itself) and
+    ``pooled(nbytes)`` (whether :meth:`Backend.result_block` of that size is pooled memory);
+    its ``routes`` counter changes whenever the first answer may change.
+    ``bound_allreduce``: the plane has ``bound_allreduce(pset, op, post, dtype, shape)``, the
+    allreduce of one cached tensor bound once (``call(buf, out) -> result``, or None).
+    """
+
+    direct_allreduce: bool = False
+    bound_allreduce: bool = False
+
+
+HOST_MPI = PlaneCapabilities(direct_allreduce=True)
+"""The MPI host plane's: the steady path may make its allreduce itself."""
+PLAIN = PlaneCapabilities()
+"""A plane with the protocol's collectives only."""
+
+
 class Backend(Protocol):
     """A data plane: collectives on contiguous buffers of one device kind, over the group of
     ranks of a process set, plus the buffer operations the engine's executor needs to build
@@ -72,15 +96,17 @@ class Backend(Protocol):
     """Names timeline spans (``MPI_ALLREDUCE``, ``GLOO_ALLREDUCE``, ``NCCL_ALLREDUCE``)."""
     reduces_float16: bool
     """False when float16 must be reduced in a float32 buffer (MPI has no half type)."""
+    capabilities: PlaneCapabilities
+    """What the plane offers beyond these methods (see :class:`PlaneCapabilities`)."""
+    routes: int
+    """Changes whenever what ``direct_allreduce`` answers may change (0 where it never does)."""
 
     def allreduce(self, pset: Any, buf: Any, out: Any, op: str) -> None:
         """Reduce ``buf`` element-wise across ranks into ``out`` (``out is buf``: in place).
 
-        ``op`` is one of "sum", "min", "max", "prod". A backend may also offer
-        ``bound_allreduce(pset, op, post, dtype, shape)``: this call for one cached tensor,
-        bound once (``call(buf, out) -> result``, ``out`` None for a new result, scaled by
-        ``post``), or None; the engine's steady route calls it for a data plane's tensor
-        (see ``hvdcore.torch.backends.TorchBackend.bound_allreduce``).
+        ``op`` is one of "sum", "min", "max", "prod". A plane whose
+        :attr:`capabilities` declare ``bound_allreduce`` also offers this call for one cached
+        tensor bound once (see ``hvdcore.torch.backends.TorchBackend.bound_allreduce``).
         """
 
     def allgatherv(self, pset: Any, buf: Any, out: Any, counts: list[int]) -> None:
@@ -149,9 +175,9 @@ class ControlPlane(Protocol):
     """How the engines of a job talk to each other (never the tensors themselves).
 
     Announcements to the coordinator, its ordered response lists, the response cache's
-    rounds, communicators for new process sets, and ending the job. Only MPI implements it
-    (:class:`~hvdcore.backends.mpi_control.MPIControlPlane`): whatever moves the data, the
-    agreement between ranks always goes over MPI.
+    rounds, communicators for new process sets, and ending the job. Implementations:
+    :class:`~hvdcore.backends.mpi_control.MPIControlPlane` and the Gloo controller's
+    :class:`~hvdcore.controllers.gloo_control.GlooControlPlane`.
     """
 
     rank: int

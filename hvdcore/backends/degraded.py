@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from hvdcore import errors
+from hvdcore.backends.base import PLAIN
 
 __all__ = ["ENV_VAR", "DataPathFault", "DegradedBackend", "parse", "wrap_from_env"]
 
@@ -157,10 +158,9 @@ class DegradedBackend:
     def barrier(self, pset: Any) -> None:
         self.inner.barrier(pset)
 
-    def direct_allreduce(self, pset: Any, nbytes: int) -> None:
-        """Never: this allreduce is more than the wrapped one's MPI call, so the steady path
-        (which would make that call itself) must go through :meth:`allreduce`."""
-        return None
+    #: No direct call: this allreduce is more than the wrapped one's MPI call, so the steady
+    #: path (which would make that call itself) must go through :meth:`allreduce`.
+    capabilities = PLAIN
 
     def __getattr__(self, attr: str) -> Any:
         # buffer operations and the rest of the protocol are the wrapped backend's own

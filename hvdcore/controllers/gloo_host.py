@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hvdcore.backends.base import PLAIN
 from hvdcore.backends.host_buffers import HostBuffers
 
 __all__ = ["GlooHostBackend"]
@@ -44,7 +45,8 @@ class GlooHostBackend(HostBuffers):
 
     name = "gloo"
     reduces_float16 = False  # as the MPI host plane: float16 sums in float32, rounded once
-    routes = 0  # no direct call for the steady path (that is MPI's compiled call)
+    capabilities = PLAIN  # no direct call for the steady path (that is MPI's compiled call)
+    routes = 0
 
     def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """See :meth:`Backend.allreduce`."""

@@ -59,9 +59,9 @@ class RoundChannel:
         #: its caller sets this before making it).
         self.offered: list[int] = []
         self.request: Any = None  # the round in flight (an object with ``Test()``), or None
-        make = getattr(plane, "steady_calls", None)
-        #: The control plane's steady calls (compiled where they can be: HVDCORE_HOTPATH).
-        self.calls = make(_ROUND_SPIN_S, hotpath) if make else None
+        #: The control plane's steady calls (compiled where they can be: HVDCORE_HOTPATH), or
+        #: None where the plane has none (the Gloo controller's).
+        self.calls = plane.steady_calls(_ROUND_SPIN_S, hotpath)
 
     def post(self, lists: int, flags: int, hits: list[int], invalid: Iterable[int]) -> None:
         """Post a round offering ``hits`` (and dropping ``invalid``)."""
@@ -96,8 +96,9 @@ class RoundChannel:
         """The round of a steady call alone, offering ``cids``, for a data call the caller
         makes itself (a data plane's tensor); None when the control plane has none."""
         calls = self.calls
-        bind = getattr(calls, "bind_round", None)
-        return None if bind is None else bind(self._send, self._recv, self._vector.tail(cids))
+        if calls is None:
+            return None
+        return calls.bind_round(self._send, self._recv, self._vector.tail(cids))
 
     def bind(self, cids: list[int], comm: Any, dtype: np.dtype, op: Any, batch: bool = False
              ) -> tuple[Callable[..., Any], Callable[..., Any] | None] | None:

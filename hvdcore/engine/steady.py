@@ -170,11 +170,12 @@ class SteadyPath:
         """Keep what the steady call needs for ``cid``, when its data call is one direct MPI
         allreduce (the backend says; the executor's plan passes the tensor as it is)."""
         host = self.host
-        direct = getattr(host.backend, "direct_allreduce", None)
-        plan = host.direct_plan(resp, self.world)
-        if direct is None or plan is None or arr.size > _INT32_MAX:
+        if not host.backend.capabilities.direct_allreduce:
             return
-        got = direct(self.world, arr.nbytes)
+        plan = host.direct_plan(resp, self.world)
+        if plan is None or arr.size > _INT32_MAX:
+            return
+        got = host.backend.direct_allreduce(self.world, arr.nbytes)
         if got is None:
             return
         comm, ops = got
@@ -206,9 +207,9 @@ class SteadyPath:
         bind its allreduce (``bound_allreduce``: torch.distributed's process-group call):
         ``call(tensor, out) -> result``, the same data call, scaling and result; else None.
         Valid while the engine is idle (no timeline), as the steady calls that use it are."""
-        bind = getattr(executor.backend, "bound_allreduce", None)
-        if bind is None:
+        if not executor.backend.capabilities.bound_allreduce:
             return None
+        bind = executor.backend.bound_allreduce
         plan = executor.direct_plan(resp, self.world)
         if plan is None:
             return None

@@ -140,10 +140,12 @@ class SteadyBatches:
         if len(resps) != 1:
             return None
         resp = resps[0]
-        plan = host.direct_plan(resp, world)
-        direct = getattr(host.backend, "direct_allreduce", None)
-        if plan is None or direct is None:
+        if not host.backend.capabilities.direct_allreduce:
             return None
+        plan = host.direct_plan(resp, world)
+        if plan is None:
+            return None
+        direct = host.backend.direct_allreduce
         dtype, op, post = plan
         scale = (0 if post == 1.0 else 1 if dtype == np.float32 else 2 if dtype == np.float64
                  else -1)

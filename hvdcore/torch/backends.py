@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from hvdcore.backends.base import displacements
+from hvdcore.backends.base import PLAIN, PlaneCapabilities, displacements
 from hvdcore.backends.pool import ResultPool
 
 __all__ = ["TorchBackend", "CudaAwareMPIBackend", "TORCH_DTYPES"]
@@ -59,6 +59,8 @@ class TorchBackend:
     """
 
     reduces_float16 = True
+    capabilities = PlaneCapabilities(bound_allreduce=True)
+    routes = 0
 
     def __init__(self, name: str, device: torch.device, group_backend: str | None = None
                  ) -> None:
@@ -290,6 +292,7 @@ class CudaAwareMPIBackend(TorchBackend):
     """
 
     reduces_float16 = False  # MPI has no half type: float16 is reduced in float32
+    capabilities = PLAIN  # its allreduce is MPI's: no process-group call to bind
 
     def __init__(self, name: str, device: torch.device) -> None:
         super().__init__(name, device)
@@ -315,11 +318,6 @@ class CudaAwareMPIBackend(TorchBackend):
 
     def _bytes(self, t: torch.Tensor) -> Any:
         return self._buf(t.reshape(-1).view(torch.uint8))
-
-    def bound_allreduce(self, pset: Any, op: str, post: float, dtype: np.dtype,
-                        shape: tuple[int, ...]) -> None:
-        """None: this plane's allreduce is MPI's, with no process-group call to bind."""
-        return None
 
     def allreduce(self, pset: Any, buf: torch.Tensor, out: torch.Tensor, op: str) -> None:
         """See :meth:`Backend.allreduce`."""
