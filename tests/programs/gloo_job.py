@@ -21,7 +21,8 @@ if sys.argv[1:] == ["die"]:
     for _ in range(600):  # the others keep calling until the job ends them
         hvd.allreduce(x, name="x")
         time.sleep(0.05)
-print(f"gloo-job rank={r} size={n} controller={hvd.basics.controller()} "
-      f"local={hvd.local_rank()}/{hvd.local_size()} mpi4py={'mpi4py' in sys.modules} OK",
-      flush=True)
+# one write: ranks that share a terminal (torchrun, srun) never split each other's line
+os.write(1, (f"gloo-job rank={r} size={n} controller={hvd.basics.controller()} "
+             f"local={hvd.local_rank()}/{hvd.local_size()} "
+             f"mpi4py={'mpi4py' in sys.modules} OK\n").encode())
 hvd.shutdown()
