@@ -44,6 +44,7 @@ napoleon_numpy_docstring = False
 html_theme = "furo"
 html_title = f"hvdcore {release}"
 html_static_path = ["_static"]
+html_css_files = ["hvdcore.css"]  # wide tables: a scrolling frame with the first column fixed
 html_last_updated_fmt = "%Y-%m-%d"
 # Nothing from the network: furo's fonts are system fonts already; no analytics, no CDN.
 html_theme_options = {"navigation_with_keys": True}

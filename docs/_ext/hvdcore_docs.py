@@ -1,11 +1,11 @@
 """Sphinx directives that render hvdcore's own tables from the code, so the manual cannot drift.
 
-- ``{hvdcore-knobs}``: every knob of :data:`hvdcore.config.KNOBS` (variable, Horovod alias,
-  ``hvdcorerun`` flag, type, default, meaning).
+- ``{hvdcore-knobs}``: every knob of :data:`hvdcore.config.KNOBS`, as a definition list
+  (variable; meaning; type, default, Horovod alias, ``hvdcorerun`` flag).
 - ``{hvdcore-runner-options}``: every option of ``hvdcorerun``'s argparse parser, group by group.
 
 Both generate Markdown and hand it to the page's own parser (MyST), so the result is styled like
-any hand-written table.
+any hand-written list or table.
 """
 
 from __future__ import annotations
@@ -25,20 +25,23 @@ def _cell(text: str) -> str:
 
 
 def knob_rows(include_internal: bool = False) -> list[str]:
-    """Markdown table of the knobs (internal ones only when asked)."""
+    """Markdown definition list of the knobs (internal ones only when asked): the variable as
+    the term, then its meaning, then one line of facts (alias, flag, type, default). A list,
+    not a six-column table, so that it reads in the content column of any screen."""
     from hvdcore.config import KNOBS
 
-    rows = ["| Variable | Horovod alias | `hvdcorerun` flag | Type | Default | Meaning |",
-            "|---|---|---|---|---|---|"]
+    rows: list[str] = []
     for k in KNOBS:
         if k.internal and not include_internal:
             continue
         default = repr(k.default) if k.default != "" else "(unset)"
         kind = k.kind + (f": {'/'.join(k.choices)}" if k.choices else "")
-        rows.append(
-            f"| `{k.env}` | {f'`{k.alias}`' if k.alias else '—'} | "
-            f"{f'`{k.cli_flag}`' if k.cli_flag else '—'} | {_cell(kind)} | `{_cell(default)}` | "
-            f"{_cell(k.help)} |")
+        facts = [f"Type: {_cell(kind)}", f"default: `{_cell(default)}`"]
+        if k.alias:
+            facts.append(f"Horovod alias: `{k.alias}`")
+        if k.cli_flag:
+            facts.append(f"`hvdcorerun` flag: `{k.cli_flag}`")
+        rows += [f"`{k.env}`", f": {_cell(k.help)}", "", "  " + "; ".join(facts) + ".", ""]
     return rows
 
 
@@ -80,7 +83,7 @@ class _MarkdownTable(SphinxDirective):
 
 
 class KnobsDirective(_MarkdownTable):
-    """The knob table (``:internal:`` adds the launcher's and tests' own knobs)."""
+    """The knob list (``:internal:`` adds the launcher's and tests' own knobs)."""
 
     option_spec = {"internal": lambda arg: True}
 
