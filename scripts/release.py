@@ -252,11 +252,18 @@ def verify(version: str | None = None, outdir: Path | None = None,
     if problems and rebuilt["tools"] != record["tools"]:
         problems.append(f"built with {rebuilt['tools']}, the record says {record['tools']} "
                         "(other build tools can give other bytes)")
-    for ec in sorted((root / "easyconfigs" / "h" / "hvdcore").glob(f"hvdcore-{version}-*.eb")):
+    problems += checksum_mismatches(version, rebuilt["sdist"]["sha256"],
+                                    root / "easyconfigs" / "h" / "hvdcore")
+    return problems
+
+
+def checksum_mismatches(version: str, digest: str, easyconfigs: Path = EASYCONFIGS) -> list[str]:
+    """One line per ``hvdcore-VERSION-*.eb`` whose checksums are not ``[digest]``."""
+    problems = []
+    for ec in sorted(easyconfigs.glob(f"hvdcore-{version}-*.eb")):
         found = CHECKSUM_LINE.findall(ec.read_text())
-        if found != [rebuilt["sdist"]["sha256"]]:
-            problems.append(f"{ec.name}: checksums {found}, the rebuilt sdist's sha256 is "
-                            f"{rebuilt['sdist']['sha256']}")
+        if found != [digest]:
+            problems.append(f"{ec.name}: checksums {found}, the sdist's sha256 is {digest}")
     return problems
 
 
