@@ -3,6 +3,7 @@
 - ``{hvdcore-knobs}``: every knob of :data:`hvdcore.config.KNOBS`, as a definition list
   (variable; meaning; type, default, Horovod alias, ``hvdcorerun`` flag).
 - ``{hvdcore-runner-options}``: every option of ``hvdcorerun``'s argparse parser, group by group.
+- the source pages' ``[docs]`` links fixed where viewcode gets their module wrong.
 
 Both generate Markdown and hand it to the page's own parser (MyST), so the result is styled like
 any hand-written list or table.
@@ -11,6 +12,7 @@ any hand-written list or table.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from docutils import nodes
@@ -98,8 +100,37 @@ class RunnerOptionsDirective(_MarkdownTable):
         return runner_rows()
 
 
+def fix_source_backlinks(app: Sphinx, pagename: str, templatename: str,
+                         context: dict[str, Any], doctree: Any) -> None:
+    """Point a source page's ``[docs]`` links at the objects as documented.
+
+    ``sphinx.ext.viewcode`` prefixes every backlink of a module's source page with the first
+    module name an object of that module was documented under: ``hvdcore`` for
+    ``hvdcore/capabilities.py`` (its ``mpi_built`` is documented as ``hvdcore.mpi_built``), which
+    makes ``api.html#hvdcore.Capability`` of ``hvdcore.capabilities.Capability``, an anchor that
+    does not exist. A backlink whose target is not a documented object, where the module's own
+    name gives one, gets that name."""
+    if not pagename.startswith("_modules/") or "body" not in context:
+        return
+    modname = pagename.removeprefix("_modules/").replace("/", ".")
+    entry = getattr(app.env, "_viewcode_modules", {}).get(modname)
+    if not entry or entry[3] == modname:
+        return
+    refname, objects = entry[3], app.env.get_domain("py").objects
+
+    def fix(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if f"{refname}.{name}" in objects or f"{modname}.{name}" not in objects:
+            return m.group(0)
+        return f'href="{m.group(1)}#{modname}.{name}"'
+
+    context["body"] = re.sub(rf'href="([^"#]*)#{re.escape(refname)}\.([\w.]+)"', fix,
+                             context["body"])
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
-    """Register the directives."""
+    """Register the directives and the source pages' backlink fix."""
     app.add_directive("hvdcore-knobs", KnobsDirective)
     app.add_directive("hvdcore-runner-options", RunnerOptionsDirective)
+    app.connect("html-page-context", fix_source_backlinks)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
