@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,40 @@ def test_no_link_inside_the_manual_is_dead(site: Path) -> None:
                     url.fragment) not in ids.get(target.relative_to(site.resolve()), set()):
                 dead.append(f"{page}: {href} (no such anchor)")
     assert not dead, "dead links:\n" + "\n".join(dead)
+
+
+def _api_text(site: Path) -> str:
+    """The API page's visible text, a framework's type named alike whether autodoc had the
+    framework (``Tensor``) or stood in for it (``torch.Tensor``)."""
+    text = _text(site / "reference" / "api.html")
+    text = re.sub(r"\b(?:torch|tensorflow)\.(?:[a-z_]+\.)*([A-Z]\w*)", r"\1", text)
+    return re.sub(r"\s*([\[\],])\s*", r"\1", " ".join(text.split()))  # (tags were spaces)
+
+
+@pytest.mark.slow
+def test_the_manual_builds_from_the_docs_extra_alone(site: Path, tmp_path: Path) -> None:
+    """What a docs host does: a fresh venv with ``pip install .[docs]`` and nothing else (no
+    torch, no TensorFlow), then ``sphinx-build -W``; its API page says what the full build's
+    says (the same objects, signatures and text)."""
+    src = tmp_path / "src"  # pip builds in the tree: a copy, so the checkout gets no build/
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "_build", "__pycache__", "*.so",
+        ".pytest_cache", ".ruff_cache", ".mypy_cache"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = str(venv / "bin" / "python")
+    pip = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                          f"{src}[docs]"], capture_output=True, text=True, timeout=900,
+                         check=False)
+    assert pip.returncode == 0, pip.stderr[-4000:]
+    for framework in ("torch", "tensorflow", "keras"):  # the point: the extra alone
+        probe = subprocess.run([py, "-c", f"import {framework}"], capture_output=True,
+                               timeout=60, check=False)
+        assert probe.returncode != 0, f"{framework} got into the docs-only venv"
+    out = tmp_path / "html"
+    build = subprocess.run(
+        [py, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "-d",
+         str(tmp_path / "doctrees"), str(src / "docs"), str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert build.returncode == 0, f"{build.stdout[-3000:]}\n{build.stderr[-6000:]}"
+    assert _api_text(out) == _api_text(site)

@@ -3,7 +3,8 @@
 - ``{hvdcore-knobs}``: every knob of :data:`hvdcore.config.KNOBS`, as a definition list
   (variable; meaning; type, default, Horovod alias, ``hvdcorerun`` flag).
 - ``{hvdcore-runner-options}``: every option of ``hvdcorerun``'s argparse parser, group by group.
-- the source pages' ``[docs]`` links fixed where viewcode gets their module wrong.
+- the source pages' ``[docs]`` links fixed where viewcode gets their module wrong;
+- autodoc hooks that make a build with mocked frameworks render the API as the full build does.
 
 Both generate Markdown and hand it to the page's own parser (MyST), so the result is styled like
 any hand-written list or table.
@@ -128,8 +129,39 @@ def fix_source_backlinks(app: Sphinx, pagename: str, templatename: str,
                              context["body"])
 
 
+def own_init_signature(app: Sphinx, what: str, name: str, obj: Any, options: Any,
+                       signature: str | None, return_annotation: str | None) -> Any:
+    """A class whose base autodoc stands in for (``autodoc_mock_imports``: TensorFlow on a docs
+    host without it) shows ``(*args, **kwargs)``, the stand-in's own ``__new__``; give it the
+    signature of the class's own ``__init__``, defaults as written, as with the real base."""
+    if what != "class" or signature != "(*args, **kwargs)" or "__init__" not in vars(obj):
+        return None
+    from sphinx.util.inspect import signature as sphinx_signature
+    from sphinx.util.inspect import stringify_signature
+
+    init = obj.__init__
+    if app.config.autodoc_preserve_defaults:
+        from sphinx.ext.autodoc.preserve_defaults import update_defvalue
+
+        update_defvalue(app, init, False)
+    sig = sphinx_signature(init, bound_method=True)
+    return stringify_signature(sig, show_annotation=False), return_annotation
+
+
+def skip_borrowed_docstrings(app: Sphinx, what: str, name: str, obj: Any, skip: bool,
+                             options: Any) -> bool | None:
+    """Leave out a method that has no docstring of its own: autodoc would show its framework
+    base's text (Keras's "Subclasses should override ..."), which is not hvdcore's, and which a
+    build without that framework cannot show at all."""
+    if what == "class" and callable(obj) and getattr(obj, "__doc__", "") is None:
+        return True
+    return None
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
-    """Register the directives and the source pages' backlink fix."""
+    """Register the directives, the source pages' backlink fix and the autodoc hooks."""
+    app.connect("autodoc-process-signature", own_init_signature)
+    app.connect("autodoc-skip-member", skip_borrowed_docstrings)
     app.add_directive("hvdcore-knobs", KnobsDirective)
     app.add_directive("hvdcore-runner-options", RunnerOptionsDirective)
     app.connect("html-page-context", fix_source_backlinks)
