@@ -87,6 +87,15 @@ def test_every_page_is_built_and_none_is_a_stub(site: Path) -> None:
         assert "(Being written.)" not in _text(page), f"{rel} is still a stub"
 
 
+def test_release_notes_are_the_changelog(site: Path) -> None:
+    """The release-notes page includes CHANGELOG.md: every release section is on it."""
+    versions = re.findall(r"^## \[(\d[^\]]*)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert versions, "CHANGELOG.md has no release section"
+    text = _text(site / "release-notes.html")
+    missing = [v for v in versions if v not in text]
+    assert not missing, f"releases missing from the release notes: {missing}"
+
+
 def test_readme_is_an_overview_opening_with_the_two_commands() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 120, f"README.md has {len(lines)} lines"
