@@ -11,6 +11,7 @@ fresh-machine commands and links only to pages that exist.
 from __future__ import annotations
 
 import html
+import inspect
 import re
 import shutil
 import subprocess
@@ -205,3 +206,23 @@ def test_the_manual_builds_from_the_docs_extra_alone(site: Path, tmp_path: Path)
         cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     assert build.returncode == 0, f"{build.stdout[-3000:]}\n{build.stderr[-6000:]}"
     assert _api_text(out) == _api_text(site)
+
+
+def test_public_functions_document_their_parameters() -> None:
+    """Every public function of ``hvdcore`` and ``hvdcore.torch`` that takes parameters has a
+    Google-style ``Args:`` section naming each one (what napoleon renders on the API page)."""
+    torch_binding = pytest.importorskip("hvdcore.torch")
+    import hvdcore
+
+    missing = []
+    for module in (hvdcore, torch_binding):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if not inspect.isfunction(obj):
+                continue
+            doc = obj.__doc__ or ""
+            args = doc.partition("Args:")[2]
+            for param in inspect.signature(obj).parameters:
+                if f"\n    {param}: " not in args:
+                    missing.append(f"{module.__name__}.{name}({param})")
+    assert not missing, f"parameters without a description: {missing}"
