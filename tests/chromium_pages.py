@@ -97,12 +97,16 @@ class Browser:
         self._buf = b""
         self._id = 0
         self._events: list[dict[str, Any]] = []
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target,
-                                 flatten=True)["sessionId"]
-        self.call("Page.enable", session=True)
-        self.call("Emulation.setDeviceMetricsOverride", session=True, width=width,
-                  height=height, deviceScaleFactor=1, mobile=False)
+        try:
+            target = self.call("Target.createTarget", url="about:blank")["targetId"]
+            self.session = self.call("Target.attachToTarget", targetId=target,
+                                     flatten=True)["sessionId"]
+            self.call("Page.enable", session=True)
+            self.call("Emulation.setDeviceMetricsOverride", session=True, width=width,
+                      height=height, deviceScaleFactor=1, mobile=False)
+        except BaseException:
+            self.close()  # a browser that did not come up is not left running
+            raise
 
     def _read(self, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buf:
