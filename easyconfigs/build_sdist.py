@@ -47,19 +47,21 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 EASYCONFIG_DIR = ROOT / "easyconfigs" / "h" / "hvdcore"
 # what goes into the sdist: the package, its metadata and the files pyproject.toml refers to
-_TREE_FILES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "MANIFEST.in", "setup.cfg")
+_TREE_FILES = (
+    "pyproject.toml", "setup.py", "README.md", "LICENSE", "CHANGELOG.md", "MANIFEST.in", "setup.cfg",
+)
 # the package, and the examples the easyconfigs install into share/hvdcore/examples
 _TREE_DIRS = ("hvdcore", "examples")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
 def project_version(root: Path = ROOT) -> str:
-    """The ``[project] version`` of ``pyproject.toml`` (the easyconfigs' ``version``)."""
-    text = (root / "pyproject.toml").read_text()
-    project = text.split("[project]", 1)[-1].split("\n[", 1)[0]
-    match = re.search(r'^version\s*=\s*"([^"]+)"', project, re.M)
+    """hvdcore's version: ``__version__`` in ``hvdcore/__init__.py``, the one version source
+    (``pyproject.toml`` reads it; the easyconfigs' ``version``)."""
+    path = root / "hvdcore" / "__init__.py"
+    match = re.search(r'^__version__ = "([^"]+)"$', path.read_text(), re.M)
     if match is None:
-        raise SystemExit(f"build_sdist: no [project] version in {root / 'pyproject.toml'}")
+        raise SystemExit(f"build_sdist: no __version__ = \"...\" line in {path}")
     return match.group(1)
 
 
@@ -84,11 +86,13 @@ def build_sdist(
     exclude: Sequence[str] = (),
     python: str = sys.executable,
     root: Path = ROOT,
+    mtime: int | None = None,
 ) -> Path:
     """Build ``hvdcore-<version>.tar.gz`` into ``outdir`` and return its path.
 
     ``exclude`` lists paths relative to the project root (e.g. ``hvdcore/torch``) to leave out.
     ``python`` must have setuptools>=64 (the build backend); no network access is needed.
+    ``mtime`` is every member's timestamp (see :func:`normalize_tarball`).
     """
     outdir = Path(outdir).resolve()
     outdir.mkdir(parents=True, exist_ok=True)
@@ -118,7 +122,7 @@ def build_sdist(
     expected = f"hvdcore-{project_version(root)}.tar.gz"
     if name != expected:
         raise SystemExit(f"build_sdist: built {name}, the easyconfigs expect {expected}")
-    normalize_tarball(path)
+    normalize_tarball(path, mtime)
     return path
 
 

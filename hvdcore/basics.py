@@ -15,6 +15,7 @@ from typing import Any
 
 from hvdcore import config as _config
 from hvdcore import errors, liveness
+from hvdcore.docstrings import INIT_ERRORS, INIT_RAISES, documented
 from hvdcore.engine import requests
 from hvdcore.engine.executor import SetState
 from hvdcore.engine.messages import SHUTDOWN
@@ -125,11 +126,9 @@ def _setup_logging(level: str, rank: int) -> None:
     log.propagate = False
 
 
+@documented(raises=INIT_ERRORS)
 def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> None:
     """Initialize hvdcore on every rank (a no-op when already initialized).
-
-    ``comm``: None (MPI_COMM_WORLD), a list of world ranks, or an mpi4py communicator.
-    ``process_sets``: ProcessSet objects to register now (same list on every rank).
 
     Example::
 
@@ -292,6 +291,7 @@ def controller() -> str:
     return st.formed.controller if st.formed is not None else "mpi"
 
 
+@documented(raises=INIT_RAISES)
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Start writing a Chrome-trace timeline (see HVDCORE_TIMELINE for file vs directory)."""
     st = _require()

@@ -35,6 +35,7 @@ from hvdcore.arguments import (
     resolve_op,
     scale_factor,
 )
+from hvdcore.docstrings import PROCESS_SET_RAISES, documented
 from hvdcore.engine import requests
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import (
@@ -92,18 +93,25 @@ def _allgather(tensors: Sequence[Any], name: str | None, process_set: Any,
     return requests.submit(st.engine, items, finalize, f"{label} '{base}'")
 
 
+@documented("allgather",
+            returns=("A handle: ``synchronize(handle)`` returns one gathered array per input, in"
+                     " order."))
 def grouped_allgather_async(tensors: Sequence[np.ndarray], name: str | None = None,
                             process_set: ProcessSet = global_process_set) -> Handle:
     """Start allgathers of several tensors; the handle yields a list."""
     return _allgather(tensors, name, process_set, list, "grouped_allgather")
 
 
+@documented("allgather", returns="A handle: ``synchronize(handle)`` returns the gathered array.")
 def allgather_async(tensor: np.ndarray, name: str | None = None,
                     process_set: ProcessSet = global_process_set) -> Handle:
     """Start an allgather; ``synchronize`` returns the concatenation along dimension 0."""
     return _allgather([tensor], name, process_set, requests.first, "allgather")
 
 
+@documented("allgather",
+            returns=("A new array: every rank's ``tensor`` concatenated along the first "
+                     "dimension, in rank order."))
 def allgather(tensor: np.ndarray, name: str | None = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenate every rank's tensor along the first dimension (sizes may differ).
@@ -113,6 +121,7 @@ def allgather(tensor: np.ndarray, name: str | None = None,
     return requests.blocking(_engine(), lambda: allgather_async(tensor, name, process_set))
 
 
+@documented("allgather", returns="One gathered array per input, in the order of ``tensors``.")
 def grouped_allgather(tensors: Sequence[np.ndarray], name: str | None = None,
                       process_set: ProcessSet = global_process_set) -> list[np.ndarray]:
     """Allgather each tensor of a list; returns a list."""
@@ -122,6 +131,9 @@ def grouped_allgather(tensors: Sequence[np.ndarray], name: str | None = None,
 
 # -- broadcast --------------------------------------------------------------------------------
 
+@documented("broadcast",
+            returns=("A handle: ``synchronize(handle)`` returns the root's array (``out`` when "
+                     "given)."))
 def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
                     process_set: ProcessSet = global_process_set,
                     out: np.ndarray | None = None) -> Handle:
@@ -141,6 +153,7 @@ def broadcast_async(tensor: np.ndarray, root_rank: int, name: str | None = None,
     return requests.submit(st.engine, [(meta, arr, out)], requests.first, f"broadcast '{nm}'")
 
 
+@documented("broadcast", returns="The root's array on every rank (``out`` when given).")
 def broadcast(tensor: np.ndarray, root_rank: int, name: str | None = None,
               process_set: ProcessSet = global_process_set,
               out: np.ndarray | None = None) -> np.ndarray:
@@ -154,6 +167,8 @@ def broadcast(tensor: np.ndarray, root_rank: int, name: str | None = None,
 
 # -- alltoall ---------------------------------------------------------------------------------
 
+@documented("alltoall",
+            returns="A handle: ``synchronize(handle)`` returns ``(output, received_splits)``.")
 def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = None,
                    process_set: ProcessSet = global_process_set) -> Handle:
     """Start an alltoall; ``synchronize`` returns ``(output, received_splits)``."""
@@ -172,6 +187,9 @@ def alltoall_async(tensor: np.ndarray, splits: Any = None, name: str | None = No
     return requests.submit(st.engine, [(meta, arr, None)], requests.first, f"alltoall '{nm}'")
 
 
+@documented("alltoall",
+            returns=("``(output, received_splits)``: the slices every rank sent to this one, "
+                     "concatenated in rank order, and how many came from each rank."))
 def alltoall(tensor: np.ndarray, splits: Any = None, name: str | None = None,
              process_set: ProcessSet = global_process_set) -> tuple[np.ndarray, np.ndarray]:
     """Send ``splits[i]`` rows of ``tensor`` to rank i; returns (received rows, received splits).
@@ -213,6 +231,8 @@ def _reducescatter(tensors: Sequence[Any], name: str | None, op: Any, process_se
     return requests.submit(st.engine, items, finalize, f"{label} '{base}'")
 
 
+@documented("reducescatter",
+            returns="A handle: ``synchronize(handle)`` returns the list of this rank's blocks.")
 def grouped_reducescatter_async(
     tensors: Sequence[np.ndarray], name: str | None = None, op: Any = ReduceOp.AVERAGE,
     process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
@@ -223,6 +243,8 @@ def grouped_reducescatter_async(
                           list, "grouped_reducescatter")
 
 
+@documented("reducescatter",
+            returns="A handle: ``synchronize(handle)`` returns this rank's block of the reduction.")
 def reducescatter_async(
     tensor: np.ndarray, name: str | None = None, op: Any = ReduceOp.AVERAGE,
     process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
@@ -233,6 +255,8 @@ def reducescatter_async(
                           requests.first, "reducescatter")
 
 
+@documented("reducescatter",
+            returns="This rank's block of the reduction along the first dimension.")
 def reducescatter(
     tensor: np.ndarray, name: str | None = None, op: Any = ReduceOp.AVERAGE,
     process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
@@ -248,6 +272,8 @@ def reducescatter(
         tensor, name, op, process_set, prescale_factor, postscale_factor))
 
 
+@documented("reducescatter",
+            returns="This rank's block of each reduction, in the order of ``tensors``.")
 def grouped_reducescatter(
     tensors: Sequence[np.ndarray], name: str | None = None, op: Any = ReduceOp.AVERAGE,
     process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
@@ -260,6 +286,7 @@ def grouped_reducescatter(
 
 # -- barrier, join, process sets --------------------------------------------------------------
 
+@documented()
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Block until every rank of the set has called barrier()."""
     st = basics.state()
@@ -268,6 +295,7 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
     requests.wait(st.engine, requests.submit_control(st.engine, BARRIER, nm, sid))
 
 
+@documented(returns="The rank that joined last.")
 def join() -> int:
     """Declare that this rank has no more data; returns the last rank to join.
 
@@ -280,6 +308,9 @@ def join() -> int:
     return requests.wait(st.engine, requests.submit_control(st.engine, JOIN, "join"))
 
 
+@documented(returns="The registered set (``process_set`` itself when it was a ProcessSet).",
+            raises=PROCESS_SET_RAISES,
+            process_set="A ``ProcessSet`` or a list of world ranks, the same on every rank.")
 def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
     """Register a process set; collective over all ranks (same ranks everywhere).
 
@@ -374,6 +405,8 @@ def _rejected(kind: str, grouped: bool, exc: BaseException, before: int,
                 parts)
 
 
+@documented(returns="True when the set was registered and is now removed.",
+            raises=PROCESS_SET_RAISES, process_set="A registered ``ProcessSet``.")
 def remove_process_set(process_set: ProcessSet) -> bool:
     """Unregister a process set (collective over all ranks); False if it was not registered."""
     st = basics.state()

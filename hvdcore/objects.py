@@ -10,6 +10,7 @@ import numpy as np
 from hvdcore import basics
 from hvdcore.arguments import process_set_id
 from hvdcore.collectives import allgather, broadcast
+from hvdcore.docstrings import documented
 from hvdcore.process_sets import ProcessSet, global_process_set
 
 __all__ = ["broadcast_object", "allgather_object"]
@@ -19,6 +20,7 @@ def _to_bytes(obj: Any) -> np.ndarray:
     return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
 
 
+@documented(returns="The root's object, unpickled on every rank.")
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> Any:
     """Return root's ``obj`` (pickled) on every rank of the set.
@@ -35,6 +37,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     return obj if st.rank == root_rank else pickle.loads(out.tobytes())
 
 
+@documented(returns="Every rank's object, in rank order.")
 def allgather_object(obj: Any, name: str | None = None,
                      process_set: ProcessSet = global_process_set) -> list[Any]:
     """Return the list of every rank's ``obj`` (pickled), in rank order of the set.

@@ -49,6 +49,7 @@ from hvdcore.collectives import (
     reducescatter_async,
     remove_process_set,
 )
+from hvdcore.docstrings import SYNC_RAISES, documented
 from hvdcore.engine import requests
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.messages import ALLREDUCE, Meta, ReduceOp
@@ -62,6 +63,8 @@ Max = ReduceOp.MAX
 Product = ReduceOp.PRODUCT
 
 
+@documented(returns="True when the operation has finished (its result or error is ready).",
+            raises=())
 def poll(handle: Handle) -> bool:
     """True when the asynchronous operation behind ``handle`` has finished.
 
@@ -74,6 +77,7 @@ def poll(handle: Handle) -> bool:
     return requests.poll(st.engine if st is not None else None, handle)
 
 
+@documented(returns="What the blocking form of the call returns.", raises=SYNC_RAISES)
 def synchronize(handle: Handle) -> Any:
     """Wait for ``handle`` and return its result (raises the operation's error).
 
@@ -157,15 +161,15 @@ def _plain_output(out: Any, tensor: np.ndarray) -> bool:
             and not np.may_share_memory(out, tensor))
 
 
+@documented("allreduce",
+            returns=("A handle: ``synchronize(handle)`` returns the reduced array (``out`` when "
+                     "given)."))
 def allreduce_async(
     tensor: np.ndarray, average: bool | None = None, name: str | None = None, op: Any = None,
     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
     process_set: ProcessSet = global_process_set, out: np.ndarray | None = None,
 ) -> Handle:
     """Start an allreduce of ``tensor``; ``synchronize(handle)`` returns the reduced array.
-
-    ``op``: Average (default), Sum, Min, Max, Product. Average of integers truncates.
-    ``out``: optional array that receives the result (may be ``tensor`` itself: in place).
 
     >>> h = hvd.allreduce_async(np.ones(3), name="ones")
     """
@@ -256,6 +260,7 @@ def allreduce_batch_async(
 _CHECKED_BATCHES = 64  # names tuples whose batch is remembered
 
 
+@documented("allreduce", returns="The reduced array (``out`` when given).")
 def allreduce(
     tensor: np.ndarray, average: bool | None = None, name: str | None = None, op: Any = None,
     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -270,6 +275,8 @@ def allreduce(
     return requests.allreduce(engine, meta, arr, out)
 
 
+@documented("allreduce",
+            returns="A handle: ``synchronize(handle)`` returns the list of reduced arrays.")
 def grouped_allreduce_async(
     tensors: Sequence[np.ndarray], average: bool | None = None, name: str | None = None,
     op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -354,6 +361,7 @@ def _grouped_memo(st: Any, tensors: Any, name: str, op: Any, prescale_factor: An
     return items
 
 
+@documented("allreduce", returns="The reduced arrays, in the order of ``tensors``.")
 def grouped_allreduce(
     tensors: Sequence[np.ndarray], average: bool | None = None, name: str | None = None,
     op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,

@@ -250,6 +250,7 @@ def test_cpu_recipe_builds_and_passes_its_test(workdir: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
+    shutil.copy(ROOT / "LICENSE", ctx / "LICENSE")  # the repository root is the build context
     # this machine's pip sources stand in for the public indexes (as its apt mirror does for
     # Docker Hub's debian image); with a local CPU torch wheel the CPU index is not needed
     args = {"TORCH_PIP_OPTS": ""} if _local_torch_wheel() else {}
@@ -275,6 +276,8 @@ def test_cpu_recipe_builds_and_passes_its_test(workdir: Path) -> None:
     out = test.stdout + test.stderr
     assert test.returncode == 0, out[-4000:]
     assert "All required capabilities present: mpi, torch, tensorflow" in out, out[-4000:]
+    licence = workdir / "rootfs" / "usr" / "share" / "doc" / "hvdcore" / "LICENSE"
+    assert licence.read_bytes() == (ROOT / "LICENSE").read_bytes()
     for rank in (0, 1):
         assert f"allreduce_check: rank {rank} of 2 OK" in out, out[-4000:]
     # the runscript passes its arguments to hvdcorerun
@@ -335,6 +338,7 @@ def test_hostmpi_recipe_and_bind_model(workdir: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
+    shutil.copy(ROOT / "LICENSE", ctx / "LICENSE")
     args = {"TORCH_PIP_OPTS": ""} if _local_torch_wheel() else {}
     image = workdir / "rootfs"
     started = time.monotonic()

@@ -94,6 +94,7 @@ def sdist_context(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert proc.returncode == 0, proc.stderr
     built = Path(proc.stdout.strip().splitlines()[-1])
     assert built.is_file() and re.fullmatch(r"hvdcore-[\w.]+\.tar\.gz", built.name)
+    shutil.copy(ROOT / "LICENSE", ctx / "LICENSE")  # the repository root is the build context
     return ctx
 
 
@@ -113,9 +114,10 @@ def test_project_recipe_passes(recipe: Path, sdist_context: Path) -> None:
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
-def test_project_recipe_label_version_matches_pyproject(recipe: Path) -> None:
-    match = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
-    assert match, "pyproject.toml has no version"
+def test_project_recipe_label_version_matches_the_version_source(recipe: Path) -> None:
+    match = re.search(r'^__version__ = "([^"]+)"$', (ROOT / "hvdcore" / "__init__.py").read_text(),
+                      re.M)
+    assert match, "hvdcore/__init__.py has no __version__"
     version = match.group(1)
     labels = parse(recipe).final.section("labels")
     assert labels is not None
@@ -123,7 +125,15 @@ def test_project_recipe_label_version_matches_pyproject(recipe: Path) -> None:
     assert found["version"] == version
 
 
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_project_recipe_ships_the_licence(recipe: Path) -> None:
+    """The image carries the Apache-2.0 text where Debian keeps a package's licence."""
+    files = [(f.src, f.dst) for f in parse(recipe).final.files()]
+    assert ("LICENSE", "/usr/share/doc/hvdcore/LICENSE") in files, files
+
+
 def test_project_recipes_without_sdist_report_missing_files(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "LICENSE", tmp_path / "LICENSE")
     problems = check_file(ROOT / "containers" / "hvdcore-cpu.def", tmp_path)
     assert [p.code for p in problems] == ["DEF005"]
     assert "dist/hvdcore-*.tar.gz" in problems[0].message

@@ -5,7 +5,7 @@ the external module ``Python/<major.minor>`` (``--external-modules-metadata``): 
 inject its checksum, ``eb`` it, then ``module load`` it in a fresh shell, run
 ``hvdcorerun --check-build --require mpi,torch`` and a 2-rank allreduce through ``hvdcorerun``, and
 check that ``module purge`` leaves nothing behind. The install carries the examples
-(``share/hvdcore/examples``): the ReFrame MNIST check, discovering the module, runs them. The bad-input cases prove the sanity check
+(``share/hvdcore/examples``) and the licence (``share/hvdcore/LICENSE``): the ReFrame MNIST check, discovering the module, runs them. The bad-input cases prove the sanity check
 checks: an sdist without ``hvdcore/torch`` and a wrong checksum must both fail the install.
 """
 
@@ -139,6 +139,7 @@ def test_install_succeeds_and_sanity_check_runs_check_build(site: Site,
     assert "result for command 'python -c 'import hvdcore.torch'': OK" in out
     assert f"directory 'lib/python{PYSHORT}/site-packages/hvdcore/torch' found: OK" in out
     assert "file 'share/hvdcore/examples/pytorch_mnist.py' found: OK" in out
+    assert "file 'share/hvdcore/LICENSE' found: OK" in out
     # How long the install took is reported (printed by the fixture, and the property above),
     # never asserted: it depends on the machine's load. run_eb's timeout is the hang guard.
     print(f"eb install took {site.seconds:.1f} s (target < {INSTALL_TARGET_S:.0f} s)")
@@ -253,12 +254,13 @@ def test_sdist_without_torch_binding_fails_the_sanity_check(eb_dir: Path) -> Non
     assert not list((eb_dir / "eb" / "modules").glob("all/hvdcore/*.lua")), "module was written"
 
 
-def test_install_carries_the_examples(site: Site) -> None:
+def test_install_carries_the_examples_and_the_licence(site: Site) -> None:
     _ok(site)
-    shipped = site.base / "eb" / "software" / "hvdcore" / f"0.1.0-Python-{PYSHORT}" / "share" \
-        / "hvdcore" / "examples"
+    share = site.base / "eb" / "software" / "hvdcore" / f"0.1.0-Python-{PYSHORT}" / "share" \
+        / "hvdcore"
     for example in sorted((ROOT / "examples").glob("*.py")):
-        assert (shipped / example.name).read_bytes() == example.read_bytes(), example.name
+        assert (share / "examples" / example.name).read_bytes() == example.read_bytes(), example.name
+    assert (share / "LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes()
 
 
 @pytest.mark.reframe

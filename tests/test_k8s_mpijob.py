@@ -129,7 +129,8 @@ def test_run_ai_shape_workers_gpus_slots() -> None:
 
 def test_image_is_the_cuda_recipe() -> None:
     job = load_job()
-    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    version = re.search(r'^__version__ = "([^"]+)"', (ROOT / "hvdcore" / "__init__.py").read_text(),
+                        re.M)
     assert version
     for replica in ("Launcher", "Worker"):
         image = container(job, replica)["image"]

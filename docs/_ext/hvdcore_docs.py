@@ -1,16 +1,19 @@
 """Sphinx directives that render hvdcore's own tables from the code, so the manual cannot drift.
 
-- ``{hvdcore-knobs}``: every knob of :data:`hvdcore.config.KNOBS` (variable, Horovod alias,
-  ``hvdcorerun`` flag, type, default, meaning).
+- ``{hvdcore-knobs}``: every knob of :data:`hvdcore.config.KNOBS`, as a definition list
+  (variable; meaning; type, default, Horovod alias, ``hvdcorerun`` flag).
 - ``{hvdcore-runner-options}``: every option of ``hvdcorerun``'s argparse parser, group by group.
+- the source pages' ``[docs]`` links fixed where viewcode gets their module wrong;
+- autodoc hooks that make a build with mocked frameworks render the API as the full build does.
 
 Both generate Markdown and hand it to the page's own parser (MyST), so the result is styled like
-any hand-written table.
+any hand-written list or table.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from docutils import nodes
@@ -25,20 +28,23 @@ def _cell(text: str) -> str:
 
 
 def knob_rows(include_internal: bool = False) -> list[str]:
-    """Markdown table of the knobs (internal ones only when asked)."""
+    """Markdown definition list of the knobs (internal ones only when asked): the variable as
+    the term, then its meaning, then one line of facts (alias, flag, type, default). A list,
+    not a six-column table, so that it reads in the content column of any screen."""
     from hvdcore.config import KNOBS
 
-    rows = ["| Variable | Horovod alias | `hvdcorerun` flag | Type | Default | Meaning |",
-            "|---|---|---|---|---|---|"]
+    rows: list[str] = []
     for k in KNOBS:
         if k.internal and not include_internal:
             continue
         default = repr(k.default) if k.default != "" else "(unset)"
         kind = k.kind + (f": {'/'.join(k.choices)}" if k.choices else "")
-        rows.append(
-            f"| `{k.env}` | {f'`{k.alias}`' if k.alias else '—'} | "
-            f"{f'`{k.cli_flag}`' if k.cli_flag else '—'} | {_cell(kind)} | `{_cell(default)}` | "
-            f"{_cell(k.help)} |")
+        facts = [f"Type: {_cell(kind)}", f"default: `{_cell(default)}`"]
+        if k.alias:
+            facts.append(f"Horovod alias: `{k.alias}`")
+        if k.cli_flag:
+            facts.append(f"`hvdcorerun` flag: `{k.cli_flag}`")
+        rows += [f"`{k.env}`", f": {_cell(k.help)}", "", "  " + "; ".join(facts) + ".", ""]
     return rows
 
 
@@ -80,7 +86,7 @@ class _MarkdownTable(SphinxDirective):
 
 
 class KnobsDirective(_MarkdownTable):
-    """The knob table (``:internal:`` adds the launcher's and tests' own knobs)."""
+    """The knob list (``:internal:`` adds the launcher's and tests' own knobs)."""
 
     option_spec = {"internal": lambda arg: True}
 
@@ -95,8 +101,68 @@ class RunnerOptionsDirective(_MarkdownTable):
         return runner_rows()
 
 
+def fix_source_backlinks(app: Sphinx, pagename: str, templatename: str,
+                         context: dict[str, Any], doctree: Any) -> None:
+    """Point a source page's ``[docs]`` links at the objects as documented.
+
+    ``sphinx.ext.viewcode`` prefixes every backlink of a module's source page with the first
+    module name an object of that module was documented under: ``hvdcore`` for
+    ``hvdcore/capabilities.py`` (its ``mpi_built`` is documented as ``hvdcore.mpi_built``), which
+    makes ``api.html#hvdcore.Capability`` of ``hvdcore.capabilities.Capability``, an anchor that
+    does not exist. A backlink whose target is not a documented object, where the module's own
+    name gives one, gets that name."""
+    if not pagename.startswith("_modules/") or "body" not in context:
+        return
+    modname = pagename.removeprefix("_modules/").replace("/", ".")
+    entry = getattr(app.env, "_viewcode_modules", {}).get(modname)
+    if not entry or entry[3] == modname:
+        return
+    refname, objects = entry[3], app.env.get_domain("py").objects
+
+    def fix(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if f"{refname}.{name}" in objects or f"{modname}.{name}" not in objects:
+            return m.group(0)
+        return f'href="{m.group(1)}#{modname}.{name}"'
+
+    context["body"] = re.sub(rf'href="([^"#]*)#{re.escape(refname)}\.([\w.]+)"', fix,
+                             context["body"])
+
+
+def own_init_signature(app: Sphinx, what: str, name: str, obj: Any, options: Any,
+                       signature: str | None, return_annotation: str | None) -> Any:
+    """A class whose base autodoc stands in for (``autodoc_mock_imports``: TensorFlow on a docs
+    host without it) shows ``(*args, **kwargs)``, the stand-in's own ``__new__``; give it the
+    signature of the class's own ``__init__``, defaults as written, as with the real base."""
+    if what != "class" or signature != "(*args, **kwargs)" or "__init__" not in vars(obj):
+        return None
+    from sphinx.util.inspect import signature as sphinx_signature
+    from sphinx.util.inspect import stringify_signature
+
+    init = obj.__init__
+    if app.config.autodoc_preserve_defaults:
+        from sphinx.ext.autodoc.preserve_defaults import update_defvalue
+
+        update_defvalue(app, init, False)
+    sig = sphinx_signature(init, bound_method=True)
+    return stringify_signature(sig, show_annotation=False), return_annotation
+
+
+def skip_borrowed_docstrings(app: Sphinx, what: str, name: str, obj: Any, skip: bool,
+                             options: Any) -> bool | None:
+    """Leave out a method that has no docstring of its own: autodoc would show its framework
+    base's text (Keras's "Subclasses should override ..."), which is not hvdcore's, and which a
+    build without that framework cannot show at all."""
+    if what == "class" and callable(obj) and getattr(obj, "__doc__", "") is None:
+        return True
+    return None
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
-    """Register the directives."""
+    """Register the directives, the source pages' backlink fix and the autodoc hooks."""
+    app.connect("autodoc-process-signature", own_init_signature)
+    app.connect("autodoc-skip-member", skip_borrowed_docstrings)
     app.add_directive("hvdcore-knobs", KnobsDirective)
     app.add_directive("hvdcore-runner-options", RunnerOptionsDirective)
+    app.connect("html-page-context", fix_source_backlinks)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 import hvdcore as _core
+from hvdcore.docstrings import INIT_ERRORS, PROCESS_SET_RAISES, documented
 from hvdcore.torch import dataplanes
 
 __all__ = [
@@ -38,12 +39,12 @@ start_timeline = _core.start_timeline
 stop_timeline = _core.stop_timeline
 
 
+@documented(raises=INIT_ERRORS + (
+    ("RendezvousError", "torch.distributed's group for the data planes could not be formed "
+                        "(on every rank, naming the ranks, address and interface)."),))
 def init(comm: Any = None, process_sets: Sequence[Any] | None = None) -> None:
     """Start hvdcore (MPI, engine) and its torch data planes (Gloo for CPU tensors when
     ``HVDCORE_CPU_OPERATIONS=gloo``; NCCL/RCCL for device tensors, or host staging).
-
-    ``comm``: an mpi4py communicator (or list of ranks) to run on, default COMM_WORLD;
-    ``process_sets``: process sets to register at start-up.
 
     Example::
 
@@ -63,12 +64,16 @@ def shutdown() -> None:
         dataplanes.shutdown()
 
 
+@documented(returns="The registered set.", raises=PROCESS_SET_RAISES,
+            process_set="A ``ProcessSet`` or a list of world ranks, the same on every rank.")
 def add_process_set(process_set: Any) -> Any:
     """Register a process set (a ``ProcessSet`` or a list of ranks) on every rank; returns it.
     Each torch data plane gets its group for the set too."""
     return _core.add_process_set(process_set)
 
 
+@documented(returns="True when the set was registered and is now removed.",
+            raises=PROCESS_SET_RAISES, process_set="A registered ``ProcessSet``.")
 def remove_process_set(process_set: Any) -> bool:
     """Unregister a process set on every rank; True if it was registered."""
     return bool(_core.remove_process_set(process_set))

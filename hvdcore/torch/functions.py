@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 import hvdcore as _core
+from hvdcore.docstrings import documented
 from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.torch import collectives as C
 from hvdcore.torch.autograd import is_root as root_of
@@ -25,12 +26,13 @@ __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_objec
 _GLOBAL = _core.global_process_set
 
 
+@documented(params="A ``model.state_dict()``, ``model.named_parameters()`` or "
+                   "``model.parameters()``; the same model on every rank.")
 def broadcast_parameters(params: Mapping[str, torch.Tensor] | Iterable[Any], root_rank: int,
                          process_set: Any = _GLOBAL) -> None:
     """Overwrite ``params`` on every rank with ``root_rank``'s values, in place.
 
-    ``params`` is a ``model.state_dict()``, ``model.named_parameters()`` or
-    ``model.parameters()``. All broadcasts are started, then awaited (the engine fuses them).
+    All broadcasts are started, then awaited (the engine fuses them).
     """
     if isinstance(params, Mapping):
         items = sorted(params.items())
@@ -92,6 +94,8 @@ def _slots(obj: Any, out: list[_TensorSlot]) -> list[_TensorSlot]:
     return out
 
 
+@documented(optimizer="The torch optimizer (or ``DistributedOptimizer``) whose state and options "
+                      "every rank gets from the root.")
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
                               process_set: Any = _GLOBAL) -> None:
     """Make every rank's optimizer state and options equal to ``root_rank``'s.
@@ -136,6 +140,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
         optimizer.load_state_dict(_fill(skeleton, tensors))
 
 
+@documented(returns="The root's object, unpickled on every rank.")
 def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
                      process_set: Any = _GLOBAL) -> Any:
     """Return ``root_rank``'s picklable ``obj`` on every rank.
@@ -147,6 +152,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: str | None = None,
     return _core.broadcast_object(obj, root_rank=root_rank, name=name, process_set=process_set)
 
 
+@documented(returns="Every rank's object, in rank order.")
 def allgather_object(obj: Any, name: str | None = None, process_set: Any = _GLOBAL) -> list[Any]:
     """Return the list of every rank's picklable ``obj``, in rank order."""
     return _core.allgather_object(obj, name=name, process_set=process_set)

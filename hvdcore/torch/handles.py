@@ -15,6 +15,7 @@ from typing import Any
 
 import hvdcore as _core
 from hvdcore import basics
+from hvdcore.docstrings import SYNC_RAISES, documented
 from hvdcore.engine.handle import Handle as CoreHandle
 from hvdcore.errors import UnsupportedError
 
@@ -140,6 +141,8 @@ def _core_handles(handle: Handle) -> list[CoreHandle]:
     return []
 
 
+@documented(returns="True when the operation has finished (its result or error is ready).",
+            raises=())
 def poll(handle: Handle) -> bool:
     """Return True if the asynchronous operation behind ``handle`` has finished.
 
@@ -154,6 +157,7 @@ def poll(handle: Handle) -> bool:
     return handle.poll()
 
 
+@documented(returns="What the blocking form of the call returns.", raises=SYNC_RAISES)
 def synchronize(handle: Handle) -> Any:
     """Wait for an asynchronous operation and return its result (a tensor, or a tuple/list).
 

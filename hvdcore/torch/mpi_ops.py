@@ -30,6 +30,7 @@ import torch
 import hvdcore as _core
 from hvdcore.arguments import resolve_op
 from hvdcore.collectives import rejecting
+from hvdcore.docstrings import documented
 from hvdcore.engine.messages import (
     ALLGATHER,
     ALLREDUCE,
@@ -77,6 +78,7 @@ def _tensor_list(tensors: Any, what: str) -> list[torch.Tensor]:
 
 
 @rejecting(ALLREDUCE)
+@documented("allreduce", returns="A new tensor with the reduction, differentiable.")
 def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
               compression: type[Compressor] = Compression.none, op: Any = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -110,6 +112,9 @@ def allreduce(tensor: torch.Tensor, average: bool | None = None, name: str | Non
 
 
 @rejecting(ALLREDUCE)
+@documented("allreduce",
+            returns=("A handle: ``hvd.synchronize(handle)`` returns a new tensor with the "
+                     "reduction."))
 def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                     op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set: Any = _GLOBAL) -> Handle:
@@ -128,6 +133,7 @@ def allreduce_async(tensor: torch.Tensor, average: bool | None = None, name: str
 
 
 @rejecting(ALLREDUCE)
+@documented("allreduce", returns="``tensor``, now holding the reduction.")
 def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: Any = _GLOBAL) -> torch.Tensor:
@@ -141,6 +147,9 @@ def allreduce_(tensor: torch.Tensor, average: bool | None = None, name: str | No
 
 
 @rejecting(ALLREDUCE)
+@documented("allreduce",
+            returns=("A handle: ``hvd.synchronize(handle)`` returns ``tensor``, now holding the "
+                     "reduction."))
 def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: str | None = None,
                      op: Any = None, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0, process_set: Any = _GLOBAL) -> Handle:
@@ -154,6 +163,8 @@ def allreduce_async_(tensor: torch.Tensor, average: bool | None = None, name: st
 
 
 @rejecting(ALLREDUCE, grouped=True)
+@documented("allreduce",
+            returns="New tensors with the reductions, in the order of ``tensors``; differentiable.")
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = None,
                       name: str | None = None, compression: type[Compressor] = Compression.none,
                       op: Any = None, prescale_factor: float = 1.0,
@@ -175,6 +186,8 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: bool | None = No
 
 
 @rejecting(ALLREDUCE, grouped=True)
+@documented("allreduce",
+            returns="A handle: ``hvd.synchronize(handle)`` returns the list of new tensors.")
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | None = None,
                             name: str | None = None, op: Any = None,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -186,6 +199,7 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: bool | Non
 
 
 @rejecting(ALLREDUCE, grouped=True)
+@documented("allreduce", returns="``tensors``, now holding the reductions.")
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = None,
                        name: str | None = None, op: Any = None, prescale_factor: float = 1.0,
                        postscale_factor: float = 1.0,
@@ -197,6 +211,9 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: bool | None = N
 
 
 @rejecting(ALLREDUCE, grouped=True)
+@documented("allreduce",
+            returns=("A handle: ``hvd.synchronize(handle)`` returns ``tensors``, now holding the"
+                     " reductions."))
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | None = None,
                              name: str | None = None, op: Any = None,
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -207,6 +224,10 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: bool | No
                                           process_set, True)
 
 
+@documented(returns="A callable handle: ``handle()`` or ``hvd.synchronize(handle)`` returns the "
+                    "coalesced sparse sum or average.",
+            tensor="A sparse COO tensor: the same dense shape and dtype on every rank.",
+            op="``Average`` or ``Sum``.")
 def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
                            process_set: Any = _GLOBAL) -> Handle:
     """Start an allreduce of a sparse COO tensor (allgather of indices and values).
@@ -219,6 +240,9 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str | None, op: Any,
 
 
 @rejecting(ALLGATHER)
+@documented("allgather",
+            returns=("A new tensor: every rank's ``tensor`` concatenated along the first "
+                     "dimension, in rank order; differentiable."))
 def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = _GLOBAL, *,
               gradient: str = "horovod") -> torch.Tensor:
     """Concatenate every rank's ``tensor`` on dim 0 (sizes may differ); differentiable.
@@ -230,6 +254,8 @@ def allgather(tensor: torch.Tensor, name: str | None = None, process_set: Any = 
 
 
 @rejecting(ALLGATHER)
+@documented("allgather",
+            returns="A handle: ``hvd.synchronize(handle)`` returns the gathered tensor.")
 def allgather_async(tensor: torch.Tensor, name: str | None = None,
                     process_set: Any = _GLOBAL) -> Handle:
     """Start an allgather."""
@@ -237,6 +263,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None,
 
 
 @rejecting(ALLGATHER, grouped=True)
+@documented("allgather", returns="One gathered tensor per input, in the order of ``tensors``.")
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
                       process_set: Any = _GLOBAL, *,
                       gradient: str = "horovod") -> list[torch.Tensor]:
@@ -250,6 +277,8 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: str | None = None,
 
 
 @rejecting(ALLGATHER, grouped=True)
+@documented("allgather",
+            returns="A handle: ``hvd.synchronize(handle)`` returns the list of gathered tensors.")
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = None,
                             process_set: Any = _GLOBAL) -> Handle:
     """Start a grouped allgather."""
@@ -257,6 +286,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: str | None = 
 
 
 @rejecting(BROADCAST)
+@documented("broadcast", returns="A new tensor with the root's values; differentiable.")
 def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
               process_set: Any = _GLOBAL, *, gradient: str = "horovod") -> torch.Tensor:
     """Return ``root_rank``'s ``tensor`` on every rank (a new tensor); differentiable.
@@ -268,6 +298,9 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: str | None = None,
 
 
 @rejecting(BROADCAST)
+@documented("broadcast",
+            returns=("A handle: ``hvd.synchronize(handle)`` returns a new tensor with the root's"
+                     " values."))
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                     process_set: Any = _GLOBAL) -> Handle:
     """Start a broadcast into a new tensor."""
@@ -275,6 +308,7 @@ def broadcast_async(tensor: torch.Tensor, root_rank: int, name: str | None = Non
 
 
 @rejecting(BROADCAST)
+@documented("broadcast", returns="``tensor``, now holding the root's values.")
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                process_set: Any = _GLOBAL) -> torch.Tensor:
     """Broadcast in place: ``tensor`` receives ``root_rank``'s values."""
@@ -282,6 +316,9 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
 
 
 @rejecting(BROADCAST)
+@documented("broadcast",
+            returns=("A handle: ``hvd.synchronize(handle)`` returns ``tensor``, now holding the "
+                     "root's values."))
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = None,
                      process_set: Any = _GLOBAL) -> Handle:
     """Start an in-place broadcast."""
@@ -289,6 +326,9 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: str | None = No
 
 
 @rejecting(ALLTOALL)
+@documented("alltoall",
+            returns=("``(output, received_splits)``: the slices every rank sent to this one, "
+                     "concatenated in rank order, and how many came from each rank."))
 def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
              process_set: Any = _GLOBAL) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Send ``splits[i]`` rows of ``tensor`` to rank i; differentiable in ``tensor``.
@@ -301,6 +341,8 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
 
 
 @rejecting(ALLTOALL)
+@documented("alltoall",
+            returns="A handle: ``hvd.synchronize(handle)`` returns ``(output, received_splits)``.")
 def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = None,
                    process_set: Any = _GLOBAL) -> Handle:
     """Start an alltoall; ``synchronize`` returns ``(output, received_splits)`` (with or
@@ -309,6 +351,8 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: str | None = 
 
 
 @rejecting(REDUCESCATTER)
+@documented("reducescatter",
+            returns="A new tensor: this rank's block of the reduction; differentiable.")
 def reducescatter(tensor: torch.Tensor, name: str | None = None,
                   compression: type[Compressor] = Compression.none, op: Any = _core.Average,
                   process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
@@ -328,6 +372,8 @@ def reducescatter(tensor: torch.Tensor, name: str | None = None,
 
 
 @rejecting(REDUCESCATTER)
+@documented("reducescatter",
+            returns="A handle: ``hvd.synchronize(handle)`` returns this rank's block.")
 def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any = _core.Average,
                         process_set: Any = _GLOBAL, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> Handle:
@@ -338,6 +384,8 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op: Any =
 
 
 @rejecting(REDUCESCATTER, grouped=True)
+@documented("reducescatter",
+            returns="This rank's block of each reduction, in the order of ``tensors``.")
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = None,
                           compression: type[Compressor] = Compression.none,
                           op: Any = _core.Average, process_set: Any = _GLOBAL,
@@ -359,6 +407,8 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: str | None = No
 
 
 @rejecting(REDUCESCATTER, grouped=True)
+@documented("reducescatter",
+            returns="A handle: ``hvd.synchronize(handle)`` returns the list of blocks.")
 def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | None = None,
                                 op: Any = _core.Average, process_set: Any = _GLOBAL,
                                 prescale_factor: float = 1.0,
@@ -369,14 +419,15 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: str | Non
                                               postscale_factor)
 
 
+@documented()
 def barrier(process_set: Any = _GLOBAL) -> None:
     """Block until every rank of ``process_set`` reaches the barrier."""
     _core.barrier(process_set=process_set)
 
 
+@documented(returns="The rank that joined last.",
+            device="Accepted for Horovod compatibility; the join is coordinated on the host.")
 def join(device: int = -1) -> int:
-    """Signal that this rank has no more data; returns the rank that joined last.
-
-    ``device`` is accepted for Horovod compatibility (the join is coordinated on the host).
-    """
+    """Signal that this rank has no more data; until every rank has joined, the collectives of
+    the ranks still training get the op's identity from this one."""
     return int(_core.join())
