@@ -34,8 +34,9 @@ server) and ``DIR/latest`` (a link to tonight) are rewritten each night.
 
 Exit status: 0 when every case passed (or was an invalid measurement) and no value regressed
 against its history; 1 when a check failed (sanity, capability, a reference bound) or a value
-regressed; 2 when ReFrame did not run or stored no session. One line per check is logged as it
-finishes, then one line per regression and the verdict.
+regressed; 2 when ReFrame did not run or stored no session, or is older than the suite needs
+(``reframe_version.py``: refused at start with the version found and the one needed). One line
+per check is logged as it finishes, then one line per regression and the verdict.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import history
+import reframe_version
 import report
 import trend
 
@@ -271,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     elif rest:
         parser.error(f"unknown arguments {rest} (ReFrame's go after '--')")
 
+    too_old = reframe_version.check_reframe(_reframe())
+    if too_old:  # refused at start: no night directory, no stored session
+        print(f"nightly.py: {too_old}", file=sys.stderr)
+        return 2
     if not any(a.split("=", 1)[0] in _SELECTION for a in rest):
         rest = ["-t", "nightly", *rest]  # the nightly set, unless the site selects its own
     results = args.results.resolve()
