@@ -4,7 +4,7 @@
 #   checks/run_suite.sh [OUTDIR] [extra reframe options...]
 #
 # Defaults: the embedded local config (CONFIG=checks/config/local.py), results in
-# ./reframe-results (stage, output, perflogs, report.json, summary.md, scaling.png).
+# ./reframe-results (stage, output, perflogs, report.json, summary.md, scaling.png, planes.png).
 # Uses $VENV/bin/reframe (VENV defaults to .venv, then the reframe on PATH).
 # Exit status (checks/tools/verdict.py): 0 every case passed; 1 a case failed; 3 no case failed
 # but a measurement was invalid (an invalid measurement is reported as INVALID, never as a
@@ -31,6 +31,6 @@ rc=$?
 echo "run_suite.sh: reframe finished with status $rc in $(( $(date +%s) - start ))s"
 if [ -f "$out/report.json" ]; then
     "$python" checks/tools/report.py --report "$out/report.json" -o "$out/summary.md" \
-        --plot "$out/scaling.png" && echo "run_suite.sh: summary in $out/summary.md"
+        --plot "$out/scaling.png" --planes-plot "$out/planes.png" && echo "run_suite.sh: summary in $out/summary.md"
 fi
 "$python" checks/tools/verdict.py --report "$out/report.json" --reframe-status "$rc"

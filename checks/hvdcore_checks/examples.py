@@ -84,7 +84,8 @@ class MnistExample:
     #: More arguments, always passed.
     args: tuple[str, ...] = ()
     #: Alternating pairs of launches (hvdcore, peer) the scaling check splits the training
-    #: into (``hvdcore_checks/interleave.py``).
+    #: into (``hvdcore_checks/interleave.py``; a chunk keeps at least 100 timed steps, so the
+    #: Keras example's 80 steps are not split: each of its 2 pairs trains them all).
     chunks: int = 3
 
     def peer_length_args(self, epochs: int, steps_per_epoch: int) -> list[str]:

@@ -12,6 +12,8 @@ that lands on one pair moves that pair only.
     0.9091
     >>> chunk_steps(450, 3, 10)
     150
+    >>> chunk_steps(200, 3, 10)
+    110
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from collections.abc import Sequence
 
 __all__ = ["chunk_order", "chunk_steps", "median_pair_ratio", "pair_ratios"]
 
-#: Fewest steps per epoch a chunk trains beyond its warm-up steps.
-MIN_TIMED_STEPS = 20
+#: Fewest steps per epoch a chunk trains beyond its warm-up steps. Chunks of 56 timed steps
+#: (200 steps split 3 ways) read hvdcore/DDP 0.45-0.58 in every pair where one run of 190 read
+#: 0.72 (2-core VM, load ~8, 2026-12-03): the first steps after the warm-up still cost hvdcore
+#: more than DDP, so a chunk must be long enough for them not to weigh.
+MIN_TIMED_STEPS = 100
 
 
 def chunk_order(chunks: int) -> list[str]:

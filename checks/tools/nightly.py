@@ -25,6 +25,8 @@ overwritten) holding ReFrame's stage, output and perflog directories, its log, `
     which rule judged it (``history``, ``reference``, ``information``).
 ``scaling.png``
     the MNIST scaling plot, when the suite ran MNIST.
+``planes.png``
+    the data-plane check's busbw per size and collective (hvdcore and raw), when it ran.
 
 ``DIR/results.db`` is ReFrame's own results storage (``RFM_ENABLE_RESULTS_STORAGE``), one per
 results directory, so ``reframe --list-stored-sessions`` and ``--performance-compare`` work on
@@ -52,6 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import history
+import planes_report
 import reframe_version
 import report
 import trend
@@ -326,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
               f"x 1.4826 x MAD, {args.min_band:.0%} of the median); history judges after "
               f"{args.min_nights} good nights; variables judged: {args.judge}.")
     text = report.markdown_summary(cases, f"hvdcore nightly {name}", str(night / "report.json"))
+    planes = planes_report.load_rows(night / "report.json")
+    text += planes_report.markdown(planes)
+    planes_report.plot(planes, night / "planes.png")
     (night / "summary.md").write_text(text + "\n" + history_markdown(tonight, params))
     report.plot_scaling(cases, night / "scaling.png")
     write_junit(night / "reframe-junit.xml", night / "junit.xml", cases, tonight)
