@@ -37,8 +37,11 @@ class HvdcoreFabricCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     executable = "python3"
     executable_opts = ["hvdcore_fabric_probe.py"]
     hvdcore_module = parameter(hvdcore_modules())
+    #: The NCCL/RCCL network the job must take; "": the partition's ``extras['nccl_net']``.
     expect_nccl_net = variable(str, value="")
+    #: The MPI transport the job must take; "": the partition's ``extras['mpi_transport']``.
     expect_mpi_transport = variable(str, value="")
+    #: The Gloo plane's interface; "": the partition's ``extras['gloo_interface']``.
     expect_gloo_interface = variable(str, value="")
     time_limit = "10m"
     tags = {"hvdcore", "fabric", "cpu", "gpu", "ci", "nightly", "production"}
@@ -55,7 +58,9 @@ class HvdcoreFabricCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     @run_after("setup")
     def _program(self):
         nodes = min(2, int(self.part_extras.get("max_nodes", 1)))
-        per_node = max(2, self.ranks_per_node()) if nodes == 1 else self.ranks_per_node()
+        per_node = self.ranks_per_node()
+        if nodes == 1 and not self.gpus_per_node():  # (NCCL takes no two ranks on one GPU)
+            per_node = max(2, per_node)
         self.num_tasks, self.num_tasks_per_node = per_node * nodes, per_node
         self.request_node_resources(per_node)
         self.env_vars = {**self.env_vars, "NCCL_DEBUG": "INFO",

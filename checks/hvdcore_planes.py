@@ -72,8 +72,9 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     hvdcore_module = parameter(hvdcore_modules())
     #: Largest message (bytes); None: ``extras['planes_max_bytes']``, else 1 GiB / 4 MiB.
     max_bytes = variable(int, type(None), value=None)
-    #: Timed blocks of each side per size, and calls per block.
+    #: Timed pairs of blocks (one of hvdcore, one of raw) per size.
     reps = variable(int, value=5)
+    #: Calls per block.
     block = variable(int, value=3)
     #: Floor of every ``<plane>_<op>_ratio``.
     min_ratio = variable(float, value=0.4)
@@ -99,7 +100,8 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
 
     @run_after("setup")
     def _program(self):
-        rpn = max(2, self.ranks_per_node())
+        # one rank per GPU (NCCL takes no two ranks on one GPU); at least 2 ranks on CPUs
+        rpn = self.ranks_per_node() if self.gpus_per_node() else max(2, self.ranks_per_node())
         self.num_tasks = self.num_tasks_per_node = rpn
         self.request_node_resources(rpn)
         self.common = [f"--max-bytes={self.largest()}", f"--reps={self.reps}",

@@ -58,7 +58,7 @@ def test_one_degraded_collective_fails_its_ratio_and_nothing_else(degraded: dict
 def test_every_size_correct_and_tabled(degraded: dict) -> None:
     rows = planes_report.load_rows(degraded["out"] / "report.json")
     (only,) = rows.values()
-    assert len(only) == 2 * 5 * 12  # 2 planes x 5 collectives x 8 B .. 4 MiB
+    assert len(only) == 2 * 5 * 11  # 2 planes x 5 collectives x 8 B, 32 B, ... 2 MiB, 4 MiB
     assert all(r["wrong"] == 0 for r in only)
     assert {r["raw"] for r in only if r["plane"] == "host"} == {"mpi4py"}
     assert "torch.distributed" in {r["raw"] for r in only if r["plane"] == "device"}
