@@ -269,10 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             factor = bus_factor(op, n)
             if rank == 0:
                 print(f"{PREFIX} plane={args.plane} op={op} bytes={nbytes} ranks={n} "
-                      f"time_us={t_h * 1e6:.2f} algbw_GBps={nbytes / t_h / 1e9:.6f} "
-                      f"busbw_GBps={factor * nbytes / t_h / 1e9:.6f} "
+                      f"time_us={t_h * 1e6:.2f} algbw_GBps={nbytes / t_h / 1e9:.6g} "
+                      f"busbw_GBps={factor * nbytes / t_h / 1e9:.6g} "
                       f"raw_time_us={t_r * 1e6:.2f} "
-                      f"raw_busbw_GBps={factor * nbytes / t_r / 1e9:.6f} "
+                      f"raw_busbw_GBps={factor * nbytes / t_r / 1e9:.6g} "
                       f"ratio={ratio:.4f} raw={raw_name} wrong={wrong}", flush=True)
     if rank == 0:
         print(f"hvdcore-planes-done: plane={args.plane} ranks={n} transport={transport} "
