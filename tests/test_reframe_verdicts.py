@@ -33,9 +33,9 @@ def test_chunks_alternate_abba_and_start_with_hvdcore() -> None:
 def test_chunk_steps_split_the_epoch_but_keep_timed_steps() -> None:
     assert interleave.chunk_steps(450, 1, 10) == 450
     assert interleave.chunk_steps(450, 3, 10) == 150
-    assert interleave.chunk_steps(80, 2, 10) == 40
-    assert interleave.chunk_steps(40, 4, 10) == 30  # never under warm-up + 20 timed steps
-    assert interleave.chunk_steps(25, 4, 10) == 25  # nor more than the whole
+    assert interleave.chunk_steps(900, 2, 10) == 450
+    assert interleave.chunk_steps(200, 3, 10) == 110  # never under warm-up + 100 timed steps
+    assert interleave.chunk_steps(80, 2, 10) == 80  # nor more than the whole
 
 
 def test_a_burst_on_one_pair_does_not_move_the_median_ratio() -> None:
