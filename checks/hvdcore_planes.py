@@ -22,10 +22,13 @@ Performance, per plane and collective (``allreduce``, ``allgather``, ``reducesca
 ``alltoall``, ``broadcast``), at the largest size:
 
 ``<plane>_<op>_ratio`` (x, judged everywhere)
-    raw time / hvdcore time (hvdcore's busbw over raw's), floor ``min_ratio`` (0.4). On the
-    2-core VM under a load of 8-13 (other jobs) the clean ratios at 4 MiB read 0.52-1.6 (host)
-    and 0.70-1.49 (device, Gloo); ``FAULTS_DATA_PATH=repeat=4,op=alltoall,plane=host`` (4 real
-    alltoalls for one) takes that one ratio to ~0.25 and leaves the others.
+    raw time / hvdcore time (hvdcore's busbw over raw's), median over adjacent block pairs,
+    floor ``min_ratio`` (0.4). On the 2-core VM under a load of 6-18 (other jobs) the device
+    (Gloo) ratios at 4 MiB read 0.52-1.52; the host ones mostly 0.5-4, but in 3 runs of 10
+    some read 0.05-0.36 (false alarms: the host plane's ratio needs a quiet node), and
+    ``FAULTS_DATA_PATH=repeat=4,op=alltoall,plane=host`` (4 real alltoalls for one) took
+    ``host_alltoall_ratio`` to 0.03-0.31 in 9 runs but 0.57 in one (hvdcore's alltoall was
+    faster than raw mpi4py's there).
 ``<plane>_<op>_busbw`` (GB/s)
     hvdcore's busbw: judged against the partition's recorded references where recorded
     (``checks/tools/record_references.py``), reported elsewhere.
