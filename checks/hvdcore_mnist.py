@@ -37,12 +37,17 @@ peer (``examples/pytorch_mnist_ddp.py``) also finished.
 
 Performance:
 ``ddp_ratio`` (x, torch only, machine-independent, judged everywhere)
-    hvdcore's images/s / torch DDP's (gloo on CPU, NCCL on GPU), trained right after it on
-    the same ranks in the same job with the same model, data, batch, threads and timing.
+    hvdcore's images/s / torch DDP's (gloo on CPU, NCCL on GPU), on the same ranks in the
+    same job with the same model, data, batch, threads and timing.
 ``mpi_ratio`` (x, tensorflow only, machine-independent, judged everywhere)
     hvdcore's images/s / the Keras example's raw mpi4py peer's (``--mode mpi``: the same
-    training with one plain ``Allreduce`` of the gradients per step), trained right after it
-    in the same job.
+    training with one plain ``Allreduce`` of the gradients per step), in the same job.
+
+    Both ratios are measured in ``chunks`` alternating pairs (``hvdcore_checks/interleave.py``):
+    the training is split into ``chunks`` launches of hvdcore and as many of its peer, in the
+    order A B, B A, A B, ... inside one job, and the ratio is the median of the adjacent
+    pairs' ratios, so that load which lands on one side of a pair lands on the other too,
+    and one pair under a burst of load does not move the verdict.
 ``efficiency`` (%)
     images/s per rank / images/s of the 1-rank baseline (fixture ``MnistBaseline``, once per
     partition, environment, framework and module). Information only: the baseline ran in an
@@ -76,6 +81,7 @@ from hvdcore_checks import (
     locate_examples,
 )
 from hvdcore_checks.examples import EXAMPLES_VAR, PEER_PATTERN, RESULT_PATTERN
+from hvdcore_checks.interleave import chunk_order, chunk_steps, median_pair_ratio
 from hvdcore_checks.validity import (
     MAX_TIMING_NOISE,
     NOISE_PATTERN,
@@ -132,15 +138,24 @@ class MnistTraining(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
     def _place(self):
         self.place_ranks()
         # The baseline's key has no scale (it is always 1 rank): as the recording tool names it.
-        self.set_program(None if isinstance(self, MnistBaseline) else self.scale)
+        if isinstance(self, MnistBaseline):
+            self.set_program(None)
+        else:
+            self.set_program(self.scale, self.chunk_count())
 
-    def set_program(self, reference_scale: str | None) -> None:
+    def chunk_count(self) -> int:
+        """How many launches of each side the job alternates (1: no peer)."""
+        return 1
+
+    def set_program(self, reference_scale: str | None, chunks: int = 1) -> None:
         """The example, its options (threads: the CPUs per rank) and the recorded references
-        (under ``reference_scale``), once the ranks are placed (a setup hook)."""
+        (under ``reference_scale``), once the ranks are placed (a setup hook); with
+        ``chunks`` > 1, one chunk's length (the steps per epoch split ``chunks`` ways)."""
         example = MNIST_EXAMPLES[self.framework]
         lr = example.lr if self.lr is None else self.lr
         steps = (example.max_steps_per_epoch if self.max_steps_per_epoch is None
                  else self.max_steps_per_epoch)
+        steps = chunk_steps(steps, chunks, example.timing_warmup_steps)
         epochs = example.epochs if self.epochs is None else self.epochs
         self.prerun_cmds = [*self.prerun_cmds, *locate_examples(example.script)]
         # Threads per rank are part of the experiment: the partition's CPUs per rank at every
@@ -172,10 +187,14 @@ class MnistTraining(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
                          msg="{0} ranks trained, {1} were launched"),
             sn.assert_gt(self._field("acc"), self.min_accuracy,
                          msg="test accuracy {0} is not above {1}"),
-            sn.assert_ge(self._field("secs"), self.min_window_s,
+            sn.assert_ge(self.timed_window(), self.min_window_s,
                          msg="invalid measurement: the timed window was {0} s, shorter than "
                              "{1} s (raise -S max_steps_per_epoch or -S epochs)"),
         ]
+
+    def timed_window(self):
+        """The timed seconds of hvdcore's run (all its chunks)."""
+        return sn.sum(sn.extractall(RESULT, self.stdout, "secs", float))
 
     @sanity_function
     def validate(self):
@@ -230,6 +249,9 @@ class HvdcoreMnistCheck(MnistTraining):
     timing_noise = variable(float, type(None), value=None)
     #: Train the torch DDP peer in the same job ("" to leave it out where DDP cannot run).
     peer = variable(str, value="ddp")
+    #: Alternating pairs of launches (hvdcore, peer) the training is split into; None: the
+    #: framework's default (torch 3, tensorflow 2). 1: hvdcore, then its peer, once.
+    chunks = variable(int, type(None), value=None)
     reference = {
         # GPU sites without recorded references: Horovod's published ~88 % scaling
         # efficiency, 15 % tolerance. hvdcore vs DDP is judged everywhere.
@@ -247,6 +269,14 @@ class HvdcoreMnistCheck(MnistTraining):
     def _peer_script(self):
         return MNIST_EXAMPLES[self.framework].peer_script if self.peer else None
 
+    def chunk_count(self) -> int:
+        if not self._peer_script():
+            return 1
+        count = MNIST_EXAMPLES[self.framework].chunks if self.chunks is None else self.chunks
+        if count < 1:
+            raise ValueError(f"chunks={count}: at least 1 pair of launches expected")
+        return count
+
     @run_after("init")
     def _peer_variables(self):
         peer = self._peer_script() and MNIST_EXAMPLES[self.framework].peer_variable
@@ -256,7 +286,8 @@ class HvdcoreMnistCheck(MnistTraining):
 
     @run_before("run")
     def _add_peer_run(self):
-        """The DDP peer, launched like hvdcore's run, right after it in the same job."""
+        """The peer's launches and hvdcore's further ones, alternating in the same job
+        (hvdcore's first launch is the job's executable)."""
         script = self._peer_script()
         if not script:
             return
@@ -264,13 +295,15 @@ class HvdcoreMnistCheck(MnistTraining):
         self.job.num_tasks = self.num_tasks
         self.job.num_tasks_per_node = self.num_tasks_per_node
         launch = self.job.launcher.run_command(self.job)
-        self.postrun_cmds = [
-            *self.postrun_cmds,
-            " ".join([f'{launch} python3 "${EXAMPLES_VAR}/{script}"',
-                      *MNIST_EXAMPLES[self.framework].peer_args, *self.peer_length,
-                      *self.common_opts]),
-            'echo "hvdcore-peer-exit: $?"',
-        ]
+        peer = " ".join([f'{launch} python3 "${EXAMPLES_VAR}/{script}"',
+                         *MNIST_EXAMPLES[self.framework].peer_args, *self.peer_length,
+                         *self.common_opts])
+        ours = " ".join([launch, self.executable, *self.executable_opts])
+        cmds = []
+        for side in chunk_order(self.chunk_count())[1:]:
+            cmds += ([peer, 'echo "hvdcore-peer-exit: $?"'] if side == "peer" else
+                     [ours, 'echo "hvdcore-launcher-exit: $?"'])
+        self.postrun_cmds = [*self.postrun_cmds, *cmds]
 
     def _baseline_out(self):
         # The fixture's output lives in its own stage directory.
@@ -290,25 +323,50 @@ class HvdcoreMnistCheck(MnistTraining):
         checks = self.training_sane()
         checks.append(self._efficiency_valid())
         if self._peer_script():
+            count = self.chunk_count()
             checks += [
-                sn.assert_eq(sn.extractsingle(r"hvdcore-peer-exit: (\d+)", self.stdout, 1,
-                                              int), 0,
+                sn.assert_eq(sn.max(sn.extractall(r"hvdcore-launcher-exit: (\d+)",
+                                                  self.stdout, 1, int)), 0,
+                             msg="an hvdcore launch exited {0} (see the job's stderr)"),
+                sn.assert_eq(sn.max(sn.extractall(r"hvdcore-peer-exit: (\d+)", self.stdout,
+                                                  1, int)), 0,
                              msg="the peer exited {0} (see the job's stderr)"),
-                sn.assert_found(PEER_PATTERN, self.stdout,
-                                msg="the peer printed no ddp-mnist/mpi-mnist result line"),
+                sn.assert_eq(sn.count(sn.extractall(RESULT, self.stdout)), count,
+                             msg="{0} hvdcore result lines, {1} chunks were launched"),
+                sn.assert_eq(sn.count(sn.extractall(PEER_PATTERN, self.stdout)), count,
+                             msg="{0} ddp-mnist/mpi-mnist result lines, {1} chunks were "
+                                 "launched"),
             ]
         return sn.all(checks)
 
+    def _all(self, pattern, name):
+        return sn.extractall(pattern, self.stdout, name, float)
+
+    def _chunked_rate(self, name):
+        """hvdcore's images/s over all its chunks (their images over their timed seconds)."""
+        ips, secs = self._all(RESULT, name), self._all(RESULT, "secs")
+        return sn.sum(sn.map(lambda x: x[0] * x[1], sn.zip(ips, secs))) / sn.sum(secs)
+
     def _efficiency(self):
-        return sn.round(100.0 * self._field("ipr") / self._baseline_field("ips"), 2)
+        return sn.round(100.0 * self._chunked_rate("ipr") / self._baseline_field("ips"), 2)
 
     @performance_function("%")
     def efficiency(self):
         return self._efficiency()
 
+    @sn.deferrable
     def _peer_ratio(self):
-        peer = sn.extractsingle(PEER_PATTERN, self.stdout, "ips", float, item=-1)
-        return sn.round(self._field("ips") / peer, 4)
+        ours = sn.evaluate(self._all(RESULT, "ips"))
+        theirs = sn.evaluate(self._all(PEER_PATTERN, "ips"))
+        return round(median_pair_ratio(ours, theirs), 4)
+
+    @performance_function("img/s")
+    def images_per_sec(self):
+        return sn.round(self._chunked_rate("ips"), 2)
+
+    @performance_function("img/s")
+    def images_per_sec_per_rank(self):
+        return sn.round(self._chunked_rate("ipr"), 2)
 
     @performance_function("x")
     def ddp_ratio(self):

@@ -4,9 +4,11 @@
 #   checks/run_suite.sh [OUTDIR] [extra reframe options...]
 #
 # Defaults: the embedded local config (CONFIG=checks/config/local.py), results in
-# ./reframe-results (stage, output, perflogs, report.json, summary.md, scaling.png).
+# ./reframe-results (stage, output, perflogs, report.json, summary.md, scaling.png, planes.png).
 # Uses $VENV/bin/reframe (VENV defaults to .venv, then the reframe on PATH).
-# Exit status: ReFrame's (non-zero when a check failed).
+# Exit status (checks/tools/verdict.py): 0 every case passed; 1 a case failed; 3 no case failed
+# but a measurement was invalid (an invalid measurement is reported as INVALID, never as a
+# failure, as checks/nightly.sh does); 2 ReFrame did not run (no report).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out=${1:-reframe-results}
@@ -20,6 +22,8 @@ else
     reframe=$(command -v reframe) || { echo "run_suite.sh: reframe not found (pip install -e .[reframe])" >&2; exit 2; }
     python=$(dirname "$reframe")/python
 fi
+# A ReFrame older than the suite needs is refused here, naming both versions (exit 2).
+"$python" checks/tools/reframe_version.py "$reframe" || exit 2
 mkdir -p "$out"
 start=$(date +%s)
 "$reframe" -C "$config" -c checks/ -r --prefix "$out" --report-file "$out/report.json" "$@"
@@ -27,6 +31,6 @@ rc=$?
 echo "run_suite.sh: reframe finished with status $rc in $(( $(date +%s) - start ))s"
 if [ -f "$out/report.json" ]; then
     "$python" checks/tools/report.py --report "$out/report.json" -o "$out/summary.md" \
-        --plot "$out/scaling.png" && echo "run_suite.sh: summary in $out/summary.md"
+        --plot "$out/scaling.png" --planes-plot "$out/planes.png" && echo "run_suite.sh: summary in $out/summary.md"
 fi
-exit $rc
+"$python" checks/tools/verdict.py --report "$out/report.json" --reframe-status "$rc"

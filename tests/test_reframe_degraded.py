@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,8 @@ from reframe_helpers import (
     CHECKS,
     CONFIGS,
     QUICK_TORCH_MNIST,
+    ROOT,
+    TOOLS,
     UNGUARDED_EFFICIENCY,
     reframe_env,
     run_reframe,
@@ -92,6 +96,14 @@ def test_slow_gradient_exchange_fails_the_ddp_ratio(tmp_path: Path) -> None:
     assert case["fail_phase"] == "performance", case["fail_reason"]
     value, _, low, _ = broken_reference(case["fail_reason"], "ddp_ratio")
     assert value < low, case["fail_reason"]
+    # the judged ratio is the median of the alternating pairs' ratios (3 pairs by default)
+    assert "hvdcore-peer-exit: 0" in Path(case["stagedir"], case["job_stdout"]).read_text()
+    # run_suite.sh's verdict: a failure, not an invalid measurement
+    verdict = subprocess.run([sys.executable, str(TOOLS / "verdict.py"), "--report",
+                              str(tmp_path / "report.json")], capture_output=True, text=True,
+                             timeout=60)
+    assert verdict.returncode == 1, verdict.stdout + verdict.stderr
+    assert "FAILED HvdcoreMnistCheck" in verdict.stdout and "INVALID" not in verdict.stdout
 
 
 def test_baseline_that_is_another_experiment_is_invalid_not_a_pass(tmp_path: Path) -> None:
@@ -99,12 +111,22 @@ def test_baseline_that_is_another_experiment_is_invalid_not_a_pass(tmp_path: Pat
     of 64: several times fewer images/s) makes the efficiency exceed 105 % widened by the runs'
     timing noise: a sanity failure that says the measurement is invalid, never a result. (The
     baseline's own accuracy and window bounds are off: only the comparison is under test, and
-    its timed window, 190 steps of 2 images, took 0.23 s on a quiet machine.)"""
-    out, cases = run_checks(tmp_path, "hvdcore_mnist.py",
-                            ["-n", "framework=torch", *QUICK_TORCH_MNIST,
-                             "-S", "MnistBaseline.batch_size=2",
-                             "-S", "MnistBaseline.lr=0.005", "-S", "MnistBaseline.min_accuracy=0",
-                             "-S", "MnistBaseline.min_window_s=0"], {})
+    its timed window, 190 steps of 2 images, took 0.23 s on a quiet machine.) Run through
+    ``checks/run_suite.sh``, which reports it as INVALID with its own exit status (3)."""
+    out_dir = tmp_path / "suite"
+    res = subprocess.run(
+        [str(ROOT / "checks" / "run_suite.sh"), str(out_dir),
+         "-n", "HvdcoreMnistCheck.*framework=torch", *QUICK_TORCH_MNIST, "-S", "MnistBaseline.batch_size=2",
+         "-S", "MnistBaseline.lr=0.005", "-S", "MnistBaseline.min_accuracy=0",
+         "-S", "MnistBaseline.min_window_s=0"],
+        env=reframe_env({"VENV": sys.prefix}), capture_output=True, text=True, timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode == 3, out[-4000:]
+    assert re.search(r"^run_suite.sh: INVALID HvdcoreMnistCheck .*invalid measurement", out,
+                     re.M), out[-4000:]
+    assert "run_suite.sh: INVALID MEASUREMENT: 2 cases, 0 failed, 1 invalid" in out, out[-3000:]
+    data = json.loads((out_dir / "report.json").read_text())
+    cases = {tc["display_name"]: tc for run in data["runs"] for tc in run["testcases"]}
     case = failed_case(cases, "HvdcoreMnistCheck")
     assert case["fail_phase"] == "sanity", case["fail_reason"]
     m = re.search(r"invalid measurement: scaling efficiency ([\d.]+)% is above ([\d.]+)% "

@@ -47,8 +47,11 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # The synthetic benchmark (ResNet-50) has its own quick run in test_synthetic_benchmark.py.
     # One epoch: the torch example trains 450 steps instead of 2 x 450 (TensorFlow's default is
     # one epoch already); the checks, their sanity and their figures are the main job's.
+    # The data-plane and fabric checks have their own runs (test_reframe_planes.py,
+    # test_reframe_fabric.py): not repeated here, CI stays as long as it was.
     res = run_reframe(["-C", str(CONFIGS / "local.py"), "-c", str(CHECKS), "-r",
-                       "-x", "HvdcoreSyntheticCheck", *UNGUARDED_EFFICIENCY, *ONE_EPOCH_MNIST,
+                       "-x", "HvdcoreSyntheticCheck", "-x", "HvdcoreDataPlanesCheck",
+                       "-x", "HvdcoreFabricCheck", *UNGUARDED_EFFICIENCY, *ONE_EPOCH_MNIST,
                        "--report-file", str(report)], work,
                       timeout=900)
     return {"work": work, "report": report, "res": res, "seconds": time.monotonic() - t0}

@@ -73,7 +73,8 @@ def test_suite_through_slurm_1_node_and_2_nodes(cluster: SlurmCluster, tmp_path:
     # The synthetic benchmark (ResNet-50) has its own quick run in test_synthetic_benchmark.py.
     res = run_reframe(["-C", str(CONFIGS / "slurm.py"), "--system", "generic:cpu", "-c",
                        str(CHECKS), "-x", "HvdcoreMnistCheck.*framework=tensorflow",
-                       "-x", "HvdcoreSyntheticCheck", "-r", *UNGUARDED_EFFICIENCY, *QUICK_TORCH_MNIST,
+                       "-x", "HvdcoreSyntheticCheck", "-x", "HvdcoreDataPlanesCheck",
+                       "-x", "HvdcoreFabricCheck", "-r", *UNGUARDED_EFFICIENCY, *QUICK_TORCH_MNIST,
                        "--report-file", str(report)], tmp_path, env, timeout=900)
     seconds = time.monotonic() - t0
     out = res.stdout + res.stderr

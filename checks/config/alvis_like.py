@@ -41,6 +41,8 @@ def _gpu_partition(gpu: str, arch: str, cpus: int, max_nodes: int) -> dict:
         "extras": {
             "ranks_per_node": 4,
             "gpus_per_node": 4,
+            # the fabric check: NCCL over InfiniBand verbs, never TCP sockets
+            "nccl_net": "IB",
             "max_nodes": max_nodes,
             "launcher_options": SLURM_MPI,
             "gpu_always": True,

@@ -45,6 +45,10 @@ site_configuration = {
                     "extras": {
                         "ranks_per_node": 4,
                         "gpus_per_node": 4,
+                        # the fabric check: NCCL over aws-ofi-nccl (libfabric CXI), 4 NICs
+                        # (CSCS forces NCCL_NET="AWS Libfabric" for the same reason)
+                        "nccl_net": "AWS Libfabric",
+                        "nics_per_node": 4,
                         "max_nodes": 8,
                         "launcher_options": SLURM_MPI,
                         "references": recorded_references("gh", "gh200"),

@@ -44,6 +44,10 @@ site_configuration = {
                         "ranks_per_node": RANKS,
                         "gpus_per_node": 0,
                         "max_nodes": 1,
+                        # what the fabric check must find: MPI over shared memory, the Gloo
+                        # plane on the loopback interface (one host)
+                        "mpi_transport": "sm",
+                        "gloo_interface": "lo",
                         "launcher_options": [],
                         "references": recorded_references("local", "default"),
                     },

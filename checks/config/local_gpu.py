@@ -8,6 +8,17 @@ The partition claims features ``gpu``, the vendor (``nvgpu``, or ``amdgpu`` wher
 installed stack, and the synthetic benchmark runs its GPU profile. ``CHECKS_LOCAL_GPUS`` sets
 the GPU count (default: what ``nvidia-smi -L`` or ``rocm-smi`` lists). Jobs run in the Python
 environment that runs ReFrame, with this checkout on PYTHONPATH, as with ``local.py``.
+
+The device-plane collectives (NCCL/RCCL vs raw torch.distributed, 8 B to
+``CHECKS_PLANES_MAX_BYTES``, default 1 GiB) and the fabric check, in one command::
+
+    CONFIG=checks/config/local_gpu.py checks/run_suite.sh gpu-results \
+        -n 'HvdcoreDataPlanesCheck|HvdcoreFabricCheck'
+
+One rank per GPU: with one GPU the planes run at 1 rank (NCCL takes no two ranks on one
+GPU), where busbw's factor is 0 for all but broadcast and only the ratios and algbw say
+anything. The fabric check requires NCCL to use this host's GPUs (``gpus_per_node``); a
+single host declares no ``nccl_net``.
 """
 
 import os
@@ -64,6 +75,8 @@ site_configuration = {
                         "gpus_per_node": GPUS,
                         "max_nodes": 1,
                         "launcher_options": [],
+                        "planes_max_bytes": int(os.environ.get("CHECKS_PLANES_MAX_BYTES",
+                                                               1 << 30)),
                         "references": recorded_references("localgpu", "gpu"),
                     },
                 }

@@ -53,6 +53,10 @@ site_configuration = {
                     "extras": {
                         "ranks_per_node": 8,
                         "gpus_per_node": 8,
+                        # the fabric check: RCCL over aws-ofi-rccl (libfabric CXI) on the
+                        # node's 4 Slingshot NICs; a TCP-socket fallback fails
+                        "nccl_net": "AWS Libfabric",
+                        "nics_per_node": 4,
                         "max_nodes": 16,
                         "launcher_options": SLURM_MPI,
                         "references": recorded_references("lumi", "gpu"),

@@ -38,6 +38,8 @@ def _partition(name: str, slurm_part: str, gpus: int, arch: str, cpus: int) -> d
         "extras": {
             "ranks_per_node": gpus,
             "gpus_per_node": gpus,
+            # the fabric check: NCCL over InfiniBand verbs, never TCP sockets
+            "nccl_net": "IB",
             "max_nodes": 4,
             "launcher_options": SLURM_MPI,
             "references": recorded_references("neuron", name),

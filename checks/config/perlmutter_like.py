@@ -49,6 +49,10 @@ site_configuration = {
                     "extras": {
                         "ranks_per_node": 4,
                         "gpus_per_node": 4,
+                        # the fabric check: NCCL over aws-ofi-nccl (libfabric CXI) on the
+                        # node's 4 Slingshot NICs; a TCP-socket fallback fails
+                        "nccl_net": "AWS Libfabric",
+                        "nics_per_node": 4,
                         "max_nodes": 16,
                         "launcher_options": SLURM_MPI,
                         "references": recorded_references("perlmutter", "gpu"),

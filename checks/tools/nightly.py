@@ -25,6 +25,8 @@ overwritten) holding ReFrame's stage, output and perflog directories, its log, `
     which rule judged it (``history``, ``reference``, ``information``).
 ``scaling.png``
     the MNIST scaling plot, when the suite ran MNIST.
+``planes.png``
+    the data-plane check's busbw per size and collective (hvdcore and raw), when it ran.
 
 ``DIR/results.db`` is ReFrame's own results storage (``RFM_ENABLE_RESULTS_STORAGE``), one per
 results directory, so ``reframe --list-stored-sessions`` and ``--performance-compare`` work on
@@ -34,8 +36,9 @@ server) and ``DIR/latest`` (a link to tonight) are rewritten each night.
 
 Exit status: 0 when every case passed (or was an invalid measurement) and no value regressed
 against its history; 1 when a check failed (sanity, capability, a reference bound) or a value
-regressed; 2 when ReFrame did not run or stored no session. One line per check is logged as it
-finishes, then one line per regression and the verdict.
+regressed; 2 when ReFrame did not run or stored no session, or is older than the suite needs
+(``reframe_version.py``: refused at start with the version found and the one needed). One line
+per check is logged as it finishes, then one line per regression and the verdict.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import history
+import planes_report
+import reframe_version
 import report
 import trend
 
@@ -271,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     elif rest:
         parser.error(f"unknown arguments {rest} (ReFrame's go after '--')")
 
+    too_old = reframe_version.check_reframe(_reframe())
+    if too_old:  # refused at start: no night directory, no stored session
+        print(f"nightly.py: {too_old}", file=sys.stderr)
+        return 2
     if not any(a.split("=", 1)[0] in _SELECTION for a in rest):
         rest = ["-t", "nightly", *rest]  # the nightly set, unless the site selects its own
     results = args.results.resolve()
@@ -320,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
               f"x 1.4826 x MAD, {args.min_band:.0%} of the median); history judges after "
               f"{args.min_nights} good nights; variables judged: {args.judge}.")
     text = report.markdown_summary(cases, f"hvdcore nightly {name}", str(night / "report.json"))
+    planes = planes_report.load_rows(night / "report.json")
+    text += planes_report.markdown(planes)
+    planes_report.plot(planes, night / "planes.png")
     (night / "summary.md").write_text(text + "\n" + history_markdown(tonight, params))
     report.plot_scaling(cases, night / "scaling.png")
     write_junit(night / "reframe-junit.xml", night / "junit.xml", cases, tonight)

@@ -615,6 +615,8 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--latest", action="store_true", help="newest ~/.reframe/reports/*.json")
     parser.add_argument("-o", "--output", default="-", help="Markdown file ('-': stdout)")
     parser.add_argument("--plot", help="PNG scaling plot to write")
+    parser.add_argument("--planes-plot", help="PNG of the data-plane check's busbw per size "
+                        "(planes_report.py; JSON reports only)")
     parser.add_argument("--title", default="hvdcore ReFrame validation")
     parser.add_argument("--fail-on-failure", action="store_true",
                         help="exit 1 when a test case failed or a performance value is "
@@ -636,6 +638,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report.py: no test cases in {source}", file=sys.stderr)
         return 2
     text = markdown_summary(cases, args.title, source)
+    if not args.perflogs:  # the data-plane check's per-size tables (its job output)
+        import planes_report
+
+        planes = planes_report.load_rows(source)
+        text += planes_report.markdown(planes)
+        if args.planes_plot and planes_report.plot(planes, args.planes_plot):
+            print(f"report.py: wrote {args.planes_plot}", file=sys.stderr)
     if args.output == "-":
         sys.stdout.write(text)
     else:

@@ -13,11 +13,24 @@ tuning knob) wraps the real backend so that every collective does real extra wor
     what it took (a uniformly slower data path at every message size: ``scale=1.5`` is the
     nightly suite's "1.5x slower" degradation).
 
-They may be combined: ``FAULTS_DATA_PATH="repeat=3,delay_us=2000"``. The variable is read once,
-at ``init()``; a malformed value is a :class:`~hvdcore.errors.ConfigError`.
+They may be combined: ``FAULTS_DATA_PATH="repeat=3,delay_us=2000"``. Two more parts say where
+(issue 59: one real degradation of one collective on one plane):
+
+``op=NAME``
+    only that collective is slowed: ``allreduce``, ``allgather``, ``broadcast``, ``alltoall``
+    or ``reducescatter`` (default: every data collective);
+``plane=host|device``
+    the plane slowed: ``host`` (the core's MPI data plane, the default, as before) or
+    ``device`` (a framework's torch.distributed plane: NCCL/RCCL, or Gloo with
+    ``HVDCORE_CPU_OPERATIONS=gloo``; ``delay_us`` and ``scale`` only).
+
+The variable is read once, at ``init()``; a malformed value is a
+:class:`~hvdcore.errors.ConfigError`.
 
     >>> parse("repeat=2,delay_us=50")
-    DataPathFault(repeat=2, delay_s=5e-05, scale=1.0)
+    DataPathFault(repeat=2, delay_s=4.9999999999999996e-05, scale=1.0, op=None, plane='host')
+    >>> parse("scale=3,op=alltoall,plane=device").op
+    'alltoall'
 """
 
 from __future__ import annotations
@@ -30,12 +43,17 @@ from typing import Any
 import numpy as np
 
 from hvdcore import errors
-from hvdcore.backends.base import PLAIN
+from hvdcore.backends.base import PLAIN, PlaneCapabilities
 
-__all__ = ["ENV_VAR", "DataPathFault", "DegradedBackend", "parse", "wrap_from_env"]
+__all__ = ["ENV_VAR", "OPS", "PLANES", "DataPathFault", "DegradedBackend", "parse",
+           "wrap_from_env"]
 
 ENV_VAR = "FAULTS_DATA_PATH"
 _log = logging.getLogger("hvdcore")
+#: The collectives ``op=`` names, by the backend methods that carry them.
+OPS = {"allreduce": "allreduce", "allgather": "allgatherv", "broadcast": "broadcast",
+       "alltoall": "alltoallv", "reducescatter": "reduce_scatter"}
+PLANES = ("host", "device")
 
 
 @dataclass(frozen=True)
@@ -45,15 +63,30 @@ class DataPathFault:
     repeat: int = 1
     delay_s: float = 0.0
     scale: float = 1.0
+    #: The one collective slowed (a key of :data:`OPS`), None: all of them.
+    op: str | None = None
+    #: The plane slowed (one of :data:`PLANES`).
+    plane: str = "host"
+
+    def slows(self, method: str) -> bool:
+        """Whether the backend method ``method`` is slowed."""
+        return self.op is None or OPS[self.op] == method
 
 
 def parse(text: str) -> DataPathFault:
-    """``"repeat=N,delay_us=D,scale=F"`` (each part optional) -> :class:`DataPathFault`."""
+    """``"repeat=N,delay_us=D,scale=F,op=NAME,plane=P"`` (each part optional) ->
+    :class:`DataPathFault`."""
     repeat, delay_s, scale = 1, 0.0, 1.0
+    op: str | None = None
+    plane = "host"
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = item.partition("=")
         try:
-            if key == "repeat":
+            if key == "op":
+                op, ok = value, value in OPS
+            elif key == "plane":
+                plane, ok = value, value in PLANES
+            elif key == "repeat":
                 repeat = int(value)
                 ok = repeat >= 1
             elif key == "delay_us":
@@ -69,8 +102,12 @@ def parse(text: str) -> DataPathFault:
         if not ok:
             raise errors.ConfigError(
                 f"{ENV_VAR}={text!r}: expected comma-separated repeat=N (N >= 1), "
-                f"delay_us=D (D >= 0) and/or scale=F (F >= 1), got {item!r}")
-    return DataPathFault(repeat, delay_s, scale)
+                f"delay_us=D (D >= 0), scale=F (F >= 1), op={'|'.join(OPS)} and/or "
+                f"plane={'|'.join(PLANES)}, got {item!r}")
+    if plane == "device" and repeat > 1:
+        raise errors.ConfigError(f"{ENV_VAR}={text!r}: repeat=N slows the host plane only; "
+                                 "use delay_us=D or scale=F with plane=device")
+    return DataPathFault(repeat, delay_s, scale, op, plane)
 
 
 def _pause(seconds: float) -> None:
@@ -117,7 +154,8 @@ class DegradedBackend:
         if self.fault.scale == 1.0:
             call(*args)
             return
-        key = (call.__name__, *(a.nbytes for a in args if isinstance(a, np.ndarray)))
+        # (NumPy arrays and torch tensors both have nbytes)
+        key = (call.__name__, *(a.nbytes for a in args if hasattr(a, "nbytes")))
         t0 = time.perf_counter()
         call(*args)
         took = time.perf_counter() - t0
@@ -126,6 +164,9 @@ class DegradedBackend:
 
     def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """Extra allreduces of a scratch copy (in-place results must not be reduced twice)."""
+        if not self.fault.slows("allreduce"):
+            self.inner.allreduce(pset, buf, out, op)
+            return
         src, dst = self._scratch_pair(buf, out) if self.fault.repeat > 1 else (buf, out)
         self._waste(self.inner.allreduce, pset, src, dst, op)
         self._real(self.inner.allreduce, pset, buf, out, op)
@@ -137,42 +178,60 @@ class DegradedBackend:
         self.allreduce(pset, out, out, op)
 
     def allgatherv(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
+        if not self.fault.slows("allgatherv"):
+            self.inner.allgatherv(pset, buf, out, counts)
+            return
         self._waste(self.inner.allgatherv, pset, buf, out, counts)
         self._real(self.inner.allgatherv, pset, buf, out, counts)
 
     def broadcast(self, pset: Any, buf: np.ndarray, root: int) -> None:
+        if not self.fault.slows("broadcast"):
+            self.inner.broadcast(pset, buf, root)
+            return
         scratch = buf.copy() if self.fault.repeat > 1 else buf  # the root's data must survive
         self._waste(self.inner.broadcast, pset, scratch, root)
         self._real(self.inner.broadcast, pset, buf, root)
 
     def alltoallv(self, pset: Any, buf: np.ndarray, send_bytes: list[int], out: np.ndarray,
                   recv_bytes: list[int]) -> None:
+        if not self.fault.slows("alltoallv"):
+            self.inner.alltoallv(pset, buf, send_bytes, out, recv_bytes)
+            return
         self._waste(self.inner.alltoallv, pset, buf, send_bytes, out, recv_bytes)
         self._real(self.inner.alltoallv, pset, buf, send_bytes, out, recv_bytes)
 
     def reduce_scatter(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int],
                        op: str) -> None:
+        if not self.fault.slows("reduce_scatter"):
+            self.inner.reduce_scatter(pset, buf, out, counts, op)
+            return
         self._waste(self.inner.reduce_scatter, pset, buf, out, counts, op)
         self._real(self.inner.reduce_scatter, pset, buf, out, counts, op)
 
     def barrier(self, pset: Any) -> None:
         self.inner.barrier(pset)
 
-    #: No direct call: this allreduce is more than the wrapped one's MPI call, so the steady
-    #: path (which would make that call itself) must go through :meth:`allreduce`.
-    capabilities = PLAIN
+    @property
+    def capabilities(self) -> PlaneCapabilities:
+        """The wrapped plane's, but none while allreduce is slowed: this allreduce is then
+        more than the wrapped one's call, so the steady path (which would make that call
+        itself, or bind it) must go through :meth:`allreduce`."""
+        return PLAIN if self.fault.slows("allreduce") else self.inner.capabilities
 
     def __getattr__(self, attr: str) -> Any:
         # buffer operations and the rest of the protocol are the wrapped backend's own
         return getattr(self.inner, attr)
 
 
-def wrap_from_env(backend: Any, environ: Any, rank: int) -> Any:
-    """``backend``, wrapped in a :class:`DegradedBackend` when ``FAULTS_DATA_PATH`` is set."""
+def wrap_from_env(backend: Any, environ: Any, rank: int, plane: str = "host") -> Any:
+    """``backend`` (a data plane of kind ``plane``: ``host`` or ``device``), wrapped in a
+    :class:`DegradedBackend` when ``FAULTS_DATA_PATH`` is set and slows that plane."""
     text = environ.get(ENV_VAR, "")
     if not text:
         return backend
     fault = parse(text)
+    if fault.plane != plane:
+        return backend
     if rank == 0:
         _log.warning("%s=%s: the data path is deliberately slowed (fault injection)",
                      ENV_VAR, text)

@@ -24,6 +24,7 @@ register one :class:`~hvdcore.torch.backends.TorchBackend` per plane with the en
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import numpy as np
@@ -136,13 +137,17 @@ def setup() -> None:
         _OWN_PG = True
         if _core.rank() == 0:
             _log.info("%s", rendezvous.describe())
+    # (FAULTS_DATA_PATH=...,plane=device slows the engine's view of a plane: tests only)
+    from hvdcore.backends.degraded import wrap_from_env
+
     if want_gloo:
         CPU = TorchBackend("gloo", torch.device("cpu"), spec)
-        engine.register_backend(CPU.key, CPU)
+        engine.register_backend(CPU.key, wrap_from_env(CPU, os.environ, _core.rank(), "device"))
     if nccl:
         name = "rccl" if torch.version.hip else "nccl"
         _GPU = TorchBackend(name, device, spec)  # type: ignore[arg-type]
-        engine.register_backend(_GPU.key, _GPU)
+        engine.register_backend(_GPU.key,
+                                wrap_from_env(_GPU, os.environ, _core.rank(), "device"))
 
 
 def _pick_device() -> torch.device:

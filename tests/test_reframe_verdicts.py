@@ -1,0 +1,88 @@
+"""The verdict tools of the ReFrame suite, without ReFrame runs: the alternating chunks of the
+MNIST check (``checks/hvdcore_checks/interleave.py``), run_suite.sh's verdict
+(``checks/tools/verdict.py``) and the ReFrame version gate (``checks/tools/reframe_version.py``).
+The real runs that exercise them: tests/test_reframe_degraded.py (a failure and an invalid
+measurement through run_suite.sh), tests/test_reframe_versions.py (a real ReFrame 4.7.4)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from reframe_helpers import CHECKS, TOOLS
+
+sys.path.insert(0, str(TOOLS))
+sys.path.insert(0, str(CHECKS))
+
+import reframe_version  # noqa: E402
+import report  # noqa: E402
+import verdict  # noqa: E402
+
+from hvdcore_checks import interleave  # noqa: E402
+
+
+def test_chunks_alternate_abba_and_start_with_hvdcore() -> None:
+    assert interleave.chunk_order(1) == ["hvdcore", "peer"]
+    assert interleave.chunk_order(4) == ["hvdcore", "peer", "peer", "hvdcore",
+                                         "hvdcore", "peer", "peer", "hvdcore"]
+    with pytest.raises(ValueError, match="chunks=0"):
+        interleave.chunk_order(0)
+
+
+def test_chunk_steps_split_the_epoch_but_keep_timed_steps() -> None:
+    assert interleave.chunk_steps(450, 1, 10) == 450
+    assert interleave.chunk_steps(450, 3, 10) == 150
+    assert interleave.chunk_steps(900, 2, 10) == 450
+    assert interleave.chunk_steps(200, 3, 10) == 110  # never under warm-up + 100 timed steps
+    assert interleave.chunk_steps(80, 2, 10) == 80  # nor more than the whole
+
+
+def test_a_burst_on_one_pair_does_not_move_the_median_ratio() -> None:
+    """The load lands on hvdcore's chunk of pair 2 only: the ratio of that pair is 0.4, the
+    judged median stays that of the quiet pairs; a slower hvdcore in every pair moves it."""
+    quiet = [100.0, 100.0, 100.0]
+    assert interleave.median_pair_ratio([100.0, 40.0, 100.0], quiet) == 1.0
+    assert interleave.median_pair_ratio([66.0, 67.0, 66.0], quiet) == 0.66
+    with pytest.raises(ValueError, match="2 hvdcore chunks and 3 peer chunks"):
+        interleave.pair_ratios([1.0, 1.0], quiet)
+    with pytest.raises(ValueError, match="positive"):
+        interleave.pair_ratios([1.0], [0.0])
+
+
+def _case(name: str, result: str, reason: str = "") -> report.Case:
+    return report.Case(name=name, system="local", partition="default", environ="venv",
+                       result=result, fail_reason=reason, fail_phase="sanity" if reason else "")
+
+
+def test_verdict_tells_invalid_measurements_from_failures() -> None:
+    good = _case("HvdcoreCollectivesCheck", "pass")
+    invalid = _case("HvdcoreMnistCheck", "fail", "invalid measurement: scaling efficiency 300%")
+    failed = _case("HvdcoreSyntheticCheck", "fail", "the launcher exited 1")
+    assert verdict.verdict([good])[0] == 0
+    status, lines = verdict.verdict([good, invalid])
+    assert status == verdict.EXIT_INVALID == 3
+    assert lines[0].startswith("INVALID HvdcoreMnistCheck @local:default+venv: invalid")
+    assert lines[-1] == "INVALID MEASUREMENT: 2 cases, 0 failed, 1 invalid measurements"
+    status, lines = verdict.verdict([good, invalid, failed])
+    assert status == verdict.EXIT_FAILED and lines[-1].startswith("FAILED: 3 cases, 1 failed")
+
+
+def test_verdict_without_a_report_says_reframe_did_not_run(tmp_path, capsys) -> None:
+    assert verdict.main(["--report", str(tmp_path / "none.json"), "--reframe-status", "1"]) == 2
+    assert "ReFrame exited 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("found, refused", [("4.7.4", True), ("4.8.3", True), ("4.9.0", False),
+                                            ("4.10.1", False), ("5.0.0-dev.1", False)])
+def test_version_gate(found: str, refused: bool) -> None:
+    message = reframe_version.refusal(found)
+    assert (message is not None) == refused
+    if refused:
+        assert f"ReFrame {found} found" in message and "needs ReFrame >= 4.9" in message
+
+
+def test_version_gate_on_this_venvs_reframe() -> None:
+    """The ReFrame the suite's own venv runs passes the gate (``reframe --version``)."""
+    exe = Path(sys.executable).parent / "reframe"
+    assert reframe_version.check_reframe(str(exe) if exe.exists() else "reframe") is None
