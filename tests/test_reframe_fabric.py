@@ -7,13 +7,11 @@ what was found."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from reframe_helpers import CHECKS, CONFIGS, reframe_env, run_reframe
 
-sys.path.insert(0, str(CHECKS))
 from hvdcore_checks.fabric import judge, parse  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "fabric"

@@ -10,11 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from reframe_helpers import CHECKS, TOOLS
-
-sys.path.insert(0, str(TOOLS))
-sys.path.insert(0, str(CHECKS))
-
 import reframe_version  # noqa: E402
 import report  # noqa: E402
 import verdict  # noqa: E402
