@@ -25,13 +25,27 @@ SUPPORTED = {
 }
 
 _READ: list[str] = []
+_PACKAGES = {"tensorflow": "tensorflow-cpu", "torch": "torch"}
 
 
 def backend() -> str:
     """The Keras backend, as Keras reported it the first time this was called."""
     if not _READ:
-        import keras
+        try:
+            import keras
+        except ImportError as exc:  # Keras imports its backend's framework first
+            import os
 
+            chosen = os.environ.get("KERAS_BACKEND", "tensorflow")
+            if chosen in SUPPORTED:
+                fix = f"install it (pip install {_PACKAGES[chosen]})"
+            else:
+                fix = (f"hvdcore.keras does not train on {chosen!r} either: set KERAS_BACKEND "
+                       f"to {' or '.join(sorted(SUPPORTED))} and install that framework "
+                       f"(pip install {' or '.join(_PACKAGES[b] for b in sorted(SUPPORTED))})")
+            raise UnsupportedError(
+                f"hvdcore.keras: Keras could not load its backend {chosen!r} (KERAS_BACKEND): "
+                f"{exc}; {fix}") from exc
         _READ.append(str(keras.backend.backend()))
     return _READ[0]
 

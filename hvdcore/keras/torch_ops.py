@@ -103,9 +103,9 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
     handles = []
     for i, var in enumerate(variables):
         t = _torch_tensor(var, "broadcast_variables").detach()
-        label = getattr(var, "path", None) or str(i)
-        handles.append(hvd_torch.broadcast_async(t, root_rank,
-                                                 name=f"keras.broadcast.{i}.{label}",
+        # by position, not by Keras' variable path: paths carry per-process name counters
+        # (a rank that built one model more has sequential_1 where the others have sequential)
+        handles.append(hvd_torch.broadcast_async(t, root_rank, name=f"keras.broadcast.{i}",
                                                  process_set=process_set))
     for var, handle in zip(variables, handles, strict=True):
         var.assign(hvd_torch.synchronize(handle))
