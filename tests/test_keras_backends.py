@@ -10,11 +10,12 @@ one process: its errors are raised before any collective.
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 
 import pytest
-from conftest import mpi_env, program
+from conftest import mpi_env, program, run_mpi
 
 pytestmark = [pytest.mark.torch, pytest.mark.mpi]
 
@@ -74,3 +75,20 @@ def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
     assert f"KERAS-BACKEND-ERRORS-OK backend={backend}" in proc.stdout, out[-6000:]
     if backend == "torch":
         assert "CHECK torch.import_without_tensorflow ok" in proc.stdout
+
+
+def test_mnist_example_on_torch_backend(tmp_path) -> None:
+    """examples/keras_mnist.py with KERAS_BACKEND=torch at 2 ranks learns (small subset), rank 0
+    checkpoints, and prints the result line the ReFrame MNIST check parses."""
+    ckpt = tmp_path / "ckpt"
+    proc = run_mpi(2, ["examples/keras_mnist.py", "--mode", "hvd", "--epochs", "1",
+                       "--train-samples", "2048", "--test-samples", "1000", "--batch-size", "64",
+                       "--checkpoint-dir", str(ckpt)], env={"KERAS_BACKEND": "torch"},
+                   timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    result = re.findall(r"^hvdcore-mnist: ranks=2 epochs=1 test_accuracy=([0-9.]+) "
+                        r"images_per_sec=([0-9.]+) ", proc.stdout, re.M)
+    assert len(result) == 1, out[-6000:]  # rank 0 only
+    assert float(result[0][0]) > 0.5, f"2 ranks x 1024 images should beat chance by far: {out}"
+    assert (ckpt / "mnist-hvd-best.keras").is_file()
