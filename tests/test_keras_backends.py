@@ -66,7 +66,9 @@ def test_local_variables_process_sets_and_saving(world_size: int, backend: str,
 def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
     """A tf-keras optimizer, a TensorFlow gradient or hvdcore.tensorflow.keras on the torch
     backend, a switched backend, and JAX (not supported) are UnsupportedErrors naming the
-    backend, raised before Keras runs anything; hvdcore.keras on torch loads no TensorFlow."""
+    backend, raised before Keras runs anything; hvdcore.keras on torch loads no TensorFlow;
+    ``hvdcorerun --check-build``'s Keras line names the backend and what hvdcore.keras trains
+    on (the report's text from the real probes, in the same process)."""
     proc = subprocess.run([sys.executable, program("keras_backend_errors.py")],
                           env=mpi_env({"KERAS_BACKEND": backend}), capture_output=True,
                           text=True, timeout=180)
@@ -75,6 +77,7 @@ def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
     assert f"KERAS-BACKEND-ERRORS-OK backend={backend}" in proc.stdout, out[-6000:]
     if backend == "torch":
         assert "CHECK torch.import_without_tensorflow ok" in proc.stdout
+        assert "CHECK torch.check_build.keras_line ok" in proc.stdout
 
 
 def test_mnist_example_on_torch_backend(tmp_path) -> None:
@@ -92,3 +95,4 @@ def test_mnist_example_on_torch_backend(tmp_path) -> None:
     assert len(result) == 1, out[-6000:]  # rank 0 only
     assert float(result[0][0]) > 0.5, f"2 ranks x 1024 images should beat chance by far: {out}"
     assert (ckpt / "mnist-hvd-best.keras").is_file()
+

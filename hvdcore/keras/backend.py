@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hvdcore.capability_probes import KERAS_BACKENDS
 from hvdcore.errors import UnsupportedError
 
 __all__ = ["SUPPORTED", "backend", "check_unchanged", "unsupported"]
@@ -23,6 +24,8 @@ SUPPORTED = {
     "tensorflow": "hvdcore.tensorflow (TensorFlow ops around the core's NumPy buffers)",
     "torch": "hvdcore.torch (grouped_allreduce of the torch gradients: MPI, Gloo or NCCL)",
 }
+
+assert tuple(sorted(SUPPORTED)) == KERAS_BACKENDS  # what --check-build reports
 
 _READ: list[str] = []
 _PACKAGES = {"tensorflow": "tensorflow-cpu", "torch": "torch"}

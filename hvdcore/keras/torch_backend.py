@@ -8,11 +8,13 @@ the torch planes (MPI or Gloo on the host, NCCL for CUDA tensors). TensorFlow is
 
 from __future__ import annotations
 
+from hvdcore.keras import portable as _portable
 from hvdcore.torch import *  # noqa: F403
 from hvdcore.torch import __all__ as _torch_all
-from hvdcore.keras.portable import *  # noqa: F403,I001  (after torch: its names win)
-from hvdcore.keras.portable import __all__ as _keras_all
 
-__all__ = [*(n for n in _torch_all if n not in _keras_all
+# the Keras names win over torch's (DistributedOptimizer), whatever order imports are sorted in
+globals().update({name: getattr(_portable, name) for name in _portable.__all__})
+
+__all__ = [*(n for n in _torch_all if n not in _portable.__all__
              and n not in ("broadcast_parameters", "broadcast_optimizer_state",
-                           "SyncBatchNorm")), *_keras_all]
+                           "SyncBatchNorm")), *_portable.__all__]

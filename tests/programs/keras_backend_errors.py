@@ -5,7 +5,8 @@
 - torch: ``import hvdcore.keras`` loads no TensorFlow; a tf-keras optimizer, a TensorFlow
   gradient, hvdcore.tensorflow.keras' DistributedOptimizer (the issue's crash: TensorFlow tensors
   handed to a torch optimizer) and a Keras backend switched after import are each an
-  UnsupportedError naming the backend, raised before Keras runs anything;
+  UnsupportedError naming the backend, raised before Keras runs anything; ``--check-build``'s
+  Keras line names the backend and the backends hvdcore.keras trains on;
 - jax (hvdcore.keras does not train on it): ``import hvdcore.keras`` without JAX installed, or
   ``DistributedOptimizer`` with it, is an UnsupportedError naming 'jax' and what to do.
 """
@@ -63,6 +64,15 @@ import hvdcore.keras as hvd  # noqa: E402
 check("import_without_tensorflow", "tensorflow" not in sys.modules, sorted(
     m for m in sys.modules if m.startswith("tensorflow"))[:3])
 hvd.init()
+# hvdcorerun --check-build's Keras line: the running backend and what hvdcore.keras trains on
+from hvdcore.capabilities import capabilities  # noqa: E402
+from hvdcore.runner.check_build import format_report  # noqa: E402
+
+line = next((ln for ln in format_report(capabilities(["keras"])).splitlines() if "Keras" in ln),
+            "")
+wanted = ", ".join(b for b in ("tensorflow", "torch") if importlib.util.find_spec(b))
+check("check_build.keras_line", line.strip().startswith(f"[X] Keras [hvdcore.keras: {wanted}] ")
+      and "(backend torch" in line, line)
 if importlib.util.find_spec("tf_keras") is not None:
     import tf_keras
 

@@ -31,7 +31,6 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import hvdcore.keras as hvd  # noqa: E402
-from hvdcore.errors import UnsupportedError  # noqa: E402
 from hvdcore.keras.optimizer import is_distributed_optimizer  # noqa: E402
 
 BACKEND = keras.backend.backend()
