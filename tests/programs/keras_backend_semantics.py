@@ -125,7 +125,7 @@ cases = [
     ("op_sum", lambda m: hvd.DistributedOptimizer(keras.optimizers.SGD(LR), op=hvd.Sum),
      [mean(ALL, k) * N for k in range(4)]),
     ("gradient_predivide_factor", lambda m: hvd.DistributedOptimizer(
-        keras.optimizers.SGD(LR), gradient_predivide_factor=2.0),
+        keras.optimizers.SGD(LR), gradient_predivide_factor=2.5),
      [mean(ALL, k) for k in range(4)]),
 ]
 for label, opt_of, want_grads in cases:
