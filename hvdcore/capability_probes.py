@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "KERAS_BACKENDS",
     "torch_facts",
     "tensorflow_facts",
     "keras_facts",
@@ -54,6 +55,10 @@ def _dist_version(*names: str) -> tuple[str | None, str | None]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None, None
+
+
+#: The Keras 3 backends hvdcore.keras trains on (hvdcore.keras.backend routes to them).
+KERAS_BACKENDS = ("tensorflow", "torch")
 
 
 def _installed(module: str) -> bool:
@@ -199,6 +204,8 @@ def keras_facts() -> dict[str, Any]:
             facts["backend"] = str(keras.backend.backend())
         except Exception as exc:
             errors.append(f"keras.backend.backend() failed: {describe_error(exc)}")
+        # the backends hvdcore.keras trains on whose framework is installed here
+        facts["hvdcore_backends"] = [b for b in KERAS_BACKENDS if _installed(b)]
     if errors:
         facts["error"] = "; ".join(errors)
     return facts

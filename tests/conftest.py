@@ -116,6 +116,7 @@ SHARED_LAUNCHES = {
     "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py", "tensorflow_parity.py"),
     "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py"),
     "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py"),
+    "keras_backend": ("keras_backend_fit.py", "keras_backend_semantics.py"),
 }
 
 

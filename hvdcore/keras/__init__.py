@@ -1,7 +1,16 @@
-"""Alias of :mod:`hvdcore.tensorflow.keras` (the same objects), for ``import hvdcore.keras as hvd``.
+"""hvdcore for Keras 3 on its backend: ``import hvdcore.keras as hvd``.
+
+The Keras backend (``KERAS_BACKEND``) is read once, at the first import, and picks the
+implementation:
+
+- ``tensorflow``: the same objects as :mod:`hvdcore.tensorflow.keras` (Keras 3 or tf-keras);
+- ``torch``: :mod:`hvdcore.keras.torch_backend` (the :mod:`hvdcore.torch` API; gradients
+  reduced by the torch binding; TensorFlow not needed);
+- anything else: importable, but ``DistributedOptimizer`` raises an error naming the backend.
 
 Example::
 
+    import keras
     import hvdcore.keras as hvd
     hvd.init()
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
@@ -9,7 +18,16 @@ Example::
 
 from __future__ import annotations
 
-from hvdcore.tensorflow.keras import *  # noqa: F403  (includes the callbacks module)
-from hvdcore.tensorflow.keras import __all__ as _keras_all
+from hvdcore.keras.backend import backend as _backend
+
+if _backend() == "tensorflow":
+    from hvdcore.tensorflow.keras import *  # noqa: F403  (includes the callbacks module)
+    from hvdcore.tensorflow.keras import __all__ as _keras_all
+elif _backend() == "torch":
+    from hvdcore.keras.torch_backend import *  # noqa: F403
+    from hvdcore.keras.torch_backend import __all__ as _keras_all
+else:
+    from hvdcore.keras.other_backend import *  # noqa: F403
+    from hvdcore.keras.other_backend import __all__ as _keras_all
 
 __all__ = list(_keras_all)

@@ -57,6 +57,13 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
                   process_set=process_set, scale_local_gradients=scale_local_gradients)
     flavour = optimizer_flavour(optimizer)
     if flavour == "keras3":
+        import keras
+
+        if keras.backend.backend() != "tensorflow":  # hvdcore.keras routes by backend
+            raise UnsupportedError(
+                f"hvdcore.tensorflow.keras reduces TensorFlow tensors, but Keras' backend is "
+                f"{keras.backend.backend()!r} (KERAS_BACKEND); use import hvdcore.keras, which "
+                f"picks the implementation for the backend")
         from hvdcore.tensorflow.keras.optimizer_keras3 import Keras3DistributedOptimizer
 
         return Keras3DistributedOptimizer(optimizer, **kwargs)

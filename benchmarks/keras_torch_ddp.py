@@ -1,0 +1,183 @@
+"""Keras MNIST on Keras 3's torch backend with hvdcore vs the same model in plain torch with DDP.
+
+One ``mpirun -np 2`` launch (the driver below starts it), interleaved: every rank holds both
+models, starting from the same weights, and the configurations train in chunks of ``--chunk``
+steps, in an order shuffled anew each round (the same order on every rank), so both see the
+same states of the machine. Configurations:
+
+* ``keras_hvd``: the CNN of ``examples/keras_mnist.py`` (``KERAS_BACKEND=torch``), Adadelta
+  wrapped in ``hvdcore.keras.DistributedOptimizer``, one ``train_on_batch`` per step (Keras'
+  own torch train step; the gradients reduced by ``hvdcore.torch.grouped_allreduce``);
+* ``keras_solo``: the same Keras model and step without hvdcore (each rank alone: Keras' cost
+  without communication);
+* ``ddp``: the same layers written in torch (``torch.nn``), ``torch.optim.Adadelta``, wrapped in
+  ``DistributedDataParallel`` over gloo.
+
+Every rank trains ``--batch-size`` real MNIST images per step from its own shard; a chunk's
+time is barrier to barrier, the slowest rank's; images/s count both ranks' images (``solo``:
+the same formula, no communication). Rank 0 prints one table: per configuration the median
+images/s over the rounds, and ``keras_hvd / ddp`` and ``keras_hvd / keras_solo`` (medians of
+the per-round ratios).
+
+Run::
+
+    python benchmarks/keras_torch_ddp.py [--rounds 8] [--chunk 20] [--batch-size 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ("keras_hvd", "keras_solo", "ddp")
+
+
+def _driver(args: argparse.Namespace) -> int:
+    env = dict(os.environ, KERAS_BACKEND="torch", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+               PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    cmd = [shutil.which("mpirun") or "mpirun", "-np", str(args.np), "--oversubscribe",
+           sys.executable, __file__, "--worker", f"--rounds={args.rounds}",
+           f"--chunk={args.chunk}", f"--batch-size={args.batch_size}",
+           f"--warmup={args.warmup}"]
+    return subprocess.run(cmd, env=env, timeout=args.timeout).returncode
+
+
+def _torch_cnn(torch):
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Dropout(0.25), nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(), nn.Dropout(0.5),
+        nn.Linear(128, 10))
+
+
+def _worker(args: argparse.Namespace) -> None:
+    import keras
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    import hvdcore.keras as hvd
+    from hvdcore.datasets import mnist
+
+    comm = MPI.COMM_WORLD
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
+    port = comm.bcast(_free_port() if rank == 0 else None, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size)
+
+    x_train, y_train, _, _ = mnist.load(None)
+    x = (x_train[rank::size].astype(np.float32) / 255.0)[..., None]
+    y = y_train[rank::size].astype(np.int64)
+    b = args.batch_size
+    batches = len(x) // b
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from keras_mnist import build_model
+
+    def keras_model(distributed: bool):
+        keras.utils.set_random_seed(1234)
+        model = build_model()
+        opt = keras.optimizers.Adadelta(1.0 * size)
+        if distributed:
+            opt = hvd.DistributedOptimizer(opt)
+        model.compile(loss="sparse_categorical_crossentropy", optimizer=opt)
+        return model
+
+    models = {"keras_hvd": keras_model(True), "keras_solo": keras_model(False)}
+    torch.manual_seed(1234)
+    net = torch.nn.parallel.DistributedDataParallel(_torch_cnn(torch))
+    torch_opt = torch.optim.Adadelta(net.parameters(), lr=1.0 * size)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    cursor = {c: 0 for c in CONFIGS}
+
+    def step(config: str) -> None:
+        k = cursor[config] % batches
+        cursor[config] += 1
+        xb, yb = x[k * b:(k + 1) * b], y[k * b:(k + 1) * b]
+        if config == "ddp":
+            torch_opt.zero_grad()
+            loss = loss_fn(net(torch.from_numpy(xb).permute(0, 3, 1, 2)), torch.from_numpy(yb))
+            loss.backward()
+            torch_opt.step()
+        else:
+            models[config].train_on_batch(xb, yb)
+
+    for config in CONFIGS:  # warm-up: first steps (allocations, negotiation, caches)
+        for _ in range(args.warmup):
+            step(config)
+    rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    order = list(CONFIGS)
+    shuffle = random.Random(7)
+    for _ in range(args.rounds):
+        shuffle.shuffle(order)
+        for config in order:
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(args.chunk):
+                step(config)
+            comm.Barrier()
+            seconds = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            rates[config].append(size * b * args.chunk / seconds)
+    same = hvd.allgather_object([np.asarray(w).ravel()[:8].tolist()
+                                 for w in models["keras_hvd"].get_weights()])
+    in_sync = all(s == same[0] for s in same)
+    if rank == 0:
+        _report(args, size, rates, in_sync)
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _report(args, size: int, rates: dict[str, list[float]], in_sync: bool) -> None:
+    def ratios(a: str, b: str) -> list[float]:
+        return [x / y for x, y in zip(rates[a], rates[b], strict=True)]
+
+    print(f"\nKeras MNIST CNN, {size} ranks, batch {args.batch_size} per rank, "
+          f"{args.rounds} rounds x {args.chunk} steps per configuration (interleaved); "
+          f"keras_hvd weights identical on every rank: {in_sync}\n")
+    print("| configuration | images/s (median) | min | max |")
+    print("|---|---|---|---|")
+    for c in CONFIGS:
+        print(f"| {c} | {statistics.median(rates[c]):.0f} | {min(rates[c]):.0f} | "
+              f"{max(rates[c]):.0f} |")
+    for a, b in (("keras_hvd", "ddp"), ("keras_hvd", "keras_solo"), ("keras_solo", "ddp")):
+        r = ratios(a, b)
+        print(f"| {a} / {b} | {statistics.median(r):.3f} | {min(r):.3f} | {max(r):.3f} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--np", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--chunk", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        _worker(args)
+    else:
+        sys.exit(_driver(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""hvdcore.keras on Keras 3's non-TensorFlow backends (issue 61): real mpirun at 1, 2 and 3 ranks.
+
+The programs (tests/programs/keras_backend_*.py, whose docstrings list their checks) are written
+with Keras 3 alone and run on the backend ``KERAS_BACKEND`` names; both share one launch per
+world size (``SHARED_LAUNCHES["keras_backend"]`` in conftest.py). The TensorFlow backend's
+equivalents are test_tensorflow.py and test_tensorflow_semantics.py. The error program runs in
+one process: its errors are raised before any collective.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import mpi_env, program, run_mpi
+
+pytestmark = [pytest.mark.torch, pytest.mark.mpi]
+
+if importlib.util.find_spec("torch") is None or importlib.util.find_spec("keras") is None:
+    pytest.skip("needs torch and Keras 3 (pip install -e .[torch,tensorflow])",
+                allow_module_level=True)
+
+#: The Keras backends hvdcore.keras trains on besides TensorFlow.
+BACKENDS = ["torch"]
+
+
+def _assert_ok(proc: subprocess.CompletedProcess[str], marker: str, np: int) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{out[-6000:]}"
+    assert proc.stdout.count(marker) == np, out[-6000:]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fit_matches_single_process(world_size: int, backend: str, shared_launch) -> None:
+    """The issue's repro trains; compiled fit with DistributedOptimizer, aggregation over 2
+    steps, fp16 compression and the callbacks equals one process trained on the union of the
+    ranks' batches, weights identical on every rank; save/load_model round trips train on."""
+    proc = shared_launch("keras_backend", world_size, {"KERAS_BACKEND": backend})
+    _assert_ok(proc, f"KERAS-BACKEND-FIT-OK backend={backend}", world_size)
+    for name in ("issue_repro.fit", "sgd_warmup.epoch1.matches_reference",
+                 "adam_passes2_average.epoch1.matches_reference",
+                 "sgd_passes2_sum.epoch0.matches_reference", "sgd_fp16.epoch0.identical_on_ranks",
+                 "load_model.plain_fit_in_sync", "broadcast_global_variables.root_last"):
+        assert f"CHECK {backend}.{name} ok" in proc.stdout, name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_local_variables_process_sets_and_saving(world_size: int, backend: str,
+                                                 shared_launch) -> None:
+    """PartialDistributedOptimizer / register_local_var, op, predivide, a process set, the
+    broadcast callback's local variables, the staircase schedule, ModelCheckpoint -> load_model.
+    (One launch after keras_backend_fit.py.)"""
+    proc = shared_launch("keras_backend", world_size, {"KERAS_BACKEND": backend})
+    _assert_ok(proc, f"KERAS-BACKEND-SEMANTICS-OK backend={backend}", world_size)
+    for name in ("partial_optimizer.one_step", "gradient_predivide_factor.one_step",
+                 "lr_schedule.staircase", "save.keras.trains_on_in_sync"):
+        assert f"CHECK {backend}.{name} ok" in proc.stdout, name
+    if world_size > 1:
+        assert f"CHECK {backend}.process_set.one_step ok" in proc.stdout
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "jax"])
+def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
+    """A tf-keras optimizer, a TensorFlow gradient or hvdcore.tensorflow.keras on the torch
+    backend, a switched backend, and JAX (not supported) are UnsupportedErrors naming the
+    backend, raised before Keras runs anything; hvdcore.keras on torch loads no TensorFlow;
+    ``hvdcorerun --check-build``'s Keras line names the backend and what hvdcore.keras trains
+    on (the report's text from the real probes, in the same process)."""
+    proc = subprocess.run([sys.executable, program("keras_backend_errors.py")],
+                          env=mpi_env({"KERAS_BACKEND": backend}), capture_output=True,
+                          text=True, timeout=180)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"exit code {proc.returncode}\n{out[-6000:]}"
+    assert f"KERAS-BACKEND-ERRORS-OK backend={backend}" in proc.stdout, out[-6000:]
+    if backend == "torch":
+        assert "CHECK torch.import_without_tensorflow ok" in proc.stdout
+        assert "CHECK torch.check_build.keras_line ok" in proc.stdout
+
+
+def test_mnist_example_on_torch_backend(tmp_path) -> None:
+    """examples/keras_mnist.py with KERAS_BACKEND=torch at 2 ranks learns (small subset), rank 0
+    checkpoints, and prints the result line the ReFrame MNIST check parses."""
+    ckpt = tmp_path / "ckpt"
+    proc = run_mpi(2, ["examples/keras_mnist.py", "--mode", "hvd", "--epochs", "1",
+                       "--train-samples", "2048", "--test-samples", "1000", "--batch-size", "64",
+                       "--checkpoint-dir", str(ckpt)], env={"KERAS_BACKEND": "torch"},
+                   timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    result = re.findall(r"^hvdcore-mnist: ranks=2 epochs=1 test_accuracy=([0-9.]+) "
+                        r"images_per_sec=([0-9.]+) ", proc.stdout, re.M)
+    assert len(result) == 1, out[-6000:]  # rank 0 only
+    assert float(result[0][0]) > 0.5, f"2 ranks x 1024 images should beat chance by far: {out}"
+    assert (ckpt / "mnist-hvd-best.keras").is_file()
+
