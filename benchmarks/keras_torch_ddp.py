@@ -83,8 +83,13 @@ def _worker(args: argparse.Namespace) -> None:
     b = args.batch_size
     batches = len(x) // b
 
-    sys.path.insert(0, str(ROOT / "examples"))
-    from keras_mnist import build_model
+    import importlib.util  # the example's model, loaded by path (no sys.path edit)
+
+    spec = importlib.util.spec_from_file_location("keras_mnist", ROOT / "examples" /
+                                                  "keras_mnist.py")
+    example = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(example)  # type: ignore[union-attr]
+    build_model = example.build_model
 
     def keras_model(distributed: bool):
         keras.utils.set_random_seed(1234)
