@@ -31,7 +31,8 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
-"${pip[@]}" --upgrade pip setuptools wheel
+# setuptools pinned: a release is rebuilt to its recorded checksums (releases/*.json, test_release)
+"${pip[@]}" --upgrade pip "setuptools==84.2.1" "wheel==0.48.0"
 "${pip[@]}" "torch==2.13.0"
 "${pip[@]}" -e ".[mpi,torch,tensorflow,test,dev,reframe,easybuild,docs]"
 # Installed without dependencies on purpose: tf-keras would replace tensorflow-cpu with the CUDA
