@@ -78,8 +78,20 @@ def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "no command given" in usage_error(capsys, ["-np", "2", "--"])
 
 
-def test_gloo_controller_rejected(capsys: pytest.CaptureFixture[str]) -> None:
-    assert "--gloo is not supported" in usage_error(capsys, ["--gloo", "-np", "2", "python"])
+def test_gloo_and_mpi_together_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "not allowed with argument" in usage_error(capsys, ["--gloo", "--mpi", "-np", "2",
+                                                               "python"])
+    assert "goes with --gloo" in usage_error(capsys, ["--network-interfaces", "lo", "-np", "2",
+                                                      "python"])
+
+
+def test_gloo_launch_of_a_missing_program_is_one_clear_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")  # the launcher's rendezvous store is torch's
+    rc = main(["--gloo", "-np", "2", "no-such-program-hvdcore"], environ={"PATH": "/usr/bin"})
+    out, err = capsys.readouterr()
+    assert rc == 127, (out, err)
+    assert "hvdcorerun: cannot start rank 0 (no-such-program-hvdcore)" in err, err
 
 
 def test_np_required_outside_slurm(capsys: pytest.CaptureFixture[str]) -> None:

@@ -131,8 +131,14 @@ def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: M
             remote = " ".join(f"{k}={shlex.quote(v)}" for k, v in sent.items())
             cmd = ["ssh", "-o", "BatchMode=yes", p.host,
                    f"cd {shlex.quote(os.getcwd())} && env {remote} {shlex.join(command)}"]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        try:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:  # a program that is not there: one line, the others stopped
+            print(f"hvdcorerun: cannot start rank {p.rank} ({cmd[0]}): {exc}", file=sys.stderr,
+                  flush=True)
+            _stop(procs, signal.SIGKILL)
+            return 127
         procs.append(proc)
         for stream, kind, out in ((proc.stdout, "stdout", sys.stdout.buffer),
                                   (proc.stderr, "stderr", sys.stderr.buffer)):
