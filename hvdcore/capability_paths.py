@@ -49,6 +49,7 @@ def tensor_paths(items: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any]:
     """Which data plane torch CPU tensors and TensorFlow tensors take (see
     :mod:`hvdcore.torch.dataplanes` and :mod:`hvdcore.tensorflow.device_path`)."""
     cpu = knob_setting("CPU_OPERATIONS")
+    on_gloo_controller = controller().get("path") == "gloo"
     if "path" not in cpu:
         gloo = items.get("gloo")
         if cpu["setting"] == "gloo":
@@ -56,7 +57,7 @@ def tensor_paths(items: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any]:
             cpu.update(path="gloo" if ok else "error",
                        reason="torch.distributed Gloo, driven by the engine" if ok else
                        f"{cpu['source']}=gloo but Gloo: {gloo.reason if gloo else 'unknown'}")
-        elif controller().get("path") == "gloo":
+        elif on_gloo_controller:
             cpu.update(path="gloo", reason="zero-copy NumPy views through the Gloo "
                                            "controller's host plane")
         else:
@@ -74,7 +75,7 @@ def tensor_paths(items: dict[str, Any], gpu: dict[str, Any]) -> dict[str, Any]:
         tf_gpu = "no GPU"
     else:
         tf_gpu = "host staging" + ("" if has_torch else " (torch is not installed)")
-    if cpu.get("reason", "").endswith("Gloo controller's host plane"):
+    if on_gloo_controller and cpu.get("path") == "gloo" and cpu.get("setting") != "gloo":
         tf_cpu = "host NumPy views through Gloo (the Gloo controller)"
     else:
         tf_cpu = ("dlpack->gloo" if cpu.get("path") == "gloo" and has_torch

@@ -201,9 +201,8 @@ class GlooController:
         prefix = f"hvdcore/{_generation}/ctl/"
 
         def connect() -> Any:  # a waiter thread's own connection to the same store
-            again = dist.TCPStore(info.addr if not info.store_here else "127.0.0.1"
-                                  if info.addr in ("", "0.0.0.0") else info.addr, root.port,
-                                  info.size, False, datetime.timedelta(seconds=timeout))
+            again = dist.TCPStore(info.addr, root.port, info.size, False,
+                                  datetime.timedelta(seconds=timeout))
             return dist.PrefixStore(prefix, again)
 
         plane = GlooControlPlane(info.rank, info.size, dist.PrefixStore(prefix, root), rounds,
