@@ -169,18 +169,37 @@ def _supervise(procs: Sequence[subprocess.Popen[bytes]], pumps: Sequence[threadi
     main = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} \
         if main else {}
+    # One thread per rank waits for its exit and notes when: the rank that failed first is
+    # the culprit, not the lowest rank among those found dead by one poll (peers of a dead
+    # rank fail a few milliseconds after it, on Gloo's closed connection)
+    exits: list[tuple[float, int, int]] = []
+    lock = threading.Lock()
+
+    def wait(rank: int, proc: subprocess.Popen[bytes]) -> None:
+        code = proc.wait()
+        with lock:
+            exits.append((time.monotonic(), rank, code))
+
+    for rank, proc in enumerate(procs):
+        threading.Thread(target=wait, args=(rank, proc), daemon=True).start()
     failed: tuple[int, int] | None = None
     try:
-        while any(p.poll() is None for p in procs):
-            for rank, p in enumerate(procs):
-                code = p.poll()
-                if code not in (None, 0) and failed is None:
-                    failed = (rank, code)
-                    _stop(procs, signal.SIGTERM)
-                    deadline = time.monotonic() + _GRACE_S
-                    while any(q.poll() is None for q in procs) and time.monotonic() < deadline:
-                        time.sleep(0.05)
-                    _stop(procs, signal.SIGKILL)
+        while True:
+            with lock:
+                done = len(exits)
+                bad = next(((r, c) for _, r, c in sorted(exits) if c != 0), None)
+            if bad is not None:
+                failed = bad
+                _stop(procs, signal.SIGTERM)
+                deadline = time.monotonic() + _GRACE_S
+                while any(q.poll() is None for q in procs) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                _stop(procs, signal.SIGKILL)
+                for q in procs:
+                    q.wait()
+                break
+            if done == len(procs):
+                break
             time.sleep(0.02)
     finally:
         for s, h in previous.items():
