@@ -174,7 +174,8 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
             registry[sid] = ps
         backend = wrap_from_env(formed.host_plane, os.environ, rank)
         engine = Engine(plane, cfg, backend, sets,
-                        caller_progress=_caller_progress(cfg.progress, formed.local_size))
+                        caller_progress=_caller_progress(cfg.progress, formed.local_size),
+                        abort_on_fatal=not formed.elastic)
         _state = ProcessState(cfg, formed.world, rank, size, formed.local_rank,
                               formed.local_size, formed.cross_rank, formed.cross_size, engine,
                               registry, comms=list(formed.comms),
@@ -202,7 +203,10 @@ def shutdown() -> None:
                 engine.drive(requests.submit_control(engine, SHUTDOWN, "__shutdown__"))
             except errors.HvdcoreError as exc:
                 log.debug("shutdown negotiation ended with %s", exc)
-        engine.stop(timeout=10)
+        # an elastic job's failed engine may be inside a collective with a dead peer until
+        # Gloo notices: do not wait for it long (its thread is a daemon)
+        failed_elastic = engine.fatal is not None and _elastic(st)
+        engine.stop(timeout=1 if failed_elastic else 10)
         tl = engine.set_timeline(None)
         if tl is not None:
             tl.close()
@@ -336,10 +340,31 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
     st.world.Abort(1)
 
 
+def leave_generation(reason: str) -> None:
+    """Elastic jobs: end this generation on this rank after a failure. Every pending and
+    later call raises RankFailedError(``reason``), and this rank's connections of the job are
+    cut so that no peer waits for it inside a collective (a no-op when not initialized)."""
+    st = _state
+    if st is None:
+        return
+    st.engine.fail(errors.RankFailedError(reason))
+    if st.formed is not None and st.formed.cut is not None:
+        st.formed.cut()
+
+
+def _elastic(st: ProcessState) -> bool:
+    return st.formed is not None and st.formed.elastic
+
+
 def _peer_gone(message: str) -> None:
-    """The liveness watchdog saw another rank's process end: end this rank's job too."""
+    """The liveness watchdog saw another rank's process end: end this rank's job too (in an
+    elastic job, only this generation's engine: its calls raise, hvdcore.elastic re-forms)."""
     st = _state
     if st is None or _aborting:
+        return
+    if _elastic(st):
+        log.warning("%s; this generation of the elastic job ends", message)
+        leave_generation(f"rank {st.rank}: {message}")
         return
     liveness.abort_job(st.world, message, _close_timeline)
 

@@ -220,6 +220,17 @@ KNOBS: tuple[Knob, ...] = (
          "HOROVOD_GLOO_TIMEOUT_SECONDS; hvdcorerun --gloo-timeout-seconds sets it.",
          cli_flag="--gloo-timeout-seconds", parse=_parse_pos_float,
          more_aliases=("HOROVOD_GLOO_TIMEOUT_SECONDS",)),
+    Knob("ELASTIC_TIMEOUT", "float (s, > 0)", 600.0,
+         "Elastic jobs (hvdcorerun --min-np/--max-np/--host-discovery-script): how long the "
+         "job waits for at least --min-np slots after a host is lost or blacklisted; after "
+         "it every rank and hvdcorerun exit with an error naming the count and the timeout.",
+         horovod_alias=True, cli_flag="--elastic-timeout", parse=_parse_pos_float),
+    Knob("ELASTIC_RENDEZVOUS", "str", "",
+         "Set by hvdcorerun for an elastic job's workers: host:port of the launcher's store, "
+         "where each generation's ranks are published.", internal=True),
+    Knob("ELASTIC_WORKER", "str", "",
+         "Set by hvdcorerun for an elastic job's workers: this worker's id in the launcher's "
+         "generations.", internal=True),
     Knob("CONTROLLER", "choice", "auto",
          "How the ranks agree on what to run: mpi (mpi4py), gloo (torch.distributed: a "
          "TCPStore rendezvous and Gloo process groups, no MPI), or auto: mpi when mpi4py "

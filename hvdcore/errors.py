@@ -70,6 +70,7 @@ __all__ = [
     "UnimplementedError",
     "ShutdownError",
     "RendezvousError",
+    "HostsUpdatedInterrupt",
 ]
 
 
@@ -130,3 +131,13 @@ class RendezvousError(HvdcoreError):
     Raised on every rank alike; the message names the failing rank(s), the address, port and
     interface, and what to change (``MASTER_ADDR``, ``HVDCORE_GLOO_IFACE``, firewalls).
     """
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Elastic jobs: hosts were added or removed; raised on every rank at the same
+    ``state.commit()`` / ``check_host_updates()`` (Horovod's, with ``skip_sync``). Not an
+    :class:`HvdcoreError`: ``except HorovodInternalError`` does not catch it, as in Horovod."""
+
+    def __init__(self, skip_sync: bool = False) -> None:
+        super().__init__("the elastic job's hosts changed")
+        self.skip_sync = skip_sync

@@ -48,6 +48,10 @@ class Formed:
     comms: list[Any] = field(default_factory=list)  # freed (``.Free()``) at shutdown
     close: Callable[[], None] | None = None  # after the engine closed: release the rest
     describe: str = ""  # one line for logs: how the job was formed
+    elastic: bool = False  # an elastic launcher's generation: failures end the engine, not
+    # the process (hvdcore.elastic re-forms the job)
+    cut: Callable[[], int] | None = None  # elastic: break this rank's connections of the job
+    # so that no rank waits in a collective of a generation that failed (see gloo_sockets)
 
 
 class Controller(Protocol):

@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hvdcore.controllers import gloo_env
+from hvdcore.controllers import elastic_env, gloo_env
 from hvdcore.controllers.base import Formed
+from hvdcore.controllers.gloo_sockets import GlooSockets
 from hvdcore.errors import CapabilityError, ConfigError, RendezvousError
 
 __all__ = ["GlooController", "GlooWorld"]
@@ -86,6 +87,18 @@ def _store(info: gloo_env.LaunchInfo, timeout: float) -> Any:
             "timeout if nodes start slowly") from exc
 
 
+class _Superseded(Exception):
+    """An elastic generation was replaced by a newer one while its ranks checked in."""
+
+
+def _wait(store: Any, keys: list[str], deadline: float, info: gloo_env.LaunchInfo) -> None:
+    """Wait for ``keys`` until ``deadline`` (the check-in's own timeout error comes after)."""
+    while not store.check(keys) and time.monotonic() < deadline:
+        if info.superseded is not None and info.superseded():
+            raise _Superseded()
+        time.sleep(0.01)
+
+
 def _check_in(store: Any, info: gloo_env.LaunchInfo, timeout: float) -> None:
     """Every rank announces (size, host); a rank that disagrees fails at once, a missing one
     within ``timeout``, on every rank that waits for it."""
@@ -99,16 +112,18 @@ def _check_in(store: Any, info: gloo_env.LaunchInfo, timeout: float) -> None:
             f"{info.addr}:{info.port} ({store.get(f'rank/{info.rank}').decode()}); two jobs share "
             "this rendezvous address, or the launcher gave one rank twice")
     store.set(f"rank/{info.rank}", me)
+    deadline = time.monotonic() + timeout
     if info.rank != 0:
-        store.wait(["rank/0"], datetime.timedelta(seconds=timeout))
+        _wait(store, ["rank/0"], deadline, info)
         size0 = int(store.get("rank/0").decode().split()[0])
         if size0 != info.size:
             raise RendezvousError(
                 f"rank {info.rank}: this rank was started for {info.size} ranks, rank 0 for "
                 f"{size0} (at {info.addr}:{info.port}); start every rank with the same size")
     keys = [f"rank/{r}" for r in range(info.size)]
-    deadline = time.monotonic() + timeout
     while not store.check(keys):
+        if info.superseded is not None and info.superseded():
+            raise _Superseded()
         if time.monotonic() > deadline:
             missing = [r for r in range(info.size) if not store.check([f"rank/{r}"])]
             raise RendezvousError(
@@ -137,6 +152,14 @@ def _layout(info: gloo_env.LaunchInfo, hosts: list[Any]) -> tuple[int, int, int,
     locals_ = [[r for r, h in enumerate(hosts) if h == x].index(r) for r, x in enumerate(hosts)]
     cross = [r for r, lr in enumerate(locals_) if lr == local_rank]
     return local_rank, len(local), cross.index(info.rank), len(cross)
+
+
+def _launch_info(cfg: Any, timeout: float) -> gloo_env.LaunchInfo:
+    """This rank's place: the elastic launcher's newest generation, else the launch's
+    variables."""
+    if elastic_env.enabled(os.environ):
+        return elastic_env.read(os.environ, timeout, float(cfg.elastic_timeout) + timeout)
+    return gloo_env.read(os.environ)
 
 
 class GlooController:
@@ -172,14 +195,22 @@ class GlooController:
             raise ConfigError(
                 "HVDCORE_HIERARCHICAL_ALLREDUCE/ALLGATHER need the MPI controller (an MPI-3 "
                 f"shared-memory window); this job runs on Gloo ({reason}): unset them")
-        info = gloo_env.read(os.environ)
-        on_rank(info.rank)
         timeout = float(cfg.rendezvous_timeout)
-        root = _store(info, timeout)
-        _generation += 1
-        # a job's ranks init the same number of times: each init gets fresh keys
-        store = dist.PrefixStore(f"hvdcore/{_generation}/", root)
-        _check_in(store, info, timeout)
+        while True:
+            info = _launch_info(cfg, timeout)
+            on_rank(info.rank)
+            root = _store(info, timeout)
+            _generation += 1
+            # a job's ranks init the same number of times: each init gets fresh keys (an
+            # elastic generation's are the launcher's)
+            base = info.prefix or f"hvdcore/{_generation}/"
+            store = dist.PrefixStore(base, root)
+            try:
+                _check_in(store, info, timeout)
+                break
+            except _Superseded:
+                log.info("generation %s was replaced while forming; joining the newer one",
+                         info.source)
         if dist.is_initialized():
             raise RendezvousError(
                 "torch.distributed is already initialized in this process: on the Gloo "
@@ -187,18 +218,23 @@ class GlooController:
                 "(or instead of) torch.distributed.init_process_group")
         gpu = torch.cuda.is_available() and dist.is_nccl_available()
         spec = "cpu:gloo,cuda:nccl" if gpu else "gloo"
-        dist.init_process_group(spec, store=dist.PrefixStore("pg/", store), rank=info.rank,
-                                world_size=info.size,
-                                timeout=datetime.timedelta(seconds=timeout))
+        socks = GlooSockets()
         everyone = list(range(info.size))
-        rounds = dist.new_group(everyone, backend="gloo")
-        data = dist.new_group(everyone, backend="gloo")
-        misc = dist.new_group(everyone, backend="gloo")
+        with socks.track():
+            dist.init_process_group(spec, store=dist.PrefixStore("pg/", store),
+                                    rank=info.rank, world_size=info.size,
+                                    timeout=datetime.timedelta(seconds=timeout))
+            rounds = dist.new_group(everyone, backend="gloo")
+            data = dist.new_group(everyone, backend="gloo")
+            misc = dist.new_group(everyone, backend="gloo")
         world = GlooWorld(info.rank, info.size, misc)
+        elastic = elastic_env.enabled(os.environ)
+        if elastic:
+            socks.peers = {p for ports in world.allgather(sorted(socks.mine)) for p in ports}
         # a node is a host name and, under Slurm, a node id (as the MPI controller's layout)
         node = (socket.gethostname(), os.environ.get("SLURM_NODEID", ""))
         layout = _layout(info, world.allgather(node))
-        prefix = f"hvdcore/{_generation}/ctl/"
+        prefix = base + "ctl/"
 
         def connect() -> Any:  # a waiter thread's own connection to the same store
             again = dist.TCPStore(info.addr, root.port, info.size, False,
@@ -215,6 +251,6 @@ class GlooController:
         return Formed(
             "gloo", reason, world, info.rank, info.size, *layout,
             GlooComm(data, tuple(everyone), info.rank), plane, GlooHostBackend(),
-            close=close,
+            close=close, elastic=elastic, cut=socks.cut,
             describe=f"Gloo (torch {torch.__version__}; store {info.addr}:{root.port} from "
                      f"{info.source}, started by {info.launcher})")

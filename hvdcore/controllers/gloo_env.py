@@ -21,7 +21,7 @@ import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from hvdcore.errors import ConfigError
@@ -44,6 +44,8 @@ class LaunchInfo:
     local_size: int | None = None
     cross_rank: int | None = None
     cross_size: int | None = None
+    prefix: str = ""  # where this job's keys live in the store ("": the init's own)
+    superseded: Callable[[], bool] | None = None  # elastic: a newer generation replaced this
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:

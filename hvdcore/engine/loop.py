@@ -58,8 +58,11 @@ class Engine:
     """
 
     def __init__(self, plane: Any, cfg: Any, backend: Any, sets: dict[int, SetState],
-                 caller_progress: bool = False) -> None:
+                 caller_progress: bool = False, abort_on_fatal: bool = True) -> None:
         self.rank: int = plane.rank
+        # False in an elastic job: a fatal error ends this engine, not the process (the
+        # elastic layer re-forms the job; see hvdcore.elastic)
+        self.abort_on_fatal = abort_on_fatal
         # explicit names of this rank's data requests -> a weak reference to their handle
         # (duplicate check; weak, so that a finished request's result is not kept alive here:
         # that pinned the result pool's blocks, and every later result was fresh memory)
@@ -334,8 +337,16 @@ class Engine:
         log.error("%s", err, exc_info=exc)
         self._fail_everything(err)
 
+    def fail(self, err: BaseException) -> None:
+        """End this engine from outside its cycles (a peer's death seen by the liveness
+        watchdog in an elastic job): every pending and later request raises ``err``."""
+        if self.run.fatal is None:
+            self._fail_everything(err)
+
     def _abort_after_grace(self) -> None:
         """Give the user thread time to raise (and abort with its traceback), then abort."""
+        if not self.abort_on_fatal:
+            return
         deadline = time.monotonic() + _FATAL_GRACE_S
         while time.monotonic() < deadline:
             self.control.flush()

@@ -88,6 +88,24 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="IFACE", help="with --gloo: the interface the ranks' Gloo and "
                    "rendezvous use (sets GLOO_SOCKET_IFNAME; default: HVDCORE_GLOO_IFACE, "
                    "else loopback on one host)")
+    el = p.add_argument_group(
+        "elastic jobs (Gloo controller, no MPI; the script uses hvd.elastic: see the manual)")
+    el.add_argument("--min-np", type=int, metavar="N",
+                    help="the fewest workers the job runs with (default: -np); below it the "
+                         "job waits up to --elastic-timeout for hosts")
+    el.add_argument("--max-np", type=int, metavar="N",
+                    help="the most workers (default: every slot of the hosts)")
+    el.add_argument("--host-discovery-script", metavar="SCRIPT",
+                    help="executable printing the usable hosts, one 'host:slots' (or 'host' "
+                         "with --slots-per-host) per line; run about once a second")
+    el.add_argument("--slots-per-host", type=int, metavar="N",
+                    help="slots of a host the discovery script prints without ':slots'")
+    el.add_argument("--reset-limit", type=int, metavar="N",
+                    help="end the job (exit 1) instead of a reset after N resets")
+    el.add_argument("--blacklist-cooldown-range", nargs=2, type=float, metavar=("MIN", "MAX"),
+                    help="a host where a worker failed is used again after a cooldown drawn "
+                         "from [MIN, MAX] seconds, doubled at each further failure (default: "
+                         "blacklisted for good)")
     p.add_argument("--verbose", action="store_true",
                    help="print the exact launch command on stderr before running it")
     p.add_argument("--dry-run", action="store_true",
@@ -211,6 +229,13 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         raise UsageError("no command given: hvdcorerun -np N [options] [--] program [args...]")
     exports = {**allocator_exports(environ), **knob_exports(args)}
     validate_environment(environ, exports)
+    if _elastic_asked(args):
+        from hvdcore.runner.elastic_cli import run_elastic
+
+        if args.mpi:
+            raise UsageError("elastic jobs (--min-np/--max-np/--host-discovery-script) run on "
+                             "the Gloo controller: drop --mpi")
+        return run_elastic(args, environ, exports, _hosts(args))
     if args.gloo:
         return _run_gloo(args, environ, exports)
     if args.network_interfaces:
@@ -223,6 +248,11 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
     if args.verbose:
         print(f"{PROG}: running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
     return run_job(cmd, {**environ, **exports}, name)
+
+
+def _elastic_asked(args: argparse.Namespace) -> bool:
+    return (args.min_np is not None or args.max_np is not None
+            or args.host_discovery_script is not None)
 
 
 def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],

@@ -102,6 +102,9 @@ from hvdcore.torch.sync_batch_norm import SyncBatchNorm
 HorovodInternalError = HvdcoreError
 """Horovod's error root: an alias of :class:`hvdcore.errors.HvdcoreError` (a RuntimeError)."""
 
+from hvdcore.errors import HostsUpdatedInterrupt  # noqa: E402
+from hvdcore.torch import elastic  # noqa: E402 - hvd.elastic needs the names above
+
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_threads_supported",
@@ -120,5 +123,5 @@ __all__ = [
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "start_timeline", "stop_timeline",
     "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-    "SyncBatchNorm", "HorovodInternalError",
+    "SyncBatchNorm", "HorovodInternalError", "HostsUpdatedInterrupt", "elastic",
 ]

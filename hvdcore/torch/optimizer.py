@@ -230,6 +230,17 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
                 "would race with it. Call step() (or synchronize()) first.")
         self.wrapped_optimizer.zero_grad(set_to_none=set_to_none)
 
+    def reset_pending(self) -> None:
+        """Forget this step's gradient reductions without waiting for them (elastic jobs:
+        the generation they were submitted to has ended; hvd.elastic calls this)."""
+        self._handles.clear()
+        self._ready.clear()
+        self._deferred.clear()
+        passes = self.backward_passes_per_step
+        for k in self._delay:
+            self._delay[k] = passes
+        self._synchronized = False
+
     def state_dict(self) -> dict[str, Any]:
         """The wrapped optimizer's state dict."""
         return self.wrapped_optimizer.state_dict()

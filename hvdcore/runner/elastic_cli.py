@@ -1,0 +1,65 @@
+"""``hvdcorerun``'s elastic flags, checked and turned into an elastic launch."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+
+from hvdcore.config import load
+from hvdcore.errors import LaunchError
+from hvdcore.runner.hosts import Host, total_slots
+
+__all__ = ["run_elastic"]
+
+
+def _usage(message: str) -> LaunchError:
+    """A bad elastic flag (hvdcorerun prints it as one line, exit status 2)."""
+    return LaunchError(message)
+
+
+def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
+                exports: Mapping[str, str], hosts: list[Host] | None) -> int:
+    """Check the elastic flags and run the job (:mod:`hvdcore.runner.elastic_driver`)."""
+    from hvdcore.runner.elastic_driver import ElasticSettings, run_elastic_job
+    from hvdcore.runner.elastic_hosts import Discovery, FixedHosts
+
+    if not args.command:
+        raise _usage("no command given")
+    for flag, value in (("-np", args.np), ("--min-np", args.min_np), ("--max-np", args.max_np),
+                        ("--slots-per-host", args.slots_per_host)):
+        if value is not None and value < 1:
+            raise _usage(f"{flag} {value}: must be at least 1")
+    if args.reset_limit is not None and args.reset_limit < 0:
+        raise _usage(f"--reset-limit {args.reset_limit}: must be at least 0")
+    min_np = args.min_np if args.min_np is not None else args.np
+    if min_np is None:
+        raise _usage("an elastic job needs --min-np N (or -np N)")
+    if args.max_np is not None and args.max_np < min_np:
+        raise _usage(f"--max-np {args.max_np} is less than --min-np {min_np}")
+    if args.np is not None and args.np < min_np:
+        raise _usage(f"-np {args.np} is less than --min-np {min_np}")
+    cooldown = None
+    if args.blacklist_cooldown_range is not None:
+        lo, hi = args.blacklist_cooldown_range
+        if not 0 <= lo <= hi:
+            raise _usage(f"--blacklist-cooldown-range {lo:g} {hi:g}: needs 0 <= MIN <= MAX")
+        cooldown = (lo, hi)
+    if args.host_discovery_script is not None:
+        if hosts is not None:
+            raise _usage("--host-discovery-script replaces -H/--hostfile: give one of them")
+        script = args.host_discovery_script
+        if not (os.path.isfile(script) and os.access(script, os.X_OK)):
+            raise _usage(f"--host-discovery-script {script}: not an executable file")
+        discover = Discovery(script, args.slots_per_host)
+    else:
+        if hosts is None:
+            hosts = [Host("localhost", args.max_np or args.np or min_np)]
+        if total_slots(hosts) < min_np:
+            raise _usage(f"--min-np {min_np} is more than the {total_slots(hosts)} slot(s) "
+                         "given; add hosts or lower --min-np")
+        discover = FixedHosts(hosts)
+    cfg = load({**environ, **exports})
+    settings = ElasticSettings(min_np, args.max_np, args.np, discover, cfg.elastic_timeout,
+                               args.reset_limit, cooldown, cfg.rendezvous_timeout)
+    return run_elastic_job(settings, args.command, environ, exports)

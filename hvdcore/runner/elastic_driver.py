@@ -1,0 +1,362 @@
+"""``hvdcorerun --min-np/--max-np/--host-discovery-script``: an elastic job's launcher.
+
+The launcher owns the membership, as Horovod's driver does: it hosts a torch.distributed
+TCPStore, starts one worker per slot of the usable hosts, and watches every worker's process.
+Each time the workers change it publishes a generation in the store
+(:mod:`hvdcore.elastic_wire`): every live worker's rank and layout, survivors first in their
+old order (rank 0 stays a survivor, so ``sync()`` always sends committed state), new workers
+after them, ``out`` for the workers of a host that left. The workers' ``hvd.init()`` joins it
+(:mod:`hvdcore.controllers.elastic_env`).
+
+- A worker that fails (non-zero exit, or a signal) blacklists its host
+  (:class:`~hvdcore.runner.elastic_hosts.Blacklist`); the host's other workers are stopped;
+  the survivors roll back and continue at ``>= --min-np``.
+- The discovery script is polled about once a second; new hosts get workers (up to
+  ``--max-np``) and the running workers are interrupted at their next commit; a host that is
+  no longer listed leaves at the next commit (its workers end with status 0).
+- Below ``--min-np`` the launcher waits up to ``--elastic-timeout`` for hosts; after
+  ``--reset-limit`` resets, when every host is blacklisted for good, or when the discovery
+  script keeps failing, it ends the job: the reason goes to every waiting worker (which raise
+  it) and to stderr, and hvdcorerun exits non-zero.
+- The job succeeds when every worker that was not removed has exited with status 0.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hvdcore.elastic_wire import Assignment, Keys, encode
+from hvdcore.runner.elastic_hosts import Blacklist, DiscoveryError
+from hvdcore.runner.gloo_launch import _own_names, _pump, is_local
+from hvdcore.runner.hosts import Host
+
+__all__ = ["ElasticSettings", "run_elastic_job"]
+
+log = logging.getLogger("hvdcore.runner")
+
+_TICK_S = 0.05
+_DISCOVERY_PERIOD_S = 1.0
+_DISCOVERY_FAILURES = 3  # consecutive failures of the script that end the job
+_GRACE_S = 10.0  # for workers to read the launcher's reason and exit, before SIGKILL
+
+
+@dataclass(frozen=True)
+class ElasticSettings:
+    """The elastic launch's parameters (Horovod's flags)."""
+
+    min_np: int
+    max_np: int | None
+    start_np: int | None
+    discover: Callable[[], list[Host]]
+    elastic_timeout: float
+    reset_limit: int | None
+    cooldown: tuple[float, float] | None
+    store_timeout: float
+
+
+@dataclass
+class _Worker:
+    wid: str
+    host: str
+    slot: int
+    proc: subprocess.Popen[bytes]
+    rank: int = -1  # in the last generation published (-1: none yet)
+    state: str = "running"  # running, done, failed, stopped (its host failed), removed
+
+
+def _say(text: str) -> None:
+    print(f"hvdcorerun: {text}", file=sys.stderr, flush=True)
+
+
+class _Driver:
+    def __init__(self, settings: ElasticSettings, command: Sequence[str],
+                 environ: Mapping[str, str], exports: Mapping[str, str]) -> None:
+        import torch.distributed as dist  # the store the workers meet at
+
+        self.s = settings
+        self.command = list(command)
+        self.environ, self.exports = environ, exports
+        self.own = _own_names()
+        self.store = dist.TCPStore("127.0.0.1" if self._all_local_hint() else "0.0.0.0", 0,
+                                   None, True,
+                                   datetime.timedelta(seconds=settings.store_timeout),
+                                   wait_for_workers=False)
+        self.addr = "127.0.0.1" if self._all_local_hint() else _my_address()
+        self.store.add(Keys.UPDATES, 0)
+        self.store.add(Keys.FAILURES, 0)
+        self.blacklist = Blacklist(settings.cooldown)
+        self.workers: list[_Worker] = []
+        self.exits: queue.Queue[tuple[_Worker, int]] = queue.Queue()
+        self.lock = threading.Lock()
+        self.gen = 0
+        self.resets = 0
+        self.incarnation: dict[tuple[str, int], int] = {}
+        self.hosts: list[Host] = []
+        self.discovery_failures = 0
+        self.short_since: float | None = None  # when the job fell below --min-np
+        self.finished_at: float | None = None  # when the first worker succeeded
+        self.failed_after_finish = False
+
+    def _all_local_hint(self) -> bool:
+        try:
+            return all(is_local(h.name, self.own) for h in self.s.discover())
+        except DiscoveryError:
+            return True
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def _live(self) -> list[_Worker]:
+        return [w for w in self.workers if w.state == "running"]
+
+    def _spawn(self, host: str, slot: int) -> None:
+        n = self.incarnation.get((host, slot), 0)
+        self.incarnation[(host, slot)] = n + 1
+        wid = f"{host}:{slot}" + (f".{n}" if n else "")
+        env = {**self.environ, **self.exports,
+               "HVDCORE_ELASTIC_RENDEZVOUS": f"{self.addr}:{self.store.port}",
+               "HVDCORE_ELASTIC_WORKER": wid, "HOROVOD_HOSTNAME": host,
+               "HVDCORE_CONTROLLER": "gloo", "HOROVOD_CONTROLLER": "gloo"}
+        if is_local(host, self.own):
+            cmd = self.command
+        else:
+            sent = {k: v for k, v in env.items() if self.environ.get(k) != v}
+            remote = " ".join(f"{k}={shlex.quote(v)}" for k, v in sent.items())
+            cmd = ["ssh", "-o", "BatchMode=yes", host, f"env {remote} {shlex.join(self.command)}"]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        worker = _Worker(wid, host, slot, proc)
+        self.workers.append(worker)
+        for stream, kind, out in ((proc.stdout, "stdout", sys.stdout.buffer),
+                                  (proc.stderr, "stderr", sys.stderr.buffer)):
+            threading.Thread(target=_pump, args=(stream, wid, kind, out, self.lock),
+                             daemon=True).start()
+        threading.Thread(target=lambda: self.exits.put((worker, proc.wait())),
+                         daemon=True).start()
+
+    def _stop(self, workers: Sequence[_Worker], sig: int) -> None:
+        import os
+
+        for w in workers:
+            if w.proc.poll() is None:
+                try:
+                    os.killpg(w.proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    # -- hosts -------------------------------------------------------------------------------
+
+    def _discover(self) -> bool:
+        """Poll the hosts; True when the job's hosts changed (workers added or removed)."""
+        try:
+            found = self.s.discover()
+            self.discovery_failures = 0
+        except DiscoveryError as exc:
+            self.discovery_failures += 1
+            _say(f"{exc} ({self.discovery_failures} of {_DISCOVERY_FAILURES} failures in a "
+                 "row)")
+            if self.discovery_failures >= _DISCOVERY_FAILURES:
+                raise
+            return False
+        self.hosts = found
+        listed = {h.name for h in found}
+        changed = False
+        for w in self._live():
+            if w.host not in listed:
+                w.state = "removed"
+                changed = True
+        if changed:
+            _say("hosts left the job: " + ", ".join(sorted(
+                {w.host for w in self.workers if w.state == "removed" and w.rank >= 0})))
+        cap = self.s.max_np if self.s.max_np is not None else sys.maxsize
+        if self.gen == 0 and self.s.start_np is not None:
+            cap = min(cap, self.s.start_np)
+        used = {w.host for w in self._live()}
+        for h in found:
+            if h.name in used or self.blacklist.blocked(h.name):
+                continue
+            free = cap - len(self._live())
+            if free <= 0:
+                break
+            if self.gen > 0:
+                _say(f"host {h.name} joins the job with {min(h.slots, free)} slot(s)")
+            for slot in range(min(h.slots, free)):
+                self._spawn(h.name, slot)
+            changed = True
+        return changed
+
+    def _usable_slots(self) -> int:
+        return sum(h.slots for h in self.hosts if not self.blacklist.blocked(h.name))
+
+    # -- generations ---------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        live = self._live()
+        # survivors in their old order first (rank 0 stays one), new workers after; each
+        # host's workers together (Horovod's layout)
+        live.sort(key=lambda w: (w.rank < 0, w.rank, w.slot))
+        hosts = list(dict.fromkeys(w.host for w in live))
+        ordered = [w for h in hosts for w in live if w.host == h]
+        ordered.sort(key=lambda w: (hosts.index(w.host), w.slot))
+        per_host = {h: [w for w in ordered if w.host == h] for h in hosts}
+        self.gen += 1
+        for rank, w in enumerate(ordered):
+            local = per_host[w.host].index(w)
+            cross = [h for h in hosts if len(per_host[h]) > local]
+            a = Assignment(rank, len(ordered), local, len(per_host[w.host]),
+                           cross.index(w.host), len(cross), w.host, w.rank < 0)
+            self.store.set(Keys.worker(self.gen, w.wid), encode(a))
+            w.rank = rank
+        for w in self.workers:
+            if w.state == "removed":
+                self.store.set(Keys.worker(self.gen, w.wid), encode(None))
+        self.store.set(Keys.counts(self.gen), f"{self.store.add(Keys.UPDATES, 0)} "
+                                               f"{self.store.add(Keys.FAILURES, 0)}")
+        self.store.set(Keys.GEN, str(self.gen))
+        log.info("generation %d: %d workers", self.gen, len(ordered))
+        if self.gen > 1:
+            _say(f"generation {self.gen}: {len(ordered)} worker(s) on "
+                 f"{', '.join(f'{h}:{len(per_host[h])}' for h in hosts)} (reset {self.resets})")
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _on_exit(self, w: _Worker, code: int) -> bool:
+        """A worker's process ended; True when the job's membership changed."""
+        if w.state in ("removed", "stopped"):
+            w.state = "removed" if w.state == "removed" else "stopped"
+            return False
+        if code == 0:
+            w.state = "done"
+            if self.finished_at is None:
+                self.finished_at = time.monotonic()
+            return False
+        w.state = "failed"
+        if self.finished_at is not None:
+            self.failed_after_finish = True
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        self.store.add(Keys.FAILURES, 1)
+        wait = self.blacklist.add(w.host)
+        others = [o for o in self._live() if o.host == w.host]
+        for o in others:
+            o.state = "stopped"
+        self._stop(others, signal.SIGKILL)
+        until = "for good" if wait == float("inf") else f"for {wait:.0f} s"
+        _say(f"worker {w.wid} (rank {w.rank}) {how}; host {w.host} is blacklisted {until}"
+             + (f", its {len(others)} other worker(s) stopped" if others else ""))
+        return True
+
+    def _abort(self, reason: str) -> int:
+        self.store.set(Keys.ABORT, reason)
+        _say(f"job failed: {reason}")
+        deadline = time.monotonic() + _GRACE_S
+        while any(w.proc.poll() is None for w in self.workers) and time.monotonic() < deadline:
+            time.sleep(_TICK_S)
+        self._stop(self.workers, signal.SIGKILL)
+        return 1
+
+    def run(self) -> int:
+        start = time.monotonic()
+        while True:  # the first generation: at least --min-np slots
+            try:
+                self._discover()
+            except DiscoveryError as exc:
+                return self._abort(str(exc))
+            if len(self._live()) >= self.s.min_np:
+                break
+            if time.monotonic() - start > self.s.elastic_timeout:
+                return self._abort(
+                    f"{len(self._live())} slot(s) available, fewer than --min-np "
+                    f"{self.s.min_np}, for --elastic-timeout {self.s.elastic_timeout:g} s")
+            time.sleep(_DISCOVERY_PERIOD_S)
+        self._publish()
+        next_poll = time.monotonic() + _DISCOVERY_PERIOD_S
+        pending = False
+        while True:
+            try:
+                w, code = self.exits.get(timeout=_TICK_S)
+                pending |= self._on_exit(w, code)
+                continue  # take every exit that is queued before deciding
+            except queue.Empty:
+                pass
+            if self.finished_at is not None:
+                # the training function returned: no more changes, wait for the rest
+                if not self._live():
+                    if self.failed_after_finish:
+                        _say("job failed: a worker failed after others had finished")
+                        return 1
+                    return 0
+                continue
+            if not self._live() and not pending:
+                return self._abort("every worker has ended and none succeeded")
+            now = time.monotonic()
+            if now >= next_poll:
+                next_poll = now + _DISCOVERY_PERIOD_S
+                try:
+                    if self._discover():
+                        self.store.add(Keys.UPDATES, 1)
+                        pending = True
+                except DiscoveryError as exc:
+                    return self._abort(str(exc))
+            if not pending:
+                continue
+            live = len(self._live())
+            if live < self.s.min_np:
+                if self.hosts and all(self.blacklist.for_good(h.name) for h in self.hosts):
+                    return self._abort(
+                        f"every host is blacklisted ({', '.join(h.name for h in self.hosts)}):"
+                        f" {live} worker(s) left, fewer than --min-np {self.s.min_np}; give "
+                        "--blacklist-cooldown-range to let failed hosts back")
+                if self.short_since is None:
+                    self.short_since = now
+                    _say(f"{live} worker(s) left, fewer than --min-np {self.s.min_np}; waiting "
+                         f"up to {self.s.elastic_timeout:g} s (--elastic-timeout) for hosts")
+                if now - self.short_since > self.s.elastic_timeout:
+                    return self._abort(
+                        f"only {live} worker(s), fewer than --min-np {self.s.min_np}, after "
+                        f"--elastic-timeout {self.s.elastic_timeout:g} s")
+                continue
+            self.short_since = None
+            self.resets += 1
+            if self.s.reset_limit is not None and self.resets > self.s.reset_limit:
+                return self._abort(f"the job was reset {self.resets - 1} time(s), the "
+                                   f"--reset-limit {self.s.reset_limit}; not resetting again")
+            self._publish()
+            pending = False
+
+
+def _my_address() -> str:
+    import socket
+
+    return socket.gethostbyname(socket.gethostname())
+
+
+def run_elastic_job(settings: ElasticSettings, command: Sequence[str],
+                    environ: Mapping[str, str], exports: Mapping[str, str]) -> int:
+    """Run ``command`` as an elastic job (see the module docstring); the exit code."""
+    driver = _Driver(settings, command, environ, exports)
+    received: list[int] = []
+
+    def forward(signum: int, frame: object) -> None:
+        received.append(signum)
+        driver._stop(driver.workers, signal.SIGKILL if len(received) >= 3 else signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)} \
+        if main else {}
+    try:
+        if received:
+            return 130
+        return driver.run()
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        driver._stop(driver.workers, signal.SIGKILL)

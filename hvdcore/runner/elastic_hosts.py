@@ -1,0 +1,119 @@
+"""Where an elastic job may run: the host discovery script, and the hosts it must avoid.
+
+The discovery script (``--host-discovery-script``) prints one host per line, ``host:slots`` or
+``host`` (then ``--slots-per-host`` slots); hvdcorerun runs it about once a second. A host on
+which a worker failed is blacklisted: for good without ``--blacklist-cooldown-range``, else
+for a cooldown drawn from the range and doubled at each further failure of that host
+(exponential backoff, capped at 2^5 times the range), after which it is used again.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hvdcore.errors import LaunchError
+from hvdcore.runner.hosts import Host, HostSpecError, parse_host_list
+
+__all__ = ["DiscoveryError", "Discovery", "FixedHosts", "Blacklist"]
+
+_SCRIPT_TIMEOUT_S = 30.0
+_MAX_BACKOFF_DOUBLINGS = 5
+
+
+class DiscoveryError(LaunchError):
+    """The discovery script failed or printed something that is not a host list."""
+
+
+class FixedHosts:
+    """The hosts of ``-H``/``--hostfile`` (or ``localhost:np``), which never change."""
+
+    def __init__(self, hosts: Sequence[Host]) -> None:
+        self._hosts = list(hosts)
+
+    def __call__(self) -> list[Host]:
+        """The hosts."""
+        return list(self._hosts)
+
+
+class Discovery:
+    """The discovery script, run on each call; its hosts in its order."""
+
+    def __init__(self, script: str, slots_per_host: int | None) -> None:
+        self.script = script
+        self.slots_per_host = slots_per_host
+
+    def __call__(self) -> list[Host]:
+        """Run the script; :class:`DiscoveryError` naming it, its exit status and its
+        stderr when it fails, or the line it could not read."""
+        try:
+            done = subprocess.run([self.script], capture_output=True, text=True,
+                                  timeout=_SCRIPT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise DiscoveryError(f"host discovery script {self.script}: {exc}") from None
+        if done.returncode != 0:
+            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+            raise DiscoveryError(f"host discovery script {self.script} exited with status "
+                                 f"{done.returncode}" + (f": {tail}" if tail else ""))
+        hosts: list[Host] = []
+        for line in done.stdout.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                (host,) = parse_host_list(line)
+            except (HostSpecError, ValueError) as exc:
+                raise DiscoveryError(f"host discovery script {self.script} printed {line!r}: "
+                                     f"{exc}") from None
+            if ":" not in line:
+                if self.slots_per_host is None:
+                    raise DiscoveryError(
+                        f"host discovery script {self.script} printed {line!r} without slots: "
+                        "print host:slots, or give --slots-per-host")
+                host = Host(host.name, self.slots_per_host)
+            hosts.append(host)
+        return hosts
+
+
+@dataclass
+class Blacklist:
+    """Hosts where a worker failed, each until its cooldown ends (or for good)."""
+
+    cooldown: tuple[float, float] | None = None
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=random.Random)
+    _until: dict[str, float] = field(default_factory=dict)
+    _count: dict[str, int] = field(default_factory=dict)
+
+    def add(self, host: str) -> float:
+        """Blacklist ``host``; returns the cooldown in seconds (``inf``: for good)."""
+        n = self._count.get(host, 0) + 1
+        self._count[host] = n
+        if self.cooldown is None:
+            wait = float("inf")
+        else:
+            lo, hi = self.cooldown
+            wait = self.rng.uniform(lo, hi) * 2 ** min(n - 1, _MAX_BACKOFF_DOUBLINGS)
+        self._until[host] = self.clock() + wait
+        return wait
+
+    def blocked(self, host: str) -> bool:
+        """True while ``host`` is blacklisted."""
+        until = self._until.get(host)
+        if until is None:
+            return False
+        if self.clock() >= until:
+            del self._until[host]
+            return False
+        return True
+
+    def for_good(self, host: str) -> bool:
+        """True when ``host`` is blacklisted with no cooldown."""
+        return self._until.get(host) == float("inf")
+
+    def times(self, host: str) -> int:
+        """How often ``host`` was blacklisted."""
+        return self._count.get(host, 0)
