@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 import hvdcore as _core
+from hvdcore.controllers import elastic_env
 from hvdcore.errors import ArgumentError, MismatchError
 
 __all__ = ["ParameterSetup"]
@@ -84,8 +85,12 @@ class ParameterSetup:
                 group_of[p] = gid
         return group_of, members
 
-    def _check_same_model(self) -> None:
+    def _check_same_model(self, elastic_sync: bool = False) -> None:
         if self.process_set.size() == 1:
+            return
+        if not elastic_sync and elastic_env.current() is not None:
+            # an elastic job's new workers build their optimizer while the survivors do not:
+            # hvd.elastic's sync() runs this check instead, on every rank after every reset
             return
         mine = [(self._names[p], tuple(p.shape), str(p.dtype), p.requires_grad)
                 for g in self.param_groups for p in g["params"]]

@@ -41,6 +41,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.num_samples = 0
         self.total_size = 0
         self.indices: list[int] = []
+        self._order: list[int] = []  # this pass's padded order, every rank's share in turn
         self.reset()
 
     def set_epoch(self, epoch: int) -> None:
@@ -50,8 +51,18 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
     def record_batch(self, batch_idx: int, batch_size: int) -> None:
-        """Mark this rank's batch number ``batch_idx`` (of ``batch_size``) as processed."""
-        self.record_indices(self.get_indices(batch_idx, batch_size))
+        """Mark batch number ``batch_idx`` (of ``batch_size``) as processed, on every rank.
+
+        Synchronous training steps through the ranks' batches together, and each rank's share
+        of this pass follows from the shuffle, so this rank records every rank's batch
+        ``batch_idx``, not only its own (Horovod records its own and unites the ranks' records
+        at the next sync). The difference shows when a rank dies: its committed batches are
+        not processed again.
+        """
+        start = batch_idx * batch_size
+        for r in range(self.num_replicas):
+            share = self._order[r:self.total_size:self.num_replicas]
+            self.record_indices(share[start:start + batch_size])
 
     def record_indices(self, indices: Any) -> None:
         """Mark dataset indices as processed."""
@@ -89,6 +100,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(order)
         order += order[:self.total_size - len(order)]
+        self._order = order
         self.indices = order[self.rank:self.total_size:self.num_replicas]
         return iter(self.indices)
 

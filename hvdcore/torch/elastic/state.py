@@ -44,6 +44,9 @@ class _OptimizerHandler(_Handler):
         from hvdcore.torch import broadcast_optimizer_state
 
         _forget_pending(self.value)
+        check = getattr(self.value, "_check_same_model", None)
+        if check is not None:  # skipped at construction in elastic jobs (see there)
+            check(elastic_sync=True)
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
