@@ -334,7 +334,10 @@ class Engine:
             f"rank {self.rank}: hvdcore engine failed: {type(exc).__name__}: {exc}. "
             "The job cannot continue; it will be aborted.")
         err.__cause__ = exc
-        log.error("%s", err, exc_info=exc)
+        if self.abort_on_fatal or self.run.fatal is None:
+            # (in an elastic job that already ended this generation, the transport's error
+            # is the expected echo of the failure: no traceback)
+            log.error("%s", err, exc_info=exc if self.abort_on_fatal else None)
         self._fail_everything(err)
 
     def fail(self, err: BaseException) -> None:
