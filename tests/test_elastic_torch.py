@@ -12,92 +12,16 @@ back step counted twice, or a lost commit, changes them.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from harness.elastic_jobs import A, B, C, epochs, finished, run, sizes
+
 pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[1]
-PROGRAM = ROOT / "tests" / "programs" / "elastic_torch.py"
-HOSTS = ROOT / "tests" / "programs" / "elastic_hosts.py"
-A, B, C = "127.0.0.1", "127.0.0.2", "127.0.0.3"
-
-
-def reference(steps: int) -> list[float]:
-    """The weights of the program's model after ``steps`` steps in one process."""
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for k in range(steps):
-        x = torch.full((2, 4), float(k % 5 + 1))
-        opt.zero_grad()
-        model(x).pow(2).sum().backward()
-        opt.step()
-    return [round(v, 6) for v in torch.cat([p.detach().flatten() for p in model.parameters()])
-            .tolist()]
-
-
-def run(tmp_path: Path, schedule: list, plan: dict, *flags: str, timeout: float = 240,
-        env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], str]:
-    """One elastic job; (the process, its output with the launcher's prefixes removed)."""
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {HOSTS}\n")
-    script.chmod(0o755)
-    progress = tmp_path / "progress"
-    plan = {"epochs": 3, "samples": 12, "batch": 2, "progress": str(progress), **plan}
-    full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("HVDCORE_", "OMPI_", "PMIX_"))}
-    full.update({"ELASTIC_PLAN": json.dumps(plan), "ELASTIC_SCHEDULE": json.dumps(schedule),
-                 "ELASTIC_PROGRESS": str(progress), "HVDCORE_ELASTIC_TIMEOUT": "60",
-                 **(env or {})})
-    cmd = [str(Path(sys.executable).with_name("hvdcorerun")), "--host-discovery-script",
-           str(script), *flags, sys.executable, str(PROGRAM)]
-    try:
-        proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=timeout,
-                              cwd=tmp_path)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode() + (exc.stderr or b"").decode() \
-            if isinstance(exc.stdout, bytes) else f"{exc.stdout}{exc.stderr}"
-        pytest.fail(f"elastic job hung past {timeout} s:\n{out[-6000:]}")
-    out = re.sub(r"^\[[^\]]+\]<std(?:out|err)>:", "", proc.stdout + proc.stderr, flags=re.M)
-    return proc, out
-
-
-def epochs(out: str) -> dict[int, set[tuple[int, int, str]]]:
-    """epoch -> {(rank, size, host)} from the EPOCH lines."""
-    seen: dict[int, set[tuple[int, int, str]]] = {}
-    for e, r, n, h in re.findall(r"^EPOCH (\d+) rank (\d+) size (\d+) host (\S+)$", out, re.M):
-        seen.setdefault(int(e), set()).add((int(r), int(n), h))
-    return seen
-
-
-def finished(proc: subprocess.CompletedProcess[str], out: str, size: int) -> int:
-    """Assert a successful job whose ``size`` final ranks agree with the reference; its steps."""
-    assert proc.returncode == 0, out[-6000:]
-    done = re.findall(r"^DONE rank (\d+) size (\d+) steps (\d+) epoch 3 w (\S+)$", out, re.M)
-    assert sorted(int(r) for r, *_ in done) == list(range(size)), out[-6000:]
-    assert {int(n) for _, n, _, _ in done} == {size}
-    steps = {int(s) for _, _, s, _ in done}
-    assert len(steps) == 1, done
-    (weights,) = {w for *_, w in done}
-    assert [float(v) for v in weights.split(",")] == pytest.approx(reference(steps.pop()),
-                                                                    abs=2e-6)
-    return int(done[0][2])
-
-
-def sizes(out: str) -> list[int]:
-    return [min(n for _, n, _ in members) for _, members in sorted(epochs(out).items())]
-
 
 def test_hosts_added_and_removed_and_the_new_worker_starts_at_the_right_epoch(
         tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import mpi_env, program
@@ -80,3 +81,24 @@ def test_srun_without_mpi_runs_on_the_gloo_controller(cluster: SlurmCluster) -> 
     assert all("size=4 controller=gloo" in ln and "mpi4py=False OK" in ln for ln in lines), lines
     # the fake nodes share a host name: SLURM_NODEID tells them apart, as under MPI
     assert [ln.split()[4] for ln in lines] == ["local=0/2", "local=1/2"] * 2, lines
+
+
+def test_elastic_job_loses_a_node_and_finishes_on_the_other(cluster: SlurmCluster,
+                                                            tmp_path: Path) -> None:
+    """Issue 58: ``hvdcorerun --min-np 2`` inside ``salloc -N2 -n4`` takes the allocation's
+    nodes as its hosts and starts each worker as an ``srun`` step; n2's processes die in epoch
+    1 (one by SIGKILL, the other stopped with its node); the job finishes on n1's two workers
+    with the weights of an uninterrupted run of the same steps."""
+    from harness.elastic_jobs import epochs, finished, run
+
+    plan = {"expect": {"0": 4}, "fail": [{"epoch": 1, "batch": 0, "host": "n2",
+                                          "how": "kill", "once": str(tmp_path / "n2")}]}
+    proc, out = run(tmp_path, None, plan, "--min-np", "2", env=cluster.env(mpi_env()),
+                    prefix=["salloc", "-N2", "-n4", "--quiet"], timeout=300)
+    # 12 samples: 2 batches at size 4 (epoch 0); epoch 1's first step is committed by n1's
+    # workers (the 8 samples of all four ranks' batches), the 4 left take 1 batch at size 2;
+    # epoch 2: 3 batches at size 2
+    assert finished(proc, out, 2) == 2 + 2 + 3
+    assert {h for _, _, h in epochs(out)[0]} == {"n1", "n2"}
+    assert {h for _, _, h in epochs(out)[2]} == {"n1"}
+    assert "host n2 is blacklisted for good, its 1 other worker(s) stopped" in out

@@ -51,6 +51,19 @@ Environment every rank receives
     (``MPI_COMM_WORLD`` and ``MPI_Comm_split_type(SHARED)``), not from the variables above, so
     any launcher that starts an MPI job works (``mpirun python train.py`` too).
 
+Elastic jobs (``--min-np``, ``--max-np``, ``--host-discovery-script``)
+    The Gloo controller, no MPI: hvdcorerun starts one worker per slot of the usable hosts,
+    hosts their rendezvous and decides who is in the job. A worker that fails blacklists its
+    host (``--blacklist-cooldown-range MIN MAX`` lets it back after a cooldown, doubled at
+    each further failure); the survivors roll back to their last ``state.commit()`` and go on
+    in process while at least ``--min-np`` remain (below it they wait up to
+    ``--elastic-timeout`` seconds for hosts). The discovery script, run about once a second,
+    prints ``host:slots`` (or ``host`` with ``--slots-per-host``) per line; new hosts join at
+    the next commit, hosts no longer listed leave there. ``--reset-limit N`` ends the job
+    instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
+    ``localhost:-np``) are the hosts. The script uses ``hvd.elastic`` (the manual's elastic
+    page); output lines are prefixed ``[host:slot]<stdout>:``.
+
 Exit code and signals
     The job's exit code is passed on (a rank killed by signal N gives 128+N). SIGINT, SIGTERM
     and SIGHUP sent to hvdcorerun are forwarded to mpirun/srun, which stops the ranks; a third

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 from collections.abc import Mapping
 
 from hvdcore.config import load
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host, total_slots
+from hvdcore.runner.slurm_command import in_allocation
 
 __all__ = ["run_elastic"]
 
@@ -22,7 +24,7 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
                 exports: Mapping[str, str], hosts: list[Host] | None) -> int:
     """Check the elastic flags and run the job (:mod:`hvdcore.runner.elastic_driver`)."""
     from hvdcore.runner.elastic_driver import ElasticSettings, run_elastic_job
-    from hvdcore.runner.elastic_hosts import Discovery, FixedHosts
+    from hvdcore.runner.elastic_hosts import Discovery, FixedHosts, SlurmNodes
 
     if not args.command:
         raise _usage("no command given")
@@ -40,6 +42,7 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
     if args.np is not None and args.np < min_np:
         raise _usage(f"-np {args.np} is less than --min-np {min_np}")
     cooldown = None
+    srun = None
     if args.blacklist_cooldown_range is not None:
         lo, hi = args.blacklist_cooldown_range
         if not 0 <= lo <= hi:
@@ -52,6 +55,9 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
         if not (os.path.isfile(script) and os.access(script, os.X_OK)):
             raise _usage(f"--host-discovery-script {script}: not an executable file")
         discover = Discovery(script, args.slots_per_host)
+    elif hosts is None and in_allocation(environ) and shutil.which("srun"):
+        discover = SlurmNodes(environ, args.slots_per_host)
+        srun = shutil.which("srun")
     else:
         if hosts is None:
             hosts = [Host("localhost", args.max_np or args.np or min_np)]
@@ -61,5 +67,5 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
         discover = FixedHosts(hosts)
     cfg = load({**environ, **exports})
     settings = ElasticSettings(min_np, args.max_np, args.np, discover, cfg.elastic_timeout,
-                               args.reset_limit, cooldown, cfg.rendezvous_timeout)
+                               args.reset_limit, cooldown, cfg.rendezvous_timeout, srun)
     return run_elastic_job(settings, args.command, environ, exports)

@@ -62,6 +62,7 @@ class ElasticSettings:
     reset_limit: int | None
     cooldown: tuple[float, float] | None
     store_timeout: float
+    srun: str | None = None  # start workers as steps of this Slurm allocation (srun's path)
 
 
 @dataclass
@@ -126,7 +127,12 @@ class _Driver:
                "HVDCORE_ELASTIC_RENDEZVOUS": f"{self.addr}:{self.store.port}",
                "HVDCORE_ELASTIC_WORKER": wid, "HOROVOD_HOSTNAME": host,
                "HVDCORE_CONTROLLER": "gloo", "HOROVOD_CONTROLLER": "gloo"}
-        if is_local(host, self.own):
+        if self.s.srun:
+            # one step per worker: a node's workers can die and be replaced alone
+            cmd = [self.s.srun, "--nodes=1", "--ntasks=1", f"--nodelist={host}",
+                   "--overlap", "--mpi=none", "--kill-on-bad-exit=0", "--export=ALL",
+                   f"--job-name=hvdcore-{wid}", *self.command]
+        elif is_local(host, self.own):
             cmd = self.command
         else:
             sent = {k: v for k, v in env.items() if self.environ.get(k) != v}

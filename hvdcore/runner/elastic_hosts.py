@@ -12,13 +12,13 @@ from __future__ import annotations
 import random
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host, HostSpecError, parse_host_list
 
-__all__ = ["DiscoveryError", "Discovery", "FixedHosts", "Blacklist"]
+__all__ = ["DiscoveryError", "Discovery", "FixedHosts", "SlurmNodes", "Blacklist"]
 
 _SCRIPT_TIMEOUT_S = 30.0
 _MAX_BACKOFF_DOUBLINGS = 5
@@ -37,6 +37,39 @@ class FixedHosts:
     def __call__(self) -> list[Host]:
         """The hosts."""
         return list(self._hosts)
+
+
+class SlurmNodes:
+    """The nodes of the Slurm allocation this launcher runs in (``scontrol show hostnames``),
+    each with its tasks (``SLURM_TASKS_PER_NODE``) or ``slots_per_host`` slots."""
+
+    def __init__(self, environ: Mapping[str, str], slots_per_host: int | None) -> None:
+        nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
+        try:
+            done = subprocess.run(["scontrol", "show", "hostnames", nodelist],
+                                  capture_output=True, text=True, timeout=_SCRIPT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise DiscoveryError(f"scontrol show hostnames {nodelist}: {exc}") from None
+        nodes = done.stdout.split()
+        if done.returncode != 0 or not nodes:
+            raise DiscoveryError(f"the Slurm allocation's nodes ({nodelist!r}) could not be "
+                                 f"listed: {done.stderr.strip()}")
+        counts = _tasks_per_node(environ.get("SLURM_TASKS_PER_NODE", ""))
+        self._hosts = [Host(n, slots_per_host or (counts[i] if i < len(counts) else 1))
+                       for i, n in enumerate(nodes)]
+
+    def __call__(self) -> list[Host]:
+        """The allocation's nodes (they do not change; failed ones are blacklisted)."""
+        return list(self._hosts)
+
+
+def _tasks_per_node(text: str) -> list[int]:
+    """``2(x3),1`` -> [2, 2, 2, 1] (Slurm's compressed SLURM_TASKS_PER_NODE)."""
+    counts: list[int] = []
+    for part in filter(None, text.split(",")):
+        n, _, rep = part.partition("(x")
+        counts.extend([int(n)] * (int(rep.rstrip(")")) if rep else 1))
+    return counts
 
 
 class Discovery:
