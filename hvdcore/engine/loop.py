@@ -94,7 +94,8 @@ class Engine:
         self.rounds = RoundScheduler(capacity, cfg, plane, self.control, self.dispatcher,
                                      self.cache, self.run)
         self.progress = Progress(self.run, self._step, self._busy, self._crashed,
-                                 self._abort_after_grace, caller_progress, self.rank)
+                                 functools.partial(_abort_after_grace, self), caller_progress,
+                                 self.rank)
         self.rounds.bind(self.progress, self.executor)
         self.steady = SteadyPath(self.rounds, self.cache, self.progress,
                                  self.dispatcher.executors, sets[0])
@@ -346,20 +347,21 @@ class Engine:
         if self.run.fatal is None:
             self._fail_everything(err)
 
-    def _abort_after_grace(self) -> None:
-        """Give the user thread time to raise (and abort with its traceback), then abort."""
-        if not self.abort_on_fatal:
-            return
-        deadline = time.monotonic() + _FATAL_GRACE_S
-        while time.monotonic() < deadline:
-            self.control.flush()
-            time.sleep(0.05)
-        log.error("rank %d: aborting the MPI job after a fatal hvdcore error: %s",
-                  self.rank, self.run.fatal)
-        try:
-            if self.timeline is not None:
-                self.timeline.close()
-        finally:
-            sys.stderr.flush()
-            self.plane.abort(1)
 
+def _abort_after_grace(engine: Engine) -> None:
+    """Give the user thread time to raise (and abort with its traceback), then abort (not in
+    an elastic job: there the engine ends and the process goes on)."""
+    if not engine.abort_on_fatal:
+        return
+    deadline = time.monotonic() + _FATAL_GRACE_S
+    while time.monotonic() < deadline:
+        engine.control.flush()
+        time.sleep(0.05)
+    log.error("rank %d: aborting the MPI job after a fatal hvdcore error: %s",
+              engine.rank, engine.run.fatal)
+    try:
+        if engine.timeline is not None:
+            engine.timeline.close()
+    finally:
+        sys.stderr.flush()
+        engine.plane.abort(1)

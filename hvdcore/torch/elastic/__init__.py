@@ -39,7 +39,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _reset() -> None:
-    from hvdcore.torch import init, shutdown
+    from hvdcore.torch.basics import init, shutdown
 
     shutdown()
     init()
@@ -54,6 +54,7 @@ class ObjectState(_ObjectState):
     """Picklable values kept across resets: ``hvd.elastic.ObjectState(epoch=0, batch=0)``."""
 
     def __init__(self, **kwargs: Any) -> None:
-        from hvdcore.torch import broadcast_object, rank
+        from hvdcore.torch.basics import rank
+        from hvdcore.torch.functions import broadcast_object
 
         super().__init__(broadcast_object, rank, **kwargs)

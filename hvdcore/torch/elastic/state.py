@@ -30,7 +30,7 @@ class _Handler:
 
 class _ModelHandler(_Handler):
     def sync(self) -> None:
-        from hvdcore.torch import broadcast_parameters
+        from hvdcore.torch.functions import broadcast_parameters
 
         broadcast_parameters(self.value.state_dict(), root_rank=0)
 
@@ -41,7 +41,7 @@ class _OptimizerHandler(_Handler):
         _forget_pending(self.value)
 
     def sync(self) -> None:
-        from hvdcore.torch import broadcast_optimizer_state
+        from hvdcore.torch.functions import broadcast_optimizer_state
 
         _forget_pending(self.value)
         check = getattr(self.value, "_check_same_model", None)
@@ -52,7 +52,7 @@ class _OptimizerHandler(_Handler):
 
 class _SamplerHandler(_Handler):
     def sync(self) -> None:
-        from hvdcore.torch import allgather_object, broadcast_object
+        from hvdcore.torch.functions import allgather_object, broadcast_object
 
         # Every rank recorded only its own batches: the union is what the job processed
         done: set[int] = set()
@@ -91,7 +91,8 @@ class TorchState(ObjectState):
     """
 
     def __init__(self, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
-        from hvdcore.torch import broadcast_object, rank
+        from hvdcore.torch.basics import rank
+        from hvdcore.torch.functions import broadcast_object
 
         values = dict(kwargs)
         if model is not None:
