@@ -35,7 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: How long a survivor waits for the launcher to count a failure behind an exception that is
 #: not hvdcore's own (a transport error raised by torch or Gloo when a peer's process ended).
-FAILURE_GRACE_S = 5.0
+FAILURE_GRACE_S = 2.0
 
 _INTERNAL = (errors.RankFailedError, errors.ShutdownError, errors.StallError)
 
