@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from .elastic import elastic_below_min_np_ends_clearly, elastic_fault_recovers
 from .jobs import Trial
 from .reframe_check import reframe_node_killed, reframe_scancel
 from .scenarios import (
@@ -78,6 +79,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              partial(slurm_node_killed, launcher_ends_job=False)),
     Scenario("slurm_scancel_ends_job", "Slurm: scancel of a running job", ("srun",),
              slurm_scancel),
+    # elastic jobs (hvdcorerun's elastic flags; the launcher argument is ignored)
+    Scenario("elastic_fault_recovers", "elastic: a worker killed, exits or raises; the rest "
+             "finish", ("hvdcorerun",), elastic_fault_recovers, needs_torch=True),
+    Scenario("elastic_below_min_np_ends_clearly", "elastic: below --min-np until the timeout",
+             ("hvdcorerun",), elastic_below_min_np_ends_clearly, needs_torch=True),
     Scenario("reframe_reports_node_loss_promptly", "ReFrame check, one node's ranks SIGKILLed",
              ("srun",), reframe_node_killed),
     Scenario("reframe_reports_scancel_promptly", "ReFrame check, job scancel'ed", ("srun",),
