@@ -12,6 +12,9 @@ the engine's unit tests (``tests/test_engine_*.py``): no MPI, no mpirun.
   cache round completes once every rank has posted it (the or of their contributions).
 - :class:`FakeComm`: what a :class:`~hvdcore.engine.executor.SetState` needs of a
   communicator (``Get_rank``).
+- :class:`SteadyPlane` / :class:`DirectBackend`: a one-rank plane whose steady calls are the
+  real Python implementation (:mod:`hvdcore.backends.steady_python`) over these doubles, and
+  a data plane with a direct call (the compiled ones in this process: ``steady_self.py``).
 
 Only the engine is under test: these stand where MPI (or torch.distributed) would be.
 """
