@@ -25,13 +25,17 @@ new names simply stay on the coordinator path.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
 from hvdcore.backends.round_wire import FLAG_JOINING, HEADER_BYTES, HEADER_WORDS, WORD_BYTES, Header
+from hvdcore.backends.round_wire import HEADER as _HEADER
 from hvdcore.engine.fusion import slot_bytes
 from hvdcore.engine.messages import ALLREDUCE, Meta, Response, itemsize
 
+# a Header from the struct's tuple without the Python-level __new__ (the round's latency path)
+_new_header = functools.partial(tuple.__new__, Header)
 _FUSED_MEMO = 64  # fused response lists kept (a loop's steps offer a few distinct sets)
 
 HIT = 0
@@ -202,7 +206,7 @@ class RoundVector:
     def pack(self, out: bytearray, header: Header, hits: Iterable[int],
              invalid: Iterable[int]) -> None:
         """Fill ``out`` with this rank's contribution."""
-        header.pack_into(out)
+        _HEADER.pack_into(out, 0, *header)
         if not invalid:
             # A training loop offers the same hit sets step after step.
             key = tuple(hits)
@@ -230,7 +234,7 @@ class RoundVector:
         """``(header, ready ids among hits, invalid ids)`` of a reduced round (``sent``: this
         rank's contribution, for the common case that every rank sent the same bits)."""
         n = WORD_BYTES * self.words
-        header = Header.unpack_from(res)
+        header = _new_header(_HEADER.unpack_from(res, 0))
         # (bytes comparisons run as memcmp; any() over the bytes was the slowest step here)
         if (sent is not None and sent.endswith(self._no_invalid)
                 and res.endswith(sent[HEADER_BYTES:])):

@@ -42,6 +42,7 @@ from hvdcore.engine.progress import RunState
 __all__ = ["RoundScheduler", "RoundChannel", "RoundResult"]
 
 _ROUND_SPIN_S = 30e-6
+_NO_HEADER = Header()  # every rank but 0 posts it in every round: made once
 
 RoundResult = tuple[Header, list[int], list[int]]
 """A reduced round: (its header, ready ids among this rank's hits, invalid ids)."""
@@ -261,8 +262,9 @@ class RoundScheduler:
         m = self.posted + 1
         flags = FLAG_JOINING if self._join_flag else 0
         self._join_flag = False
-        self.channel.post(Header(self._lists_before(m), flags), list(hits.waiting),
-                          hits.invalid)
+        lists = self._lists_before(m)
+        self.channel.post(Header(lists, flags) if lists or flags else _NO_HEADER,
+                          list(hits.waiting), hits.invalid)
         self.posted = m
         # A peer that posted first makes this round complete at once.
         did = self._test_round()
@@ -342,7 +344,8 @@ class RoundScheduler:
         ch = self.channel
         assert ch is not None
         m = self.posted + 1
-        ch.post(Header(self._lists_before(m)), cids, ())
+        lists = self._lists_before(m)
+        ch.post(Header(lists) if lists else _NO_HEADER, cids, ())
         self.posted = m
         result = ch.test()
         if result is None:
