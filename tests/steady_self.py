@@ -19,6 +19,7 @@ def compiled_or_skip() -> Any:
     """The compiled module, or skip the calling test with the runtime's reason."""
     import pytest
 
+    pytest.importorskip("mpi4py", reason="no mpi4py (an install without MPI)")
     from hvdcore.backends import mpi_steady  # (initialises MPI: a singleton)
 
     module, why = mpi_steady.compiled_module()
