@@ -12,6 +12,9 @@ the engine's unit tests (``tests/test_engine_*.py``): no MPI, no mpirun.
   cache round completes once every rank has posted it (the or of their contributions).
 - :class:`FakeComm`: what a :class:`~hvdcore.engine.executor.SetState` needs of a
   communicator (``Get_rank``).
+- :class:`SteadyPlane` / :class:`DirectBackend`: a one-rank plane whose steady calls are the
+  real Python implementation (:mod:`hvdcore.backends.steady_python`) over these doubles, and
+  a data plane with a direct call (the compiled ones in this process: ``steady_self.py``).
 
 Only the engine is under test: these stand where MPI (or torch.distributed) would be.
 """
@@ -24,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from hvdcore import config
-from hvdcore.backends import round_wire
+from hvdcore.backends import steady_python
 from hvdcore.backends.base import HOST_MPI, PLAIN
+from hvdcore.backends.steady_calls import BoundSteady
 from hvdcore.engine.executor import SetState
 
 _NP_OPS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multiply}
@@ -296,73 +300,35 @@ class DirectBackend(FakeBackend):
         return False
 
 
-class _SteadyDouble:
-    """The control plane's steady calls (:class:`hvdcore.backends.mpi_steady.SteadyCalls`) in
-    NumPy for one rank: the round through the plane (its wire format and the rule that lets the
-    data run are :mod:`hvdcore.backends.round_wire`'s), the data call through the backend."""
+class _DoubleData:
+    """The data call of :mod:`hvdcore.backends.steady_python` on the backend double."""
 
-    compiled = False
+    def __init__(self, backend: DirectBackend, pset: SetState) -> None:
+        self.backend, self.pset = backend, pset
 
-    def __init__(self, plane: OneRankPlane, backend: DirectBackend, pset: SetState,
-                 spin_s: float) -> None:
-        self.plane, self.backend, self.pset, self.spin_s = plane, backend, pset, spin_s
+    def allreduce(self, src: np.ndarray, dst: np.ndarray, op: str) -> None:
+        self.backend.allreduce(self.pset, src, dst, op)
 
-    def _round(self, send: bytearray, recv: bytearray, tail: bytes, lists: int,
-               lists_done: int) -> Any:
-        round_wire.HEADER.pack_into(send, 0, lists, 0)
-        send[round_wire.HEADER_BYTES:] = tail
-        req = self.plane.start_round(send, recv)
-        if not req.Test():
-            return round_wire.PENDING, req
-        if round_wire.data_may_run(recv, tail, lists_done):
-            return round_wire.DONE
-        return round_wire.NOT_READY
 
-    def bind_round(self, send: bytearray, recv: bytearray, tail: bytes) -> None:
-        """None, as a compiled module built without it: the doubles' plane tensors take the
-        general route (their round alone is tested on real MPI)."""
-        return None
+class _DoubleTransport:
+    """The transport arguments of the real Python steady calls
+    (:mod:`hvdcore.backends.steady_python`) on the doubles: the round through the one-rank
+    plane's ``start_round``, the data call through the backend."""
 
-    def bind(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any, dtype: Any,
-             op: str) -> Callable[..., Any]:
-        def call(lists: int, lists_done: int, src: np.ndarray, dst: np.ndarray,
-                 count: int) -> Any:
-            got = self._round(send, recv, tail, lists, lists_done)
-            if got == round_wire.DONE:
-                self.backend.allreduce(self.pset, src, dst, op)
-            return got
-        return call
+    def __init__(self, plane: OneRankPlane, backend: DirectBackend, pset: SetState) -> None:
+        self.rounds = plane
+        self._data = _DoubleData(backend, pset)
 
-    def bind_round(self, send: bytearray, recv: bytearray, tail: bytes) -> Callable[..., Any]:
-        def call(lists: int, lists_done: int) -> Any:
-            return self._round(send, recv, tail, lists, lists_done)
-        return call
+    def comm(self, comm: Any) -> _DoubleData:
+        return self._data
 
-    def bind_batch(self, send: bytearray, recv: bytearray, tail: bytes, comm: Any,
-                   dtype: Any, op: str) -> Callable[..., Any]:
-        data = self.bind_batch_data(comm, dtype, op)
+    @staticmethod
+    def dtype(dtype: Any) -> Any:
+        return dtype
 
-        def call(lists: int, lists_done: int, *args: Any) -> Any:
-            got = self._round(send, recv, tail, lists, lists_done)
-            if got == round_wire.DONE:
-                data(*args)
-            return got
-        return call
-
-    def bind_batch_data(self, comm: Any, dtype: Any, op: str) -> Callable[..., Any]:
-        def data(arrays: list[np.ndarray], places: np.ndarray, gaps: np.ndarray,
-                 buf: np.ndarray, count: int, scale: int, post: float) -> None:
-            flat = buf[:count].view(np.uint8)
-            for arr, (off, n) in zip(arrays, places.tolist(), strict=True):
-                flat[off:off + n] = arr.reshape(-1).view(np.uint8)
-            for off, n in gaps.tolist():
-                flat[off:off + n] = 0
-            self.backend.allreduce(self.pset, buf[:count], buf[:count], op)
-            size = buf.itemsize
-            for arr, (off, n) in zip(arrays, places.tolist(), strict=True):
-                part = buf[off // size:(off + n) // size]
-                np.copyto(arr.reshape(-1), part * post if scale else part, casting="unsafe")
-        return data
+    @staticmethod
+    def op(op: Any) -> Any:
+        return op
 
     @staticmethod
     def pending(token: Any) -> Any:
@@ -370,11 +336,13 @@ class _SteadyDouble:
 
 
 class SteadyPlane(OneRankPlane):
-    """A one-rank control plane with steady calls (see :class:`_SteadyDouble`)."""
+    """A one-rank control plane with steady calls: the real Python implementation
+    (:mod:`hvdcore.backends.steady_python`) over :class:`_DoubleTransport`."""
 
     def __init__(self, backend: DirectBackend) -> None:
         super().__init__()
         self.backend = backend
 
-    def steady_calls(self, spin_s: float, compiled: bool) -> _SteadyDouble:  # type: ignore[override]
-        return _SteadyDouble(self, self.backend, world(1), spin_s)
+    def steady_calls(self, spin_s: float, compiled: bool) -> BoundSteady:  # type: ignore[override]
+        return BoundSteady(steady_python, _DoubleTransport(self, self.backend, world(1)),
+                           spin_s)

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 from conftest import program, run_mpi
 
+from hvdcore.backends.round_wire import Header
 from hvdcore.engine.cache import HIT, MISS, STALE, ResponseCache, RoundVector
 from hvdcore.engine.coordinator import Coordinator
 from hvdcore.engine.messages import ALLREDUCE, Meta, Response
@@ -81,11 +82,11 @@ def test_reused_metas_and_fused_responses_follow_invalidation() -> None:
 def test_round_vector_or_semantics() -> None:
     rv = RoundVector(130)
     a, b = rv.buffer(), rv.buffer()
-    rv.pack(a, 5, 0, hits=[0, 64, 129], invalid=[])
-    rv.pack(b, 0, 1, hits=[64, 129, 3], invalid=[7])
+    rv.pack(a, Header(lists=5), hits=[0, 64, 129], invalid=[])
+    rv.pack(b, Header(flags=1), hits=[64, 129, 3], invalid=[7])
     red = bytes(x | y for x, y in zip(a, b, strict=True))  # what MPI_BOR makes of them
-    lists, flags, ready, invalid = rv.unpack(bytearray(red), hits=[0, 64, 129])
-    assert (lists, flags, ready, invalid) == (5, 1, [64, 129], [7])
+    header, ready, invalid = rv.unpack(bytearray(red), hits=[0, 64, 129])
+    assert (header, ready, invalid) == (Header(lists=5, flags=1), [64, 129], [7])
 
 
 def test_coordinator_reports_cached_tensors_waited_on() -> None:

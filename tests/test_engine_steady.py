@@ -1,11 +1,13 @@
 """``hvdcore/engine/steady.py`` and ``steady_batch.py``: the shortcuts a caller runs itself on
 an idle engine (a round of its own, then the data call; or both as one steady call), through
-the real engine in this process. No MPI: the control plane is one rank's double with steady
-calls in NumPy (``engine_doubles.SteadyPlane``), the data plane a NumPy backend whose
-allreduce is one direct call (``DirectBackend``), as MPI's is.
+the real engine in this process, against both steady implementations (one signature, the
+``steady_impl`` fixture): the Python one (``hvdcore/backends/steady_python.py``) over one rank's
+doubles (``engine_doubles.SteadyPlane``, the data plane a NumPy backend whose allreduce is one
+direct call, ``DirectBackend``, as MPI's is), and the compiled one on MPI's ``COMM_SELF``
+(``tests/steady_self.py``).
 
 Every test asserts results and errors, never which shortcut ran. The same shortcuts on real
-MPI (compiled and mpi4py steady calls): ``tests/test_steady_path.py``,
+ranks (compiled and mpi4py steady calls): ``tests/test_steady_path.py``,
 ``tests/test_steady_batch.py``.
 """
 
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from engine_doubles import DirectBackend, FakeBackend, SteadyPlane, load_config, world
+from steady_self import CompiledSteadyPlane, SelfBackend, compiled_or_skip
 
 from hvdcore.backends.base import DeviceBuffer
 from hvdcore.engine import requests
@@ -31,16 +34,42 @@ def _meta(name: str, dtype: str = "float32", shape: tuple[int, ...] = (3,),
     return Meta(0, name, ALLREDUCE, dtype, shape, op, **kw)
 
 
+@pytest.fixture(params=["python", "compiled"])
+def steady_impl(request: pytest.FixtureRequest) -> str:
+    """Which steady calls the engine gets: the Python implementation
+    (``hvdcore/backends/steady_python.py``) on the doubles, or the compiled module on MPI's
+    COMM_SELF in this process (``tests/steady_self.py``); one signature, the same tests."""
+    return request.param
+
+
 @pytest.fixture(params=["caller", "thread"])
-def job(request: pytest.FixtureRequest) -> Iterator[tuple[Engine, DirectBackend]]:
-    backend = DirectBackend()
-    engine = Engine(SteadyPlane(backend), load_config(), backend, {0: world(1)},
+def job(request: pytest.FixtureRequest, steady_impl: str
+        ) -> Iterator[tuple[Engine, DirectBackend]]:
+    if steady_impl == "compiled":
+        module = compiled_or_skip()
+        backend: DirectBackend = SelfBackend()
+        plane: SteadyPlane = CompiledSteadyPlane(backend, module)  # type: ignore[arg-type]
+    else:
+        backend = DirectBackend()
+        plane = SteadyPlane(backend)
+    engine = Engine(plane, load_config(), backend, {0: world(1)},
                     caller_progress=request.param == "caller")
     yield engine, backend
     if engine.fatal is None and engine.alive:
         engine.drive(requests.submit_control(engine, SHUTDOWN, "__shutdown__"))
     engine.stop(10)
     assert not engine.alive
+    if steady_impl == "compiled":
+        plane.release()  # type: ignore[attr-defined]
+        backend.release()  # type: ignore[attr-defined]
+
+
+def _no_fault_in_c(steady_impl: str) -> None:
+    """Skip a compiled variant whose check makes a host steady data call fail on purpose: the
+    doubles fail it in the Python implementation's data call, and the compiled module makes
+    that MPI call itself (its MPI errors: ``tests/test_steady_path.py`` on real ranks)."""
+    if steady_impl == "compiled":
+        pytest.skip("the compiled module's own MPI_Allreduce cannot be made to fail in-process")
 
 
 def test_repeated_blocking_calls_give_each_its_result(job) -> None:
@@ -66,7 +95,8 @@ def test_async_steady_start_and_averages(job) -> None:
         assert requests.wait(engine, h).tolist() == [[3.0 * step] * 2] * 2
 
 
-def test_a_failing_steady_data_call_raises_and_the_engine_goes_on(job) -> None:
+def test_a_failing_steady_data_call_raises_and_the_engine_goes_on(job, steady_impl) -> None:
+    _no_fault_in_c(steady_impl)
     engine, backend = job
     meta = _meta("w")
     for _ in range(_CALLS):
@@ -119,7 +149,7 @@ def test_queued_calls_each_get_their_own_error_or_result(job) -> None:
     assert requests.wait(engine, hb).tolist() == [8] * 3
 
 
-def test_steady_batches_reduce_in_place_with_the_average_factor(job) -> None:
+def test_steady_batches_reduce_in_place_with_the_average_factor(job, steady_impl) -> None:
     engine, backend = job
     metas = [_meta(f"g{i}", "float32", (i + 1,), ReduceOp.AVERAGE, postscale=4.0)
              for i in range(3)]
@@ -132,6 +162,8 @@ def test_steady_batches_reduce_in_place_with_the_average_factor(job) -> None:
         got = requests.wait(engine, h)
         assert [g.tolist() for g in got] == [[4.0 * (step + i)] * (i + 1) for i in range(3)]
         assert all(g is x for g, x in zip(got, arrays, strict=True))
+    if steady_impl == "compiled":
+        return  # (the rest fails a data call on purpose: see _no_fault_in_c)
     arrays = [np.ones(i + 1, np.float32) for i in range(3)]
     backend.fail_next(1, RuntimeError("link down"))
     with pytest.raises(RuntimeError, match="link down"):

@@ -55,7 +55,8 @@ static PyObject *raise_mpi(int code, const char *what)
 enum { DONE = STEADY_DONE, NOT_READY = STEADY_NOT_READY, PENDING = STEADY_PENDING };
 
 /* Post the cache round (header [lists, 0] and the tail already in ``send``), poll it for up
- * to spin_ns, and say whether the data call may run (round_wire.data_may_run): DONE (it
+ * to spin_ns, and say whether the data call may run (round_may_run, generated from
+ * round_wire.py's table like round_wire.data_may_run): DONE (it
  * may), NOT_READY (the round completed and ``recv`` holds a result that does not let it run)
  * or PENDING (``*req`` is the round, still in flight). Called without the GIL. Returns the MPI error code, with the
  * failing call in ``*failed``. */
@@ -87,21 +88,16 @@ static int run_round(MPI_Comm rounds, unsigned char *sbytes, const unsigned char
         *status = PENDING;
         return rc;
     }
-    uint64_t got[ROUND_HEADER_WORDS];
-    memcpy(got, rbytes, sizeof got);
-    if (got[ROUND_FLAGS_WORD] != 0 || got[ROUND_LISTS_WORD] > (uint64_t)lists_done
-            || memcmp(rbytes + ROUND_HEADER_BYTES, sbytes + ROUND_HEADER_BYTES, tail) != 0)
+    if (!round_may_run(rbytes, sbytes + ROUND_HEADER_BYTES, tail, (uint64_t)lists_done))
         *status = NOT_READY;
     return rc;
 }
 
-/* Write this rank's header [lists, 0] and ``tail`` into the round's send buffer. */
+/* Write this rank's steady header (round_pack_steady) and ``tail`` into the round's send
+ * buffer. */
 static void pack_round(unsigned char *sbytes, unsigned long long lists, const Py_buffer *tail)
 {
-    uint64_t header[ROUND_HEADER_WORDS] = {0};
-    header[ROUND_LISTS_WORD] = (uint64_t)lists;
-    /* native order: _round_wire.h refuses a big-endian build */
-    memcpy(sbytes, header, sizeof header);
+    round_pack_steady(sbytes, (uint64_t)lists);
     if (memcmp(sbytes + ROUND_HEADER_BYTES, tail->buf, (size_t)tail->len) != 0)
         memcpy(sbytes + ROUND_HEADER_BYTES, tail->buf, (size_t)tail->len);
 }

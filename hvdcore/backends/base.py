@@ -198,7 +198,7 @@ class ControlPlane(Protocol):
 
     def steady_calls(self, spin_s: float, compiled: bool) -> Any:
         """A round and a data allreduce as one call, for the steady path
-        (:class:`hvdcore.backends.mpi_steady.SteadyCalls`), or None. Data backends that let
+        (:class:`hvdcore.backends.steady_calls.SteadyCalls`), or None. Data backends that let
         it make their allreduce say so with ``direct_allreduce`` (see
         :meth:`hvdcore.backends.mpi.MPIBackend.direct_allreduce`)."""
 

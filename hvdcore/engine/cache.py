@@ -16,7 +16,8 @@ mismatch as usual.
 
 Coordinator responses and rounds are executed in one order on every rank: each response list
 carries a *fence* (the rounds rank 0 had posted when it sent the list), and rank 0's part of
-round ``m`` carries how many lists have a fence below ``m``; see :meth:`RoundVector.pack`.
+round ``m`` carries how many lists have a fence below ``m``; see :meth:`RoundVector.pack`
+(the header's ``lists``).
 Only global-process-set allreduces are cached. Ids are never reused (an invalidated id stays
 dead), so a stale lookup can never name another tensor; when ``capacity`` ids have been used,
 new names simply stay on the coordinator path.
@@ -24,14 +25,17 @@ new names simply stay on the coordinator path.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
-from hvdcore.backends.round_wire import FLAG_JOINING, HEADER_BYTES, HEADER_WORDS, WORD_BYTES
+from hvdcore.backends.round_wire import FLAG_JOINING, HEADER_BYTES, HEADER_WORDS, WORD_BYTES, Header
 from hvdcore.backends.round_wire import HEADER as _HEADER
 from hvdcore.engine.fusion import slot_bytes
 from hvdcore.engine.messages import ALLREDUCE, Meta, Response, itemsize
 
+# a Header from the struct's tuple without the Python-level __new__ (the round's latency path)
+_new_header = functools.partial(tuple.__new__, Header)
 _FUSED_MEMO = 64  # fused response lists kept (a loop's steps offer a few distinct sets)
 
 HIT = 0
@@ -171,9 +175,10 @@ class ResponseCache:
 
 
 class RoundVector:
-    """Layout of one round's contribution: ``[lists, flags, miss bits..., invalid bits...]``,
+    """Layout of one round's contribution: ``[header..., miss bits..., invalid bits...]``,
     little-endian 64-bit words in a ``bytearray`` (``MPI.UINT64_T``), as
-    :mod:`hvdcore.backends.round_wire` describes the round for every implementation.
+    :mod:`hvdcore.backends.round_wire` describes the round for every implementation (the
+    header is a :class:`~hvdcore.backends.round_wire.Header`, made from its table).
 
     Reduced with bitwise or: a hit is ready when no rank set its *miss* bit; an id is invalid
     when any rank set its *invalid* bit. Only rank 0 puts a non-zero ``lists`` (the number of
@@ -198,10 +203,10 @@ class RoundVector:
         writes there)."""
         return self._bits(hits, ())
 
-    def pack(self, out: bytearray, lists: int, flags: int, hits: Iterable[int],
+    def pack(self, out: bytearray, header: Header, hits: Iterable[int],
              invalid: Iterable[int]) -> None:
         """Fill ``out`` with this rank's contribution."""
-        _HEADER.pack_into(out, 0, lists, flags)
+        _HEADER.pack_into(out, 0, *header)
         if not invalid:
             # A training loop offers the same hit sets step after step.
             key = tuple(hits)
@@ -225,21 +230,20 @@ class RoundVector:
         return miss.to_bytes(n, "little") + inv.to_bytes(n, "little")
 
     def unpack(self, res: bytearray, hits: list[int], sent: bytearray | None = None
-               ) -> tuple[int, int, list[int], list[int]]:
-        """``(lists, flags, ready ids among hits, invalid ids)`` of a reduced round
-        (``sent``: this rank's contribution, for the common case that every rank sent
-        the same bits)."""
+               ) -> tuple[Header, list[int], list[int]]:
+        """``(header, ready ids among hits, invalid ids)`` of a reduced round (``sent``: this
+        rank's contribution, for the common case that every rank sent the same bits)."""
         n = WORD_BYTES * self.words
-        lists, flags = _HEADER.unpack_from(res, 0)
+        header = _new_header(_HEADER.unpack_from(res, 0))
         # (bytes comparisons run as memcmp; any() over the bytes was the slowest step here)
         if (sent is not None and sent.endswith(self._no_invalid)
                 and res.endswith(sent[HEADER_BYTES:])):
-            return lists, flags, list(hits), []
+            return header, list(hits), []
         miss = int.from_bytes(res[HEADER_BYTES:HEADER_BYTES + n], "little")
         ready = [cid for cid in hits if not (miss >> cid) & 1]
         inv = int.from_bytes(res[HEADER_BYTES + n:], "little")
         invalid = [] if not inv else [i for i in range(64 * self.words) if (inv >> i) & 1]
-        return lists, flags, ready, invalid
+        return header, ready, invalid
 
 
 __all__ = ["ResponseCache", "RoundVector", "FLAG_JOINING", "HIT", "MISS", "STALE"]

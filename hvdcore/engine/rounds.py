@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from hvdcore.backends import round_wire
-from hvdcore.backends.round_wire import DONE, FLAG_JOINING, NOT_READY
+from hvdcore.backends.round_wire import DONE, FLAG_JOINING, NOT_READY, Header
 from hvdcore.engine.cache import HIT, STALE, ResponseCache, RoundVector
 from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.dispatch import Dispatcher
@@ -42,9 +42,10 @@ from hvdcore.engine.progress import RunState
 __all__ = ["RoundScheduler", "RoundChannel", "RoundResult"]
 
 _ROUND_SPIN_S = 30e-6
+_NO_HEADER = Header()  # every rank but 0 posts it in every round: made once
 
-RoundResult = tuple[int, int, list[int], list[int]]
-"""A reduced round: (lists before it, flags, ready ids among this rank's hits, invalid ids)."""
+RoundResult = tuple[Header, list[int], list[int]]
+"""A reduced round: (its header, ready ids among this rank's hits, invalid ids)."""
 
 
 class RoundChannel:
@@ -63,10 +64,10 @@ class RoundChannel:
         #: None where the plane has none (the Gloo controller's).
         self.calls = plane.steady_calls(_ROUND_SPIN_S, hotpath)
 
-    def post(self, lists: int, flags: int, hits: list[int], invalid: Iterable[int]) -> None:
-        """Post a round offering ``hits`` (and dropping ``invalid``)."""
+    def post(self, header: Header, hits: list[int], invalid: Iterable[int]) -> None:
+        """Post a round with ``header`` offering ``hits`` (and dropping ``invalid``)."""
         self.offered = hits
-        self._vector.pack(self._send, lists, flags, hits, invalid)
+        self._vector.pack(self._send, header, hits, invalid)
         self.request = self._plane.start_round(self._send, self._recv)
 
     def test(self) -> RoundResult | None:
@@ -239,7 +240,7 @@ class RoundScheduler:
                 _, responses = self._lists.popleft()
                 self._lists_executed += 1
                 self.dispatcher.run_all(responses)
-            elif self._rounds_ready and self._lists_executed >= self._rounds_ready[0][0]:
+            elif self._rounds_ready and self._lists_executed >= self._rounds_ready[0][0].lists:
                 # Counted before it runs, as a list is: when its data call raises (its
                 # requests get the error, the engine goes on), the lists fenced after this
                 # round must still run.
@@ -261,7 +262,9 @@ class RoundScheduler:
         m = self.posted + 1
         flags = FLAG_JOINING if self._join_flag else 0
         self._join_flag = False
-        self.channel.post(self._lists_before(m), flags, list(hits.waiting), hits.invalid)
+        lists = self._lists_before(m)
+        self.channel.post(Header(lists, flags) if lists or flags else _NO_HEADER,
+                          list(hits.waiting), hits.invalid)
         self.posted = m
         # A peer that posted first makes this round complete at once.
         did = self._test_round()
@@ -283,10 +286,10 @@ class RoundScheduler:
         if result is None:
             return False
         self._rounds_ready.append(result)
-        return bool(result[1] or result[2] or result[3])
+        return bool(result[0].flags or result[1] or result[2])
 
-    def _execute_round(self, _lists: int, flags: int, ready: list[int],
-                       invalid: list[int]) -> None:
+    def _execute_round(self, header: Header, ready: list[int], invalid: list[int]) -> None:
+        flags = header.flags
         hook = self.ready_hook
         if hook is not None and (ready or invalid or flags):
             self.ready_hook = None
@@ -341,7 +344,8 @@ class RoundScheduler:
         ch = self.channel
         assert ch is not None
         m = self.posted + 1
-        ch.post(self._lists_before(m), 0, cids, ())
+        lists = self._lists_before(m)
+        ch.post(Header(lists) if lists else _NO_HEADER, cids, ())
         self.posted = m
         result = ch.test()
         if result is None:

@@ -29,6 +29,7 @@ from mpi4py import MPI
 import hvdcore as hvd
 from hvdcore import basics
 from hvdcore.backends import mpi_steady
+from hvdcore.backends.round_wire import HEADER_BYTES, Header
 from hvdcore.engine.cache import RoundVector
 
 hvd.init()
@@ -165,7 +166,8 @@ def direct() -> list[str]:
         # every rank offers the same tensor: the data call runs (out of place, then in place)
         dst = np.zeros(5)
         assert one(tail, 0, 0, dst) == mpi_steady.DONE and np.array_equal(dst, want), name
-        assert bytes(send[:16]) == bytes(16) and bytes(send[16:]) == tail, name
+        assert bytes(send[:HEADER_BYTES]) == bytes(HEADER_BYTES), name
+        assert bytes(send[HEADER_BYTES:]) == tail, name
         inplace = src.copy()
         got = one(tail, 0, 0, inplace, inplace)
         assert got == mpi_steady.DONE and np.array_equal(inplace, want), name
@@ -173,23 +175,23 @@ def direct() -> list[str]:
         dst = np.zeros(5)
         got = one(tail, 3 if R == 0 else 0, 2, dst)
         assert got == mpi_steady.NOT_READY, name
-        assert int.from_bytes(recv[:8], "little") == 3 and not dst.any(), name
+        assert Header.unpack_from(recv).lists == 3 and not dst.any(), name
         if N > 1:
             # the last rank offers another tensor: neither is ready, nobody runs the data
             mine = rv.tail([6]) if R == N - 1 else tail
             dst = np.zeros(5)
             assert one(mine, 0, 0, dst) == mpi_steady.NOT_READY and not dst.any(), name
-            assert rv.unpack(recv, [5, 6])[2] == [], name  # (the or misses both)
+            assert rv.unpack(recv, [5, 6])[1] == [], name  # (the or misses both)
             # rank 0's engine marks an id invalid and posts its round on the general path
             # (never the steady one): the others must not run the data, but that round first
             dst = np.zeros(5)
             if R == 0:
                 bad = rv.buffer()
-                rv.pack(bad, 0, 0, [5], [9])
+                rv.pack(bad, Header(), [5], [9])
                 rounds.Iallreduce([bad, MPI.UINT64_T], [recv, MPI.UINT64_T], op=MPI.BOR).Wait()
             else:
                 assert one(tail, 0, 0, dst) == mpi_steady.NOT_READY and not dst.any(), name
-            assert rv.unpack(recv, [5])[2:] == ([5], [9]), name
+            assert rv.unpack(recv, [5])[1:] == ([5], [9]), name
             # a peer that comes 50 ms late to a round polled for 1 ms: the others usually get
             # the round's request back, wait for it and make the data call themselves (what
             # the engine's general path does); either way the data is reduced once
@@ -201,7 +203,7 @@ def direct() -> list[str]:
             if isinstance(got, tuple):
                 assert got[0] == mpi_steady.PENDING, (name, got)
                 calls_brief.pending(got[1]).Wait()
-                assert bytes(recv[16:]) == tail, name
+                assert bytes(recv[HEADER_BYTES:]) == tail, name
                 comm.Allreduce(src, dst, op=MPI.SUM)
             else:
                 assert got == mpi_steady.DONE, (name, got)
