@@ -32,6 +32,13 @@ Performance, per plane and collective (``allreduce``, ``allgather``, ``reducesca
 ``<plane>_<op>_busbw`` (GB/s)
     hvdcore's busbw: judged against the partition's recorded references where recorded
     (``checks/tools/record_references.py``), reported elsewhere.
+``<plane>_<op>_link_fraction`` (of the link, only where the plane's link rate is declared)
+    hvdcore's busbw / the rate of the link the plane's collectives cross in this one-node job
+    (GB/s, one direction: NVLink/xGMI for NCCL/RCCL, memory or shared-memory copy for the
+    host plane), from ``extras['planes_link_GBps']`` (a number: the device plane's; or
+    ``{"device": ..., "host": ...}``) or ``-S device_link_GBps=`` / ``-S host_link_GBps=``.
+    Reported; judged with a floor where ``min_link_fraction`` is set (and, in the nightly job,
+    against its history like every variable).
 
 The per-size table and plot are in the suite's summary (``checks/tools/planes_report.py``).
 """
@@ -81,6 +88,12 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     block = variable(int, value=3)
     #: Floor of every ``<plane>_<op>_ratio``.
     min_ratio = variable(float, value=0.4)
+    #: Link rate of the device plane (GB/s); None: ``extras['planes_link_GBps']``.
+    device_link_GBps = variable(float, type(None), value=None)
+    #: Link rate of the host plane (GB/s); None: ``extras['planes_link_GBps']['host']``.
+    host_link_GBps = variable(float, type(None), value=None)
+    #: Floor of every ``<plane>_<op>_link_fraction``; None: reported, no bound.
+    min_link_fraction = variable(float, type(None), value=None)
     time_limit = "20m"
     exclusive_access = True
     tags = {"hvdcore", "planes", "cpu", "gpu", "nightly", "production"}
@@ -101,6 +114,18 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         default = GPU_MAX_BYTES if self.gpus_per_node() else CPU_MAX_BYTES
         return int(self.part_extras.get("planes_max_bytes", default))
 
+    def link_rate(self, plane: str) -> float | None:
+        """The declared rate (GB/s) of the link ``plane``'s collectives cross, or None."""
+        given = getattr(self, f"{plane}_link_GBps")
+        if given is not None:
+            return given
+        declared = self.part_extras.get("planes_link_GBps")
+        if isinstance(declared, dict):
+            declared = declared.get(plane)
+        elif plane != "device":
+            declared = None  # a single number is the device plane's link
+        return None if declared is None else float(declared)
+
     @run_after("setup")
     def _program(self):
         # one rank per GPU (NCCL takes no two ranks on one GPU); at least 2 ranks on CPUs
@@ -115,6 +140,11 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         self.record_launcher_exit()
         ref = {f"{p}_{op}_ratio": (1.0, self.min_ratio - 1.0, None, "x")
                for p in PLANES for op in OPS}
+        links = {p: rate for p in PLANES if (rate := self.link_rate(p))}
+        if self.min_link_fraction is not None:
+            ref.update({f"{p}_{op}_link_fraction":
+                        (1.0, self.min_link_fraction - 1.0, None, "fraction")
+                        for p in links for op in OPS})
         self.reference = {"*": ref}
         self.perf_variables = {
             **{f"{p}_{op}_ratio": sn.make_performance_function(self._largest(p, op, "ratio"),
@@ -123,6 +153,9 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
             **{f"{p}_{op}_busbw": sn.make_performance_function(self._largest(p, op, "busbw"),
                                                                "GB/s")
                for p in PLANES for op in OPS},
+            **{f"{p}_{op}_link_fraction": sn.make_performance_function(
+                self._largest(p, op, "busbw") / rate, "fraction")
+               for p, rate in links.items() for op in OPS},
         }
         self.apply_recorded_references()
 
@@ -137,8 +170,10 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
                              'echo "hvdcore-launcher-exit: $?"']
 
     def _largest(self, plane: str, op: str, field: str):
+        # hvdcore's busbw is the field after algbw (raw_busbw_GBps comes later on the line)
+        where = r"algbw_GBps=\S+ busbw_GBps" if field == "busbw" else r"raw_busbw_GBps=\S+ ratio"
         pattern = (rf"hvdcore-planes: plane={plane} op={op} bytes={self.largest()} .*"
-                   rf"{'busbw_GBps' if field == 'busbw' else 'ratio'}=(\S+)")
+                   rf"{where}=(\S+)")
         return sn.extractsingle(pattern, self.stdout, 1, float)
 
     @sanity_function
