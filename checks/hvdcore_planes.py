@@ -22,13 +22,15 @@ Performance, per plane and collective (``allreduce``, ``allgather``, ``reducesca
 ``alltoall``, ``broadcast``), at the largest size:
 
 ``<plane>_<op>_ratio`` (x, judged everywhere)
-    raw time / hvdcore time (hvdcore's busbw over raw's), median over adjacent block pairs,
-    floor ``min_ratio`` (0.4). On the 2-core VM under a load of 6-18 (other jobs) the device
-    (Gloo) ratios at 4 MiB read 0.52-1.52; the host ones mostly 0.5-4, but in 3 runs of 10
-    some read 0.05-0.36 (false alarms: the host plane's ratio needs a quiet node), and
-    ``FAULTS_DATA_PATH=repeat=4,op=alltoall,plane=host`` (4 real alltoalls for one) took
-    ``host_alltoall_ratio`` to 0.03-0.31 in 9 runs but 0.57 in one (hvdcore's alltoall was
-    faster than raw mpi4py's there).
+    raw time / hvdcore time (hvdcore's busbw over raw's) in each pair of adjacent blocks, the
+    upper quartile over the pairs (the worker's ``upper_ratio``; the summary's table shows the
+    median), floor ``min_ratio`` (0.4): the verdict fails only when hvdcore lost to raw by
+    more than the floor in three pairs of four, which a real slowdown does in every pair and a
+    burst of load on a shared node in some. Why not the median: on the 2-core VM under a load
+    of 6-18 (other jobs) the median's host ratios at 4 MiB read 0.05-0.36 in 3 clean runs of
+    10 (2026-12-03, issue 59), while one run's pairs spread 0.21-2.06 for one collective.
+    ``FAULTS_DATA_PATH=delay_us=200000,op=alltoall,plane=device`` (200 ms before every
+    alltoall of the device plane) reads 0.009-0.016 in every pair.
 ``<plane>_<op>_busbw`` (GB/s)
     hvdcore's busbw: judged against the partition's recorded references where recorded
     (``checks/tools/record_references.py``), reported elsewhere.
@@ -171,7 +173,7 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
 
     def _largest(self, plane: str, op: str, field: str):
         # hvdcore's busbw is the field after algbw (raw_busbw_GBps comes later on the line)
-        where = r"algbw_GBps=\S+ busbw_GBps" if field == "busbw" else r"raw_busbw_GBps=\S+ ratio"
+        where = r"algbw_GBps=\S+ busbw_GBps" if field == "busbw" else r"upper_ratio"
         pattern = (rf"hvdcore-planes: plane={plane} op={op} bytes={self.largest()} .*"
                    rf"{where}=(\S+)")
         return sn.extractsingle(pattern, self.stdout, 1, float)
