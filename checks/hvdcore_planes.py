@@ -23,14 +23,17 @@ Performance, per plane and collective (``allreduce``, ``allgather``, ``reducesca
 
 ``<plane>_<op>_ratio`` (x, judged everywhere)
     raw time / hvdcore time (hvdcore's busbw over raw's) in each pair of adjacent blocks, the
-    upper quartile over the pairs (the worker's ``upper_ratio``; the summary's table shows the
-    median), floor ``min_ratio`` (0.4): the verdict fails only when hvdcore lost to raw by
-    more than the floor in three pairs of four, which a real slowdown does in every pair and a
-    burst of load on a shared node in some. Why not the median: on the 2-core VM under a load
-    of 6-18 (other jobs) the median's host ratios at 4 MiB read 0.05-0.36 in 3 clean runs of
-    10 (2026-12-03, issue 59), while one run's pairs spread 0.21-2.06 for one collective.
-    ``FAULTS_DATA_PATH=delay_us=200000,op=alltoall,plane=device`` (200 ms before every
-    alltoall of the device plane) reads 0.009-0.016 in every pair.
+    highest over the ``reps`` pairs (the worker's ``best_pair_ratio``; the summary's table
+    shows the median), floor ``min_ratio`` (0.4): the verdict fails only when hvdcore lost to
+    raw by more than the floor in *every* pair, which a real slowdown of that size does and a
+    burst of load on a shared node does not (it lands on some pairs). Measured on the 2-core
+    VM, load 9-15 (other jobs, bursty ``stress-ng --cpu 1``), 2026-12-03: one clean run's
+    pairs of one collective spread 0.14-14.1; the median of the pairs fell under 0.4 in 6 of
+    13 clean runs (host allgather/reducescatter), the upper quartile in 3 of 13 and in 1 of
+    6 test runs, the highest in none. ``FAULTS_DATA_PATH=delay_us=200000,op=alltoall,
+    plane=device`` (200 ms before every alltoall of the device plane) reads 0.009-0.016 in
+    every pair. A slowdown hidden by the spread of the pairs is left to the nightly history
+    band (``checks/tools/history.py``), which judges this figure night against night.
 ``<plane>_<op>_busbw`` (GB/s)
     hvdcore's busbw: judged against the partition's recorded references where recorded
     (``checks/tools/record_references.py``), reported elsewhere.
@@ -173,7 +176,7 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
 
     def _largest(self, plane: str, op: str, field: str):
         # hvdcore's busbw is the field after algbw (raw_busbw_GBps comes later on the line)
-        where = r"algbw_GBps=\S+ busbw_GBps" if field == "busbw" else r"upper_ratio"
+        where = r"algbw_GBps=\S+ busbw_GBps" if field == "busbw" else r"best_pair_ratio"
         pattern = (rf"hvdcore-planes: plane={plane} op={op} bytes={self.largest()} .*"
                    rf"{where}=(\S+)")
         return sn.extractsingle(pattern, self.stdout, 1, float)
