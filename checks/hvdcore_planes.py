@@ -27,10 +27,11 @@ Performance, per plane and collective (``allreduce``, ``allgather``, ``reducesca
     shows the median), floor ``min_ratio`` (0.4): the verdict fails only when hvdcore lost to
     raw by more than the floor in *every* pair, which a real slowdown of that size does and a
     burst of load on a shared node does not (it lands on some pairs). Measured on the 2-core
-    VM, load 9-15 (other jobs, bursty ``stress-ng --cpu 1``), 2026-12-03, 18 clean runs: one
-    run's pairs of one collective spread 0.14-14.1; some median of the pairs fell under 0.4
-    in 7 runs (host allgather/reducescatter/broadcast), some upper quartile in 3 (and in 1 of
-    6 test runs), some highest pair in 1 (host reducescatter: hvdcore 10 ms, raw 1.3 ms in
+    VM, load 9-15 (other jobs, bursty ``stress-ng --cpu 1``), 2026-12-03, 13 clean runs (10
+    nights, 3 confirmation runs): one run's pairs of one collective spread 0.14-14.1; some
+    median of the pairs fell under 0.4 in 6 runs (host allgather/reducescatter), some upper
+    quartile in 3 (and in 1 of 6 test runs), some highest pair in 1 (host reducescatter:
+    hvdcore 10 ms, raw 1.3 ms in
     all 5 pairs; the host plane's verdict wants a node less loaded than that).
     ``FAULTS_DATA_PATH=delay_us=200000,op=alltoall,
     plane=device`` (200 ms before every alltoall of the device plane) reads 0.009-0.016 in
