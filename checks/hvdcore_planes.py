@@ -31,11 +31,9 @@ Performance, per plane and collective (``allreduce``, ``allgather``, ``reducesca
     nights, 3 confirmation runs): one run's pairs of one collective spread 0.14-14.1; some
     median of the pairs fell under 0.4 in 6 runs (host allgather/reducescatter), some upper
     quartile in 3 (and in 1 of 6 test runs), some highest pair in 1 (host reducescatter:
-    hvdcore 10 ms, raw 1.3 ms in
-    all 5 pairs; the host plane's verdict wants a node less loaded than that).
-    ``FAULTS_DATA_PATH=delay_us=200000,op=alltoall,
-    plane=device`` (200 ms before every alltoall of the device plane) reads 0.009-0.016 in
-    every pair. A slowdown hidden by the spread of the pairs is left to the nightly history
+    hvdcore 10 ms, raw 1.3 ms in all 5 pairs; the host plane's verdict wants a node less
+    loaded than that). ``FAULTS_DATA_PATH=delay_us=200000,op=alltoall,plane=device`` (200 ms
+    before every alltoall of the device plane) reads 0.009-0.016 in every pair. A slowdown hidden by the spread of the pairs is left to the nightly history
     band (``checks/tools/history.py``), which judges this figure night against night.
 ``<plane>_<op>_busbw`` (GB/s)
     hvdcore's busbw: judged against the partition's recorded references where recorded
