@@ -7,8 +7,9 @@ failing ``device_alltoall_ratio`` and ``device_alltoall_link_fraction`` and noth
 
 The link fraction's floor holds at any load: with a declared device link of 1 GB/s, the
 slowed 4 MiB alltoall (2 ranks: busbw = 2 MiB / time) cannot exceed 2 MiB / 0.2 s = 0.0105 of
-it, under the floor 0.03; clean 4 MiB Gloo collectives read 0.14-1.8 GB/s here (load 2-8,
-2026-12-03). The host plane declares no link: its absolute figures swing ~100x with load
+it, under the floor 0.02; clean 4 MiB Gloo collectives read 0.14-1.8 GB/s here at load 2-8
+and down to 0.044 at load ~15 (2026-12-03): the floor sits about halfway, on a log scale,
+between the slowest clean figure seen and the fault's bound. The host plane declares no link: its absolute figures swing ~100x with load
 (raw mpi4py's 4 MiB broadcast took 2 ms at load 2 and 130 ms at load 8, 2026-12-03)."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import planes_report  # noqa: E402
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
 FAULT = "delay_us=200000,op=alltoall,plane=device"
 #: The device plane declares a 1 GB/s link; the link fractions' floor.
-LINK = ["-S", "device_link_GBps=1", "-S", "min_link_fraction=0.03"]
+LINK = ["-S", "device_link_GBps=1", "-S", "min_link_fraction=0.02"]
 
 
 def run_suite(out: Path, extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -73,7 +74,7 @@ def test_a_slowed_collective_breaks_its_link_fraction(degraded: dict) -> None:
     for op in OPS:
         assert perf[f"device_{op}_link_fraction"][0] == pytest.approx(
             perf[f"device_{op}_busbw"][0], rel=1e-5)  # a link of 1 GB/s
-        assert perf[f"device_{op}_link_fraction"][2] == pytest.approx(-0.97)  # floor 0.03
+        assert perf[f"device_{op}_link_fraction"][2] == pytest.approx(-0.98)  # floor 0.02
     assert perf["device_alltoall_link_fraction"][0] < 0.0106
     assert "device_alltoall_link_fraction=" in case["fail_reason"], case["fail_reason"]
     rows = next(iter(planes_report.load_rows(degraded["out"] / "report.json").values()))
