@@ -3,13 +3,13 @@ collectives of torch tensors on the Gloo plane and the host plane against raw to
 and raw mpi4py, every size correct, the per-size table and plot in run_suite.sh's summary and
 on the trend page (rendered by Chromium); and ``FAULTS_DATA_PATH=delay_us=200000,op=alltoall,
 plane=device`` (200 ms of real sleep before every alltoall on the device plane, Gloo here)
-failing ``device_alltoall_ratio`` and ``device_alltoall_link_fraction`` and nothing else.
+failing ``device_alltoall_ratio`` and no other ratio, and ``device_alltoall_link_fraction``.
 
 The link fraction's floor holds at any load: with a declared device link of 1 GB/s, the
 slowed 4 MiB alltoall (2 ranks: busbw = 2 MiB / time) cannot exceed 2 MiB / 0.2 s = 0.0105 of
 it, under the floor 0.02; clean 4 MiB Gloo collectives read 0.14-1.8 GB/s here at load 2-8
-and down to 0.044 at load ~15 (2026-12-03): the floor sits about halfway, on a log scale,
-between the slowest clean figure seen and the fault's bound. The host plane declares no link: its absolute figures swing ~100x with load
+and down to 0.044 at load ~15 but 0.0176 at load 39 (2026-12-03): the test asserts the slowed
+one's failure (a bound), not the clean ones' passing. The host plane declares no link: its absolute figures swing ~100x with load
 (raw mpi4py's 4 MiB broadcast took 2 ms at load 2 and 130 ms at load 8, 2026-12-03)."""
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def test_one_degraded_collective_fails_its_ratio_and_nothing_else(degraded: dict
     text = res.stdout + res.stderr
     assert res.returncode == 1, text[-4000:]
     assert case["fail_phase"] == "performance", case["fail_reason"]
-    broken = set(re.findall(r"(\w+_(?:ratio|link_fraction))=", case["fail_reason"]))
-    assert broken == {"device_alltoall_ratio", "device_alltoall_link_fraction"}, \
-        case["fail_reason"]
+    # the ratios: only the slowed one (the clean link fractions are absolute figures: at load
+    # 39 a clean Gloo reducescatter read 0.0176 GB/s, under the floor, 2026-12-03)
+    broken = set(re.findall(r"(\w+_ratio)=", case["fail_reason"]))
+    assert broken == {"device_alltoall_ratio"}, case["fail_reason"]
     perf = {k.split(":")[-1]: v for k, v in case["perfvalues"].items()}
     assert perf["device_alltoall_ratio"][0] < 0.4  # (the floor, min_ratio)
 
