@@ -4,7 +4,10 @@ Runs checks/src/hvdcore_collectives.py on ``ranks_per_node`` ranks (at least 2) 
 each partition.
 Sanity: every rank finished and no result differed from the NumPy reference.
 
-Performance, hvdcore against raw mpi4py ``Allreduce`` in the same job (interleaved timing):
+Performance, hvdcore against raw mpi4py ``Allreduce`` in the same job, timed in interleaved
+rounds (ABBA: hvdcore first in even rounds, raw first in odd ones); each ratio is the median
+over rounds of the round's ratio, as the MNIST check's (a load change between rounds moves
+both sides of a round, not the ratio):
 
 ``busbw_ratio`` (x, higher is better)
     hvdcore's allreduce bus bandwidth / raw mpi4py's at ``bw_bytes``. Machine-independent:

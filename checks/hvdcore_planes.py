@@ -22,16 +22,29 @@ Performance, per plane and collective (``allreduce``, ``allgather``, ``reducesca
 ``alltoall``, ``broadcast``), at the largest size:
 
 ``<plane>_<op>_ratio`` (x, judged everywhere)
-    raw time / hvdcore time (hvdcore's busbw over raw's), median over adjacent block pairs,
-    floor ``min_ratio`` (0.4). On the 2-core VM under a load of 6-18 (other jobs) the device
-    (Gloo) ratios at 4 MiB read 0.52-1.52; the host ones mostly 0.5-4, but in 3 runs of 10
-    some read 0.05-0.36 (false alarms: the host plane's ratio needs a quiet node), and
-    ``FAULTS_DATA_PATH=repeat=4,op=alltoall,plane=host`` (4 real alltoalls for one) took
-    ``host_alltoall_ratio`` to 0.03-0.31 in 9 runs but 0.57 in one (hvdcore's alltoall was
-    faster than raw mpi4py's there).
+    raw time / hvdcore time (hvdcore's busbw over raw's) in each pair of adjacent blocks, the
+    highest over the ``reps`` pairs (the worker's ``best_pair_ratio``; the summary's table
+    shows the median), floor ``min_ratio`` (0.4): the verdict fails only when hvdcore lost to
+    raw by more than the floor in *every* pair, which a real slowdown of that size does and a
+    burst of load on a shared node does not (it lands on some pairs). Measured on the 2-core
+    VM, load 9-15 (other jobs, bursty ``stress-ng --cpu 1``), 2026-12-03, 13 clean runs (10
+    nights, 3 confirmation runs): one run's pairs of one collective spread 0.14-14.1; some
+    median of the pairs fell under 0.4 in 6 runs (host allgather/reducescatter), some upper
+    quartile in 3 (and in 1 of 6 test runs), some highest pair in 1 (host reducescatter:
+    hvdcore 10 ms, raw 1.3 ms in all 5 pairs; the host plane's verdict wants a node less
+    loaded than that). ``FAULTS_DATA_PATH=delay_us=200000,op=alltoall,plane=device`` (200 ms
+    before every alltoall of the device plane) reads 0.009-0.016 in every pair. A slowdown hidden by the spread of the pairs is left to the nightly history
+    band (``checks/tools/history.py``), which judges this figure night against night.
 ``<plane>_<op>_busbw`` (GB/s)
     hvdcore's busbw: judged against the partition's recorded references where recorded
     (``checks/tools/record_references.py``), reported elsewhere.
+``<plane>_<op>_link_fraction`` (of the link, only where the plane's link rate is declared)
+    hvdcore's busbw / the rate of the link the plane's collectives cross in this one-node job
+    (GB/s, one direction: NVLink/xGMI for NCCL/RCCL, memory or shared-memory copy for the
+    host plane), from ``extras['planes_link_GBps']`` (a number: the device plane's; or
+    ``{"device": ..., "host": ...}``) or ``-S device_link_GBps=`` / ``-S host_link_GBps=``.
+    Reported; judged with a floor where ``min_link_fraction`` is set (and, in the nightly job,
+    against its history like every variable).
 
 The per-size table and plot are in the suite's summary (``checks/tools/planes_report.py``).
 """
@@ -81,6 +94,12 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     block = variable(int, value=3)
     #: Floor of every ``<plane>_<op>_ratio``.
     min_ratio = variable(float, value=0.4)
+    #: Link rate of the device plane (GB/s); None: ``extras['planes_link_GBps']``.
+    device_link_GBps = variable(float, type(None), value=None)
+    #: Link rate of the host plane (GB/s); None: ``extras['planes_link_GBps']['host']``.
+    host_link_GBps = variable(float, type(None), value=None)
+    #: Floor of every ``<plane>_<op>_link_fraction``; None: reported, no bound.
+    min_link_fraction = variable(float, type(None), value=None)
     time_limit = "20m"
     exclusive_access = True
     tags = {"hvdcore", "planes", "cpu", "gpu", "nightly", "production"}
@@ -101,6 +120,18 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         default = GPU_MAX_BYTES if self.gpus_per_node() else CPU_MAX_BYTES
         return int(self.part_extras.get("planes_max_bytes", default))
 
+    def link_rate(self, plane: str) -> float | None:
+        """The declared rate (GB/s) of the link ``plane``'s collectives cross, or None."""
+        given = getattr(self, f"{plane}_link_GBps")
+        if given is not None:
+            return given
+        declared = self.part_extras.get("planes_link_GBps")
+        if isinstance(declared, dict):
+            declared = declared.get(plane)
+        elif plane != "device":
+            declared = None  # a single number is the device plane's link
+        return None if declared is None else float(declared)
+
     @run_after("setup")
     def _program(self):
         # one rank per GPU (NCCL takes no two ranks on one GPU); at least 2 ranks on CPUs
@@ -115,6 +146,11 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
         self.record_launcher_exit()
         ref = {f"{p}_{op}_ratio": (1.0, self.min_ratio - 1.0, None, "x")
                for p in PLANES for op in OPS}
+        links = {p: rate for p in PLANES if (rate := self.link_rate(p))}
+        if self.min_link_fraction is not None:
+            ref.update({f"{p}_{op}_link_fraction":
+                        (1.0, self.min_link_fraction - 1.0, None, "fraction")
+                        for p in links for op in OPS})
         self.reference = {"*": ref}
         self.perf_variables = {
             **{f"{p}_{op}_ratio": sn.make_performance_function(self._largest(p, op, "ratio"),
@@ -123,6 +159,9 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
             **{f"{p}_{op}_busbw": sn.make_performance_function(self._largest(p, op, "busbw"),
                                                                "GB/s")
                for p in PLANES for op in OPS},
+            **{f"{p}_{op}_link_fraction": sn.make_performance_function(
+                self._largest(p, op, "busbw") / rate, "fraction")
+               for p, rate in links.items() for op in OPS},
         }
         self.apply_recorded_references()
 
@@ -137,8 +176,10 @@ class HvdcoreDataPlanesCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
                              'echo "hvdcore-launcher-exit: $?"']
 
     def _largest(self, plane: str, op: str, field: str):
+        # hvdcore's busbw is the field after algbw (raw_busbw_GBps comes later on the line)
+        where = r"algbw_GBps=\S+ busbw_GBps" if field == "busbw" else r"best_pair_ratio"
         pattern = (rf"hvdcore-planes: plane={plane} op={op} bytes={self.largest()} .*"
-                   rf"{'busbw_GBps' if field == 'busbw' else 'ratio'}=(\S+)")
+                   rf"{where}=(\S+)")
         return sn.extractsingle(pattern, self.stdout, 1, float)
 
     @sanity_function

@@ -53,6 +53,9 @@ site_configuration = {
                         # node's 4 Slingshot NICs; a TCP-socket fallback fails
                         "nccl_net": "AWS Libfabric",
                         "nics_per_node": 4,
+                        # the data-plane check's link: each A100 SXM4's 12 NVLink 3 links,
+                        # 25 GB/s each way (busbw / this is reported as a link fraction)
+                        "planes_link_GBps": {"device": 300.0},
                         "max_nodes": 16,
                         "launcher_options": SLURM_MPI,
                         "references": recorded_references("perlmutter", "gpu"),

@@ -32,7 +32,7 @@ overwritten) holding ReFrame's stage, output and perflog directories, its log, `
 results directory, so ``reframe --list-stored-sessions`` and ``--performance-compare`` work on
 it too; each session carries the extras ``hvdcore_night``, ``hvdcore_version``,
 ``hvdcore_commit`` and ``hvdcore_module``. ``DIR/trend.html`` (every night, one page, no
-server) and ``DIR/latest`` (a link to tonight) are rewritten each night.
+server; tonight's data-plane table and plot under tonight's verdicts) and ``DIR/latest`` (a link to tonight) are rewritten each night.
 
 Exit status: 0 when every case passed (or was an invalid measurement) and no value regressed
 against its history; 1 when a check failed (sanity, capability, a reference bound) or a value
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     (night / "summary.md").write_text(text + "\n" + history_markdown(tonight, params))
     report.plot_scaling(cases, night / "scaling.png")
     write_junit(night / "reframe-junit.xml", night / "junit.xml", cases, tonight)
-    trend.write_page(results / "trend.html", nights, verdicts, results, params)
+    trend.write_page(results / "trend.html", nights, verdicts, results, params, planes)
     latest = results / "latest"
     if latest.is_symlink() or not latest.exists():
         latest.unlink(missing_ok=True)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Row", "load_rows", "markdown", "plot", "parse_lines"]
+__all__ = ["Row", "load_rows", "markdown", "plot", "parse_lines", "size_label"]
 
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
 LINE = re.compile(
@@ -64,7 +64,8 @@ def load_rows(report: str | Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _size(n: int) -> str:
+def size_label(n: int) -> str:
+    """``n`` bytes as 8 B, 4 KiB, 1 GiB (exact units only)."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
@@ -92,11 +93,11 @@ def markdown(cases: dict[str, list[dict[str, Any]]]) -> str:
                     cells.append("–" if r is None else
                                  f"{r['busbw']:.4g} / {r['raw_busbw']:.4g}"
                                  + (" !" if r["wrong"] else ""))
-                parts.append(f"| {_size(size)} | " + " | ".join(cells) + " |")
+                parts.append(f"| {size_label(size)} | " + " | ".join(cells) + " |")
             top = max(r["bytes"] for r in mine)
             ratios = [next((f"{x['ratio']:.3f}" for x in mine
                             if x["op"] == op and x["bytes"] == top), "–") for op in ops]
-            parts.append(f"| **ratio at {_size(top)}** | " + " | ".join(ratios) + " |")
+            parts.append(f"| **ratio at {size_label(top)}** | " + " | ".join(ratios) + " |")
     return "\n".join(parts) + ("\n" if parts else "")
 
 

@@ -6,7 +6,8 @@ failed nights as red crosses, invalid ones as hollow grey circles, regressions a
 improvements as green ones; each point's tooltip names the night, the hvdcore version and
 commit. Above the plots: tonight's table with the change against history and the rule that
 judged each value, and every night with its version, commit, result counts and links to its
-summary and stage directory.
+summary and stage directory. When tonight ran the data-plane check, its per-size table and
+busbw plot follow tonight's table (``planes_page.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from history import Night, Verdict
+from planes_page import planes_html
 
 __all__ = ["fmt", "render_page", "write_page"]
 
@@ -36,6 +38,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:0 0 1.2em}figcaption{font-size:13px;font-weight:600}
 svg text{font-size:11px;fill:#333}
 .legend span{margin-right:1.2em;font-size:13px}
+.planes-row{display:flex;flex-wrap:wrap;gap:1.5em}.planes caption{text-align:left;font-size:13px}
 """
 
 
@@ -176,8 +179,9 @@ def _plot(series: str, nights: Sequence[Night], points: list[Verdict | None]) ->
 
 
 def render_page(nights: Sequence[Night], verdicts: Sequence[Sequence[Verdict]],
-                results: Path, params: str = "") -> str:
-    """The whole page as a string."""
+                results: Path, params: str = "",
+                planes: dict[str, list[dict]] | None = None) -> str:
+    """The whole page as a string (``planes``: tonight's data-plane rows, per case)."""
     order: list[str] = []
     by_series: dict[str, list[Verdict | None]] = {}
     for i, night_verdicts in enumerate(verdicts):
@@ -193,6 +197,9 @@ def render_page(nights: Sequence[Night], verdicts: Sequence[Sequence[Verdict]],
             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC. {_e(params)}</p>"]
     if tonight is not None:
         body += [f"<h2>Tonight: {_e(tonight.label)}</h2>", _tonight_table(verdicts[-1])]
+        if planes and any(planes.values()):
+            body += ['<h2 id="planes">Data planes tonight: busbw per size</h2>',
+                     planes_html(planes)]
     body += ["<h2>Nights</h2><table><tr><th>Night</th><th>Started</th><th>hvdcore</th>"
              "<th>Commit</th><th>Module</th><th>Passed</th><th>Failed</th><th>Invalid</th>"
              "<th>Regressions</th><th>Links</th></tr>"]
@@ -218,9 +225,10 @@ def render_page(nights: Sequence[Night], verdicts: Sequence[Sequence[Verdict]],
 
 
 def write_page(path: str | os.PathLike[str], nights: Sequence[Night],
-               verdicts: Sequence[Sequence[Verdict]], results: Path, params: str = "") -> None:
+               verdicts: Sequence[Sequence[Verdict]], results: Path, params: str = "",
+               planes: dict[str, list[dict]] | None = None) -> None:
     """Write the trend page atomically (a reader of the share never sees half a page)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_page(nights, verdicts, results, params))
+    tmp.write_text(render_page(nights, verdicts, results, params, planes))
     os.replace(tmp, path)
