@@ -152,12 +152,26 @@ def apply_accumulated(opt: Any, grads: list[Any], variables: list[Any]) -> None:
 def broadcast_variables(variables: Sequence[Any], root_rank: int,
                         process_set: Any = global_process_set) -> None:
     """Assign ``root_rank``'s values to the Keras ``variables`` on every rank of the set."""
-    handles, shapes = [], []
+    handles, hosts = [], []
     for i, var in enumerate(variables):
         host = np.ascontiguousarray(np.asarray(_jax_array(var, "broadcast_variables")))
-        shapes.append(tuple(var.shape))
+        hosts.append(host)
         # by position, not by Keras' variable path (per-process name counters differ)
-        handles.append(hvdcore.broadcast_async(host, root_rank, name=f"keras.broadcast.{i}",
+        handles.append(hvdcore.broadcast_async(_bit_view(host), root_rank,
+                                               name=f"keras.broadcast.{i}",
                                                process_set=process_set))
-    for var, handle, shape in zip(variables, handles, shapes, strict=True):
-        var.assign(np.reshape(hvdcore.synchronize(handle), shape))  # 0-d travels as 1-d
+    for var, handle, host in zip(variables, handles, hosts, strict=True):
+        got = np.ascontiguousarray(hvdcore.synchronize(handle)).view(host.dtype)
+        var.assign(got.reshape(tuple(var.shape)))  # 0-d travels as 1-d
+
+
+_SAME_BITS = {1: np.uint8, 2: np.float16, 4: np.int32, 8: np.int64}
+
+
+def _bit_view(host: np.ndarray) -> np.ndarray:
+    """``host`` as a dtype the core broadcasts, same bytes (a broadcast copies bits): JAX's
+    seed generators hold uint32 state, bfloat16 weights are 2 bytes."""
+    if host.dtype in (np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32,
+                      np.float64, np.bool_):
+        return host
+    return host.view(_SAME_BITS[host.dtype.itemsize])
