@@ -103,6 +103,7 @@ def _worker(args: argparse.Namespace) -> None:
     spec = importlib.util.spec_from_file_location("keras_mnist", ROOT / "examples" /
                                                   "keras_mnist.py")
     example = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = example  # its dataclass looks its module up there
     spec.loader.exec_module(example)  # type: ignore[union-attr]
     build_model = example.build_model
 
