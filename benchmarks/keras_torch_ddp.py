@@ -1,4 +1,4 @@
-"""Keras MNIST on Keras 3's torch backend with hvdcore vs the same model in plain torch with DDP.
+"""Keras MNIST on Keras 3's torch (or JAX) backend with hvdcore vs plain torch DDP (or solo Keras).
 
 One ``mpirun -np 2`` launch (the driver below starts it), interleaved: every rank holds both
 models, starting from the same weights, and the configurations train in chunks of ``--chunk``
@@ -19,9 +19,16 @@ the same formula, no communication). Rank 0 prints one table: per configuration 
 images/s over the rounds, and ``keras_hvd / ddp`` and ``keras_hvd / keras_solo`` (medians of
 the per-round ratios).
 
+``--backend jax`` runs the same with ``KERAS_BACKEND=jax`` (``keras_hvd``: Keras' jitted JAX
+train step, the gradients handed to the core's host allreduce by an ``io_callback``) and
+reports ``keras_hvd / keras_solo`` only: JAX has no multi-process data parallelism of its own
+on CPU to compare with (its ``jax.distributed`` + ``pmap``/sharding targets accelerators, and
+Keras' ``keras.distribution.DataParallel`` shards over the devices of one process), so there
+is no ``ddp`` row for JAX.
+
 Run::
 
-    python benchmarks/keras_torch_ddp.py [--rounds 8] [--chunk 20] [--batch-size 64]
+    python benchmarks/keras_torch_ddp.py [--backend torch|jax] [--rounds 8] [--chunk 20]
 """
 
 from __future__ import annotations
@@ -38,16 +45,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("keras_hvd", "keras_solo", "ddp")
+KERAS_ONLY = ("keras_hvd", "keras_solo")  # --backend jax: no framework DP peer
+
+
+def _configs(backend: str) -> tuple[str, ...]:
+    return CONFIGS if backend == "torch" else KERAS_ONLY
 
 
 def _driver(args: argparse.Namespace) -> int:
-    env = dict(os.environ, KERAS_BACKEND="torch", OMPI_ALLOW_RUN_AS_ROOT="1",
+    env = dict(os.environ, KERAS_BACKEND=args.backend, OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
                PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     cmd = [shutil.which("mpirun") or "mpirun", "-np", str(args.np), "--oversubscribe",
            sys.executable, __file__, "--worker", f"--rounds={args.rounds}",
            f"--chunk={args.chunk}", f"--batch-size={args.batch_size}",
-           f"--warmup={args.warmup}"]
+           f"--warmup={args.warmup}", f"--backend={args.backend}"]
     return subprocess.run(cmd, env=env, timeout=args.timeout).returncode
 
 
@@ -62,8 +74,6 @@ def _torch_cnn(torch):
 def _worker(args: argparse.Namespace) -> None:
     import keras
     import numpy as np
-    import torch
-    import torch.distributed as dist
     from mpi4py import MPI
 
     import hvdcore.keras as hvd
@@ -72,10 +82,15 @@ def _worker(args: argparse.Namespace) -> None:
     comm = MPI.COMM_WORLD
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-    port = comm.bcast(_free_port() if rank == 0 else None, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=size)
+    configs = _configs(args.backend)
+    if "ddp" in configs:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
+        port = comm.bcast(_free_port() if rank == 0 else None, root=0)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=size)
 
     x_train, y_train, _, _ = mnist.load(None)
     x = (x_train[rank::size].astype(np.float32) / 255.0)[..., None]
@@ -88,6 +103,7 @@ def _worker(args: argparse.Namespace) -> None:
     spec = importlib.util.spec_from_file_location("keras_mnist", ROOT / "examples" /
                                                   "keras_mnist.py")
     example = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = example  # its dataclass looks its module up there
     spec.loader.exec_module(example)  # type: ignore[union-attr]
     build_model = example.build_model
 
@@ -101,11 +117,12 @@ def _worker(args: argparse.Namespace) -> None:
         return model
 
     models = {"keras_hvd": keras_model(True), "keras_solo": keras_model(False)}
-    torch.manual_seed(1234)
-    net = torch.nn.parallel.DistributedDataParallel(_torch_cnn(torch))
-    torch_opt = torch.optim.Adadelta(net.parameters(), lr=1.0 * size)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    cursor = {c: 0 for c in CONFIGS}
+    if "ddp" in configs:
+        torch.manual_seed(1234)
+        net = torch.nn.parallel.DistributedDataParallel(_torch_cnn(torch))
+        torch_opt = torch.optim.Adadelta(net.parameters(), lr=1.0 * size)
+        loss_fn = torch.nn.CrossEntropyLoss()
+    cursor = {c: 0 for c in configs}
 
     def step(config: str) -> None:
         k = cursor[config] % batches
@@ -119,11 +136,11 @@ def _worker(args: argparse.Namespace) -> None:
         else:
             models[config].train_on_batch(xb, yb)
 
-    for config in CONFIGS:  # warm-up: first steps (allocations, negotiation, caches)
+    for config in configs:  # warm-up: first steps (allocations, negotiation, caches)
         for _ in range(args.warmup):
             step(config)
-    rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
-    order = list(CONFIGS)
+    rates: dict[str, list[float]] = {c: [] for c in configs}
+    order = list(configs)
     shuffle = random.Random(7)
     for _ in range(args.rounds):
         shuffle.shuffle(order)
@@ -140,7 +157,8 @@ def _worker(args: argparse.Namespace) -> None:
     in_sync = all(s == same[0] for s in same)
     if rank == 0:
         _report(args, size, rates, in_sync)
-    dist.destroy_process_group()
+    if "ddp" in configs:
+        dist.destroy_process_group()
 
 
 def _free_port() -> int:
@@ -155,15 +173,17 @@ def _report(args, size: int, rates: dict[str, list[float]], in_sync: bool) -> No
     def ratios(a: str, b: str) -> list[float]:
         return [x / y for x, y in zip(rates[a], rates[b], strict=True)]
 
-    print(f"\nKeras MNIST CNN, {size} ranks, batch {args.batch_size} per rank, "
+    print(f"\nKeras MNIST CNN, KERAS_BACKEND={args.backend}, {size} ranks, batch {args.batch_size} per rank, "
           f"{args.rounds} rounds x {args.chunk} steps per configuration (interleaved); "
           f"keras_hvd weights identical on every rank: {in_sync}\n")
     print("| configuration | images/s (median) | min | max |")
     print("|---|---|---|---|")
-    for c in CONFIGS:
+    for c in rates:
         print(f"| {c} | {statistics.median(rates[c]):.0f} | {min(rates[c]):.0f} | "
               f"{max(rates[c]):.0f} |")
     for a, b in (("keras_hvd", "ddp"), ("keras_hvd", "keras_solo"), ("keras_solo", "ddp")):
+        if a not in rates or b not in rates:
+            continue
         r = ratios(a, b)
         print(f"| {a} / {b} | {statistics.median(r):.3f} | {min(r):.3f} | {max(r):.3f} |")
 
@@ -171,6 +191,8 @@ def _report(args, size: int, rates: dict[str, list[float]], in_sync: bool) -> No
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--np", type=int, default=2)
+    p.add_argument("--backend", choices=("torch", "jax"), default="torch",
+                   help="Keras backend (jax: no ddp row, see above)")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--chunk", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=64)

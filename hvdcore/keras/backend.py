@@ -3,7 +3,8 @@
 Keras 3 runs the same model code on TensorFlow, PyTorch or JAX (``KERAS_BACKEND``).
 hvdcore.keras reads ``keras.backend.backend()`` once, when it is first imported, and routes:
 ``tensorflow`` to :mod:`hvdcore.tensorflow.keras` (gradients reduced by TensorFlow ops),
-``torch`` to :mod:`hvdcore.keras.torch_backend` (gradients reduced by the torch binding).
+``torch`` to :mod:`hvdcore.keras.torch_backend` (gradients reduced by the torch binding),
+``jax`` to :mod:`hvdcore.keras.jax_backend` (gradients reduced on the host by the core).
 Any other backend imports, but ``DistributedOptimizer`` refuses it with an error naming it.
 
     >>> backend()                     # KERAS_BACKEND=torch python ...   # doctest: +SKIP
@@ -23,12 +24,13 @@ __all__ = ["SUPPORTED", "backend", "check_unchanged", "unsupported"]
 SUPPORTED = {
     "tensorflow": "hvdcore.tensorflow (TensorFlow ops around the core's NumPy buffers)",
     "torch": "hvdcore.torch (grouped_allreduce of the torch gradients: MPI, Gloo or NCCL)",
+    "jax": "hvdcore's host plane (grouped_allreduce of NumPy copies, via jax io_callback)",
 }
 
 assert tuple(sorted(SUPPORTED)) == KERAS_BACKENDS  # what --check-build reports
 
 _READ: list[str] = []
-_PACKAGES = {"tensorflow": "tensorflow-cpu", "torch": "torch"}
+_PACKAGES = {"tensorflow": "tensorflow-cpu", "torch": "torch", "jax": "jax"}
 
 
 def backend() -> str:
@@ -69,13 +71,9 @@ def check_unchanged() -> str:
 def unsupported(what: str, name: str | None = None) -> UnsupportedError:
     """The error for ``what`` on a Keras backend hvdcore.keras does not train on."""
     name = name or backend()
-    hint = ""
-    if name == "jax":
-        hint = (" (JAX: hvdcore has no JAX binding yet; train with KERAS_BACKEND=torch or "
-                "tensorflow, which need pip install torch or tensorflow)")
     return UnsupportedError(
         f"{what}: Keras backend {name!r} (KERAS_BACKEND) is not supported by hvdcore.keras; "
-        f"supported: {', '.join(sorted(SUPPORTED))}{hint}")
+        f"supported: {', '.join(sorted(SUPPORTED))}")
 
 
 def describe(obj: Any) -> str:

@@ -1,4 +1,4 @@
-"""DistributedOptimizer for Keras 3 on an eager backend (torch): Python control flow per step.
+"""DistributedOptimizer for Keras 3 off TensorFlow (torch, JAX): one class, per-backend collectives.
 
 Wraps the user's optimizer by composition, as hvdcore's TensorFlow-backend class does
 (:mod:`hvdcore.tensorflow.keras.optimizer_keras3`): ``apply`` reduces the gradients with the
@@ -7,7 +7,9 @@ and ``variables`` are the wrapped optimizer's (plus the accumulators when
 ``backward_passes_per_step`` k > 1). With k > 1 each rank adds its local gradients into
 accumulators for k steps; on the k-th the sum (divided by k with
 ``average_aggregated_gradients``) is reduced and applied once, so ``iterations`` counts
-updates, as in Horovod. Variables registered with ``register_local_var`` keep their local
+updates, as in Horovod. On torch (eager) this is Python control flow; on JAX, whose trainer
+traces ``apply`` under ``jax.jit``, :func:`hvdcore.keras.jax_ops.apply_accumulated` does it
+with ``lax.cond`` and ``where``. Variables registered with ``register_local_var`` keep their local
 gradient, divided by the set size when ``scale_local_gradients``.
 
 It is registered for Keras serialization as ``hvdcore>DistributedOptimizer``, the name the
@@ -64,6 +66,8 @@ class _State:
         self.counter: Any = None
         self.accumulators: dict[Any, Any] = {}
         self.local = LocalVariables()
+        # JAX: apply runs traced under jit, so accumulation needs lax.cond, not Python ifs
+        self.traced = type(reducer).__name__ == "JaxGradientReducer"
 
 
 @keras.saving.register_keras_serializable(package="hvdcore", name="DistributedOptimizer")
@@ -114,8 +118,9 @@ class EagerDistributedOptimizer(keras.optimizers.Optimizer):
         if not var_list:
             return  # Keras' .h5 loader builds with no variables: build at the first apply
         if self._hvd.passes > 1 and self._hvd.counter is None:
-            self._hvd.counter = self.add_variable(shape=(), initializer="zeros", dtype="int64",
-                                                  name="hvd_backward_passes")
+            self._hvd.counter = self.add_variable(
+                shape=(), initializer="zeros", name="hvd_backward_passes",
+                dtype="int32" if self._hvd.traced else "int64")  # JAX: int64 needs x64 mode
             self._hvd.accumulators = {
                 self._var_key(v): self.add_variable_from_reference(v, name="hvd_accum")
                 for v in var_list}
@@ -179,6 +184,11 @@ class EagerDistributedOptimizer(keras.optimizers.Optimizer):
         if not pairs:
             return
         gs, vs = [g for g, _ in pairs], [v for _, v in pairs]
+        if self._hvd.counter is not None and self._hvd.traced:
+            from hvdcore.keras.jax_ops import apply_accumulated
+
+            apply_accumulated(self, gs, vs)
+            return
         if self._hvd.counter is not None:
             accs = [self._hvd.accumulators[self._var_key(v)] for v in vs]
             for acc, g in zip(accs, gs, strict=True):

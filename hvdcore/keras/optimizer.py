@@ -1,4 +1,4 @@
-"""``DistributedOptimizer`` for Keras 3 on the backends other than TensorFlow (torch).
+"""``DistributedOptimizer`` for Keras 3 on the backends other than TensorFlow (torch, JAX).
 
 The TensorFlow backend has its own classes (:mod:`hvdcore.tensorflow.keras.optimizer`);
 :mod:`hvdcore.keras` routes to one or the other by the Keras backend. Here the optimizer is
@@ -27,7 +27,7 @@ def _check_optimizer(optimizer: Any) -> None:
     import keras
 
     name = check_unchanged()
-    if name != "torch":
+    if name not in ("torch", "jax"):
         raise unsupported("DistributedOptimizer", name)
     if is_distributed_optimizer(optimizer):
         raise ArgumentError("optimizer is already a DistributedOptimizer; wrap the plain one once")
@@ -50,7 +50,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     """Wrap a Keras 3 optimizer so every update uses gradients reduced over ranks.
 
     The gradients are reduced by the backend's binding (torch: one
-    :func:`hvdcore.torch.grouped_allreduce` per update). ``backward_passes_per_step=k``
+    :func:`hvdcore.torch.grouped_allreduce` per update; JAX: one host
+    :func:`hvdcore.grouped_allreduce` per update, called from the jitted step). ``backward_passes_per_step=k``
     accumulates k local steps before one reduction and one update (summed, or averaged with
     ``average_aggregated_gradients``). ``compression`` is ``hvdcore.keras.Compression.none``
     or ``.fp16``. ``device_dense``, ``device_sparse``, ``num_groups`` and ``groups`` are

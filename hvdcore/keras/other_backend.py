@@ -1,4 +1,4 @@
-"""hvdcore.keras on a Keras backend it does not train on (jax, numpy, openvino).
+"""hvdcore.keras on a Keras backend it does not train on (numpy, openvino).
 
 Importing works (``init``, ``rank``, the core's NumPy collectives, ...); ``DistributedOptimizer``
 and the variable broadcasts raise :class:`~hvdcore.errors.UnsupportedError` naming the backend

@@ -1,7 +1,8 @@
 """The collectives of the Keras backend in use: the one place that picks them by backend.
 
 ``gradient_reducer`` and ``broadcast_variables`` dispatch on :func:`hvdcore.keras.backend.
-backend` (read once) to the backend's module (:mod:`hvdcore.keras.torch_ops` for torch); a
+backend` (read once) to the backend's module (:mod:`hvdcore.keras.torch_ops` for torch,
+:mod:`hvdcore.keras.jax_ops` for JAX); a
 backend hvdcore.keras does not train on is an :class:`~hvdcore.errors.UnsupportedError` naming
 it.
 """
@@ -28,6 +29,12 @@ def gradient_reducer(op: Any = Average, compression: Any = None, sparse_as_dense
 
         return TorchGradientReducer(op, compression or Compression.none, sparse_as_dense,
                                     gradient_predivide_factor, process_set)
+    if name == "jax":
+        from hvdcore.keras.jax_ops import Compression as JaxCompression
+        from hvdcore.keras.jax_ops import JaxGradientReducer
+
+        return JaxGradientReducer(op, compression or JaxCompression.none, sparse_as_dense,
+                                  gradient_predivide_factor, process_set)
     raise unsupported("DistributedOptimizer", name)
 
 
@@ -39,6 +46,11 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
         from hvdcore.keras.torch_ops import broadcast_variables as torch_broadcast
 
         torch_broadcast(variables, root_rank, process_set)
+        return
+    if name == "jax":
+        from hvdcore.keras.jax_ops import broadcast_variables as jax_broadcast
+
+        jax_broadcast(variables, root_rank, process_set)
         return
     raise unsupported("broadcast_variables", name)
 

@@ -2,13 +2,15 @@
 
 ``KERAS_BACKEND=B python keras_backend_errors.py``; prints ``KERAS-BACKEND-ERRORS-OK backend=B``.
 
-- torch: ``import hvdcore.keras`` loads no TensorFlow; a tf-keras optimizer, a TensorFlow
-  gradient, hvdcore.tensorflow.keras' DistributedOptimizer (the issue's crash: TensorFlow tensors
-  handed to a torch optimizer) and a Keras backend switched after import are each an
-  UnsupportedError naming the backend, raised before Keras runs anything; ``--check-build``'s
-  Keras line names the backend and the backends hvdcore.keras trains on;
-- jax (hvdcore.keras does not train on it): ``import hvdcore.keras`` without JAX installed, or
-  ``DistributedOptimizer`` with it, is an UnsupportedError naming 'jax' and what to do.
+- torch, jax: ``import hvdcore.keras`` loads no TensorFlow (and on JAX no torch); a tf-keras
+  optimizer, a TensorFlow gradient, hvdcore.tensorflow.keras' DistributedOptimizer (the issue's
+  crash: TensorFlow tensors handed to a torch optimizer) and a Keras backend switched after
+  import are each an UnsupportedError naming the backend, raised before Keras runs anything;
+  ``--check-build``'s Keras line names the backend and the backends hvdcore.keras trains on;
+  without JAX installed, ``import hvdcore.keras`` on jax is an UnsupportedError naming 'jax'
+  and what to install;
+- numpy (a Keras backend hvdcore.keras does not train on): ``DistributedOptimizer`` is an
+  UnsupportedError naming 'numpy' and the supported backends.
 """
 
 from __future__ import annotations
@@ -40,19 +42,20 @@ def raises(call, *needles: str) -> str:
     raise AssertionError(f"no UnsupportedError (wanted one naming {needles})")
 
 
-if BACKEND == "jax":
-    if importlib.util.find_spec("jax") is None:
-        raises(lambda: __import__("hvdcore.keras"), "'jax'", "No module named 'jax'",
-               "tensorflow or torch")
-        check("import_without_jax", True)
-    else:
-        import keras
+if BACKEND == "jax" and importlib.util.find_spec("jax") is None:
+    raises(lambda: __import__("hvdcore.keras"), "Keras could not load its backend 'jax'",
+           "pip install jax")
+    check("import_without_jax", True)
+    print(f"KERAS-BACKEND-ERRORS-OK backend={BACKEND}", flush=True)
+    sys.exit(0)
+if BACKEND not in ("jax", "torch"):
+    import keras
 
-        import hvdcore.keras as hvd
+    import hvdcore.keras as hvd
 
-        raises(lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), "'jax'",
-               "supported: tensorflow, torch")
-        check("distributed_optimizer_unsupported", True)
+    raises(lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), f"'{BACKEND}'",
+           "supported: jax, tensorflow, torch")
+    check("distributed_optimizer_unsupported", True)
     print(f"KERAS-BACKEND-ERRORS-OK backend={BACKEND}", flush=True)
     sys.exit(0)
 
@@ -61,8 +64,9 @@ import numpy as np  # noqa: E402
 
 import hvdcore.keras as hvd  # noqa: E402
 
-check("import_without_tensorflow", "tensorflow" not in sys.modules, sorted(
-    m for m in sys.modules if m.startswith("tensorflow"))[:3])
+others = ("tensorflow", "torch") if BACKEND == "jax" else ("tensorflow",)
+check("import_without_tensorflow", not [m for m in others if m in sys.modules],
+      sorted(m for m in sys.modules if m.split(".")[0] in others)[:3])
 hvd.init()
 # hvdcorerun --check-build's Keras line: the running backend and what hvdcore.keras trains on
 from hvdcore.capabilities import capabilities  # noqa: E402
@@ -70,13 +74,13 @@ from hvdcore.runner.check_build import format_report  # noqa: E402
 
 line = next((ln for ln in format_report(capabilities(["keras"])).splitlines() if "Keras" in ln),
             "")
-wanted = ", ".join(b for b in ("tensorflow", "torch") if importlib.util.find_spec(b))
+wanted = ", ".join(b for b in ("jax", "tensorflow", "torch") if importlib.util.find_spec(b))
 check("check_build.keras_line", line.strip().startswith(f"[X] Keras [hvdcore.keras: {wanted}] ")
-      and "(backend torch" in line, line)
+      and f"(backend {BACKEND}" in line, line)
 if importlib.util.find_spec("tf_keras") is not None:
     import tf_keras
 
-    raises(lambda: hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.1)), "'torch'",
+    raises(lambda: hvd.DistributedOptimizer(tf_keras.optimizers.SGD(0.1)), f"'{BACKEND}'",
            "tf_keras")
     check("tf_keras_optimizer", True)
 if importlib.util.find_spec("tensorflow") is not None:
@@ -84,19 +88,19 @@ if importlib.util.find_spec("tensorflow") is not None:
 
     import hvdcore.tensorflow.keras as hvd_tf
 
-    raises(lambda: hvd_tf.DistributedOptimizer(keras.optimizers.SGD(0.1)), "'torch'",
+    raises(lambda: hvd_tf.DistributedOptimizer(keras.optimizers.SGD(0.1)), f"'{BACKEND}'",
            "hvdcore.keras")
-    check("tensorflow_binding_refuses_torch_backend", True)
+    check(f"tensorflow_binding_refuses_{BACKEND}_backend", True)
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
     var = keras.Variable(np.zeros(3, np.float32))
-    raises(lambda: opt.apply([tf.ones(3)], [var]), "'torch'", "tensorflow")
+    raises(lambda: opt.apply([tf.ones(3)], [var]), f"'{BACKEND}'", "tensorflow")
     check("tensorflow_gradient", np.array_equal(keras.ops.convert_to_numpy(var), np.zeros(3)))
     # a backend switched after hvdcore.keras read it
     keras.config.set_backend("tensorflow")
     import keras as switched  # noqa: E402  (set_backend re-imports keras)
 
     raises(lambda: hvd.DistributedOptimizer(switched.optimizers.SGD(0.1)), "'tensorflow'",
-           "'torch'")
+           f"'{BACKEND}'")
     check("backend_switched", True)
 hvd.shutdown()
 print(f"KERAS-BACKEND-ERRORS-OK backend={BACKEND}", flush=True)

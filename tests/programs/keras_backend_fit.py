@@ -1,6 +1,6 @@
 """hvdcore.keras' model.fit on the Keras backend in use (KERAS_BACKEND), against one process.
 
-``KERAS_BACKEND=torch mpirun -np N python keras_backend_fit.py OUTDIR`` (tensorflow works too).
+``KERAS_BACKEND=torch|jax mpirun -np N python keras_backend_fit.py OUTDIR`` (tensorflow too).
 The structure of tensorflow_keras_fit.py, written with Keras 3 alone: gradients for the
 single-process reference come from the backend's autodiff. Checks:
 
@@ -92,6 +92,17 @@ def gradients(model: keras.Model, xb: np.ndarray, yb: np.ndarray) -> list[np.nda
                          model(keras.ops.convert_to_tensor(xb), training=True))
         grads = torch.autograd.grad(loss, [v.value for v in variables])
         return [g.detach().cpu().numpy().astype(np.float64) for g in grads]
+    if BACKEND == "jax":
+        import jax
+
+        fixed = [v.value for v in model.non_trainable_variables]
+
+        def loss_of(trainable):
+            pred, _ = model.stateless_call(trainable, fixed, xb, training=True)
+            return loss_fn()(yb, pred)
+
+        grads = jax.grad(loss_of)([v.value for v in variables])
+        return [np.asarray(g, dtype=np.float64) for g in grads]
     import tensorflow as tf
 
     with tf.GradientTape() as tape:

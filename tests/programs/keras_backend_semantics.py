@@ -1,6 +1,6 @@
 """hvdcore.keras' API details on the Keras backend in use, against references in one process.
 
-``KERAS_BACKEND=torch mpirun -np N python keras_backend_semantics.py TMPDIR``; the structure of
+``KERAS_BACKEND=torch|jax mpirun -np N python keras_backend_semantics.py TMPDIR``; the structure of
 tensorflow_keras_semantics.py. One compiled-fit SGD step of a two-layer model has a closed form
 (w - lr * g), so each case compares with the gradients of every rank computed here:
 
@@ -163,9 +163,16 @@ seen: list[float] = []
 model = make_model()
 model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR)),
               loss=keras.losses.MeanSquaredError())
-probe = keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: None,
-                                       on_train_batch_end=lambda b, logs: seen.append(
-                                           float(numpy(model.optimizer.learning_rate))))
+
+
+class Probe(keras.callbacks.Callback):
+    """The learning rate after every batch (through self.model: on JAX that syncs the state)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        seen.append(float(numpy(self.model.optimizer.learning_rate)))
+
+
+probe = Probe()
 x_all, y_all = data(R)
 model.fit(x_all, y_all, batch_size=2, epochs=3, shuffle=False, verbose=0, callbacks=[
     hvd.callbacks.LearningRateScheduleCallback(0.4, lambda e: 0.5 ** e, start_epoch=1), probe])

@@ -1,0 +1,177 @@
+"""The JAX backend's collectives for Keras 3: gradients through the core's host plane.
+
+Keras 3 on JAX runs ``model.fit``'s train step under ``jax.jit`` (unless ``run_eagerly`` or
+``jit_compile=False``): the optimizer's ``apply`` is traced, its gradients are tracers, and JAX
+arrays are immutable. :class:`JaxGradientReducer` therefore leaves the jitted program through
+``jax.experimental.io_callback`` (ordered): the callback receives the step's gradients as host
+NumPy arrays, reduces them with one :func:`hvdcore.grouped_allreduce` (MPI or Gloo, fused by
+the core, named so the response cache serves later steps) and returns new arrays of the same
+shapes and dtypes. ``io_callback`` rather than ``pure_callback``: a collective must run exactly
+once per step on every rank, and JAX may drop or repeat a pure callback. The same code runs
+eagerly (the callback is then an ordinary call). fp16 compression casts inside the program, so
+the host sees (and sends) float16.
+
+:func:`apply_accumulated` is ``backward_passes_per_step`` without Python control flow (the
+step count is a traced value): the reduction sits in a ``lax.cond`` branch taken on the k-th
+pass only, and the update is selected with ``where``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+import hvdcore
+from hvdcore import Average, Sum, global_process_set
+from hvdcore.errors import UnsupportedError
+from hvdcore.keras.backend import describe
+from hvdcore.keras.reducing import GradientReducer
+
+__all__ = ["Compression", "JaxGradientReducer", "apply_accumulated", "broadcast_variables"]
+
+
+class NoneCompressor:
+    """No compression: gradients are sent as they are."""
+
+    @staticmethod
+    def compress(array: Any) -> tuple[Any, Any]:
+        """Return the array to send and what :meth:`decompress` needs."""
+        return array, None
+
+    @staticmethod
+    def decompress(array: Any, ctx: Any) -> Any:
+        """Undo :meth:`compress`."""
+        return array
+
+
+class FP16Compressor(NoneCompressor):
+    """Send floating-point gradients as float16 (half the bytes); other dtypes unchanged."""
+
+    @staticmethod
+    def compress(array: Any) -> tuple[Any, Any]:
+        """Cast a floating-point array to float16; the context is its dtype."""
+        if jnp.issubdtype(array.dtype, jnp.floating) and array.dtype != jnp.float16:
+            return array.astype(jnp.float16), array.dtype
+        return array, None
+
+    @staticmethod
+    def decompress(array: Any, ctx: Any) -> Any:
+        """Cast back to the original dtype."""
+        return array if ctx is None else array.astype(ctx)
+
+
+class Compression:
+    """Gradient compressors on the JAX backend: ``Compression.none`` and ``.fp16``."""
+
+    none = NoneCompressor
+    fp16 = FP16Compressor
+
+
+def _jax_array(value: Any, what: str) -> Any:
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)):
+        return value
+    inner = getattr(value, "value", None)  # a Keras variable on the JAX backend
+    if isinstance(inner, jax.Array):
+        return inner
+    raise UnsupportedError(
+        f"{what}: Keras' backend is 'jax', so hvdcore.keras reduces JAX arrays, but got a "
+        f"{describe(value)} (a tensor of another framework mixed into a JAX-backend model)")
+
+
+class JaxGradientReducer(GradientReducer):
+    """Reduce a list of JAX gradients (None entries stay None) over a process set: one
+    host :func:`hvdcore.grouped_allreduce` per call through an ordered ``io_callback``."""
+
+    OPS = (Average, Sum)  # the core's host allreduce has no Adasum
+    BACKEND = "jax"
+
+    def __init__(self, op: Any = Average, compression: Any = Compression.none,
+                 sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
+                 process_set: Any = global_process_set) -> None:
+        super().__init__(op, compression, sparse_as_dense, gradient_predivide_factor,
+                         process_set)
+
+    def reduce(self, grads: Sequence[Any]) -> list[Any]:
+        """The gradients reduced over the process set, in the same order (traceable)."""
+        index = [i for i, g in enumerate(grads) if g is not None]
+        if not index:
+            return list(grads)
+        sent, contexts = [], []
+        for i in index:
+            wire, ctx = self.compression.compress(
+                jnp.asarray(_jax_array(grads[i], "DistributedOptimizer gradient")))
+            sent.append(wire)
+            contexts.append(ctx)
+        op, pre, post = self.scales()
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in sent]
+        name = self.name_for(tuple((str(s.dtype), tuple(s.shape)) for s in specs), op, pre, post)
+        process_set = self.process_set
+
+        def host_allreduce(*arrays: np.ndarray) -> list[np.ndarray]:
+            out = hvdcore.grouped_allreduce(
+                [np.ascontiguousarray(a) for a in arrays], name=name, op=op,
+                prescale_factor=pre, postscale_factor=post, process_set=process_set)
+            return [np.asarray(o, dtype=s.dtype).reshape(s.shape) for o, s in zip(out, specs,
+                                                                                   strict=True)]
+
+        reduced = io_callback(host_allreduce, specs, *sent, ordered=True)
+        out = list(grads)
+        for i, r, ctx in zip(index, reduced, contexts, strict=True):
+            out[i] = self.compression.decompress(r, ctx)
+        return out
+
+
+def apply_accumulated(opt: Any, grads: list[Any], variables: list[Any]) -> None:
+    """``backward_passes_per_step`` k > 1 for a traced step: add ``grads`` to the accumulators;
+    on the k-th pass reduce the sum (divided by k when averaging) and apply it with the wrapped
+    optimizer, else leave the variables and the wrapped optimizer's state as they were."""
+    state, inner = opt._hvd, opt.inner_optimizer
+    accs = [state.accumulators[opt._var_key(v)] for v in variables]
+    sums = [acc.value + jnp.asarray(g).astype(acc.dtype) for acc, g in zip(accs, grads,
+                                                                           strict=True)]
+    count = state.counter.value + 1
+    ready = count >= state.passes
+    to_reduce = [s / state.passes for s in sums] if state.average else sums
+    reduced = jax.lax.cond(ready, lambda xs: opt._reduce(list(xs), variables),
+                           lambda xs: [jnp.zeros_like(x) for x in xs], to_reduce)
+    kept = list(variables) + list(inner.variables)
+    before = [v.value for v in kept]
+    inner.apply(reduced, variables)
+    for var, old in zip(kept, before, strict=True):
+        var.assign(jnp.where(ready, var.value, old))
+    for acc, s in zip(accs, sums, strict=True):
+        acc.assign(jnp.where(ready, jnp.zeros_like(s), s))
+    state.counter.assign(jnp.where(ready, jnp.zeros_like(count), count))
+
+
+def broadcast_variables(variables: Sequence[Any], root_rank: int,
+                        process_set: Any = global_process_set) -> None:
+    """Assign ``root_rank``'s values to the Keras ``variables`` on every rank of the set."""
+    handles, hosts = [], []
+    for i, var in enumerate(variables):
+        host = np.ascontiguousarray(np.asarray(_jax_array(var, "broadcast_variables")))
+        hosts.append(host)
+        # by position, not by Keras' variable path (per-process name counters differ)
+        handles.append(hvdcore.broadcast_async(_bit_view(host), root_rank,
+                                               name=f"keras.broadcast.{i}",
+                                               process_set=process_set))
+    for var, handle, host in zip(variables, handles, hosts, strict=True):
+        got = np.ascontiguousarray(hvdcore.synchronize(handle)).view(host.dtype)
+        var.assign(got.reshape(tuple(var.shape)))  # 0-d travels as 1-d
+
+
+_SAME_BITS = {1: np.uint8, 2: np.float16, 4: np.int32, 8: np.int64}
+
+
+def _bit_view(host: np.ndarray) -> np.ndarray:
+    """``host`` as a dtype the core broadcasts, same bytes (a broadcast copies bits): JAX's
+    seed generators hold uint32 state, bfloat16 weights are 2 bytes."""
+    if host.dtype in (np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32,
+                      np.float64, np.bool_):
+        return host
+    return host.view(_SAME_BITS[host.dtype.itemsize])
