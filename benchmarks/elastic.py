@@ -170,7 +170,10 @@ def step_cost(args: argparse.Namespace) -> None:
         for mode in ("plain", "elastic"):
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "s.json"
-                flags = ["--gloo", "-np", "2"] if mode == "plain" else _elastic_flags(2, 2)
+                # both on one host in both modes: the same local size, so the same progress
+                # mode (HVDCORE_PROGRESS auto) and the same Gloo transport
+                flags = (["--gloo", "-np", "2"] if mode == "plain"
+                         else ["--min-np", "2", "--max-np", "2", "-H", "localhost:2"])
                 _hvdcorerun(flags, mode, args, out)
                 runs[mode].append(json.loads(out.read_text())["median_step_s"])
     plain, elastic = runs["plain"], runs["elastic"]
