@@ -58,7 +58,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
                        "-x", "HvdcoreFabricCheck", *UNGUARDED_EFFICIENCY, *ONE_EPOCH_MNIST,
                        *ELASTIC_EPOCHS,
                        "--report-file", str(report)], work,
-                      timeout=900)
+                      timeout=1200)
     return {"work": work, "report": report, "res": res, "seconds": time.monotonic() - t0}
 
 
