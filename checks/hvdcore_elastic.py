@@ -58,6 +58,7 @@ from reframe.core.builtins import (
     variable,
 )
 from reframe.core.exceptions import SanityError
+from reframe.utility import typecheck as typ
 
 from hvdcore_checks import EXAMPLES_DIR, MAINTAINERS, HvdcoreJobMixin, locate_examples
 from hvdcore_checks.elastic import EXIT, SECTION, Expected, judge_runs
@@ -104,7 +105,7 @@ class HvdcoreElasticCheck(rfm.RunOnlyRegressionTest, HvdcoreJobMixin):
     #: None: ``extras['elastic_max_resume_s']``, else :data:`MAX_RESUME_S`.
     max_resume_s = variable(float, type(None), value=None)
     #: More options of the failure run only (fault injection: ``-S failure_opts=--lr=3``).
-    failure_opts = variable(list, value=[])
+    failure_opts = variable(typ.List[str], value=[])
 
     @run_after("init")
     def _where(self):

@@ -27,7 +27,10 @@ from reframe_helpers import (
     run_reframe,
 )
 
-pytestmark = [pytest.mark.reframe, pytest.mark.mpi, pytest.mark.torch, pytest.mark.slow]
+#: The module's first test runs the whole local suite (its fixture): longer than pytest's
+#: default 600 s under load, with the elastic check's two trainings.
+pytestmark = [pytest.mark.reframe, pytest.mark.mpi, pytest.mark.torch, pytest.mark.slow,
+              pytest.mark.timeout(1300)]
 
 REPORT_TOOL = TOOLS / "report.py"
 #: The local venv environment declares tensorflow when it can import it: then the suite also
