@@ -18,9 +18,15 @@ What makes it elastic (Horovod's recipe):
    (a commit copies the model and optimizer state in memory: see ``--batches-per-commit``);
 4. a reset callback rescales the learning rate to the job's new size.
 
-Output: per-epoch lines from rank 0, ``reset`` lines when the job changes, then::
+Output: per-epoch lines from rank 0 (``processed=``: the distinct samples the epoch trained,
+the ``ElasticSampler``'s record), ``reset`` lines when the job changes (with the step and the
+samples processed that the job rolled back to), then::
 
-    hvdcore-mnist-elastic: ranks=2 epochs=2 test_accuracy=0.9712 resets=1 steps=1140
+    hvdcore-mnist-elastic: ranks=2 epochs=2 test_accuracy=0.9712 resets=1 steps=1140 \
+        resumed_after_s=4.21
+
+``resumed_after_s``: seconds from a rank's death under ``--fail-at-step`` (the time it wrote
+into its marker) to the end of rank 0's first step after the reset (``nan`` without one).
 
 ``--fail-at-step N`` (testing): the worker with rank 1 kills itself (SIGKILL) after step N, once
 per job (a marker file in ``--work-dir``), to show a rank dying mid-training.
@@ -32,6 +38,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -61,6 +68,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _resumed_after(marker: Path, resumed_at: float) -> float:
+    """Seconds from the death time in ``marker`` to ``resumed_at`` (nan without either)."""
+    try:
+        return resumed_at - float(marker.read_text())
+    except (OSError, ValueError):
+        return float("nan")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     hvd.init()
@@ -75,15 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     sampler = hvd.elastic.ElasticSampler(range(len(x_train)), shuffle=True, seed=1)
     state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, steps=0)
     resets = [0]  # this process's count (the state holds only what every rank agrees on)
+    resumed = {"pending": False, "at": float("nan")}  # end of the first step after a reset
     marker = Path(args.work_dir) / ".pytorch_mnist_elastic.failed"
 
     def on_reset() -> None:
         resets[0] += 1
         for group in optimizer.param_groups:
             group["lr"] = args.lr * hvd.size()
+        resumed["pending"] = True
+        # Fault injection (the ReFrame check's proof that a slow recovery fails it): a reset
+        # this many seconds slower.
+        time.sleep(float(os.environ.get("FAULTS_ELASTIC_RESET_DELAY_S", "0")))
         if hvd.rank() == 0:
             print(f"reset {resets[0]}: {hvd.size()} rank(s) from epoch {state.epoch}, "
-                  f"{len(state.sampler)} samples of this epoch left per rank", flush=True)
+                  f"{len(state.sampler)} samples of this epoch left per rank, "
+                  f"steps={state.steps} processed={len(state.sampler.processed_indices)}",
+                  flush=True)
 
     state.register_reset_callbacks([on_reset])
 
@@ -99,17 +121,20 @@ def main(argv: list[str] | None = None) -> int:
                 loss.backward()
                 optimizer.step()
                 state.steps += 1
+                if resumed["pending"]:
+                    resumed["pending"], resumed["at"] = False, time.time()
                 state.sampler.record_batch(b, args.batch_size)
                 if (args.fail_at_step and state.steps == args.fail_at_step and hvd.rank() == 1
                         and not marker.exists()):
-                    marker.touch()
+                    marker.write_text(f"{time.time():.6f}\n")  # the death time
                     os.kill(os.getpid(), signal.SIGKILL)
                 if b % args.batches_per_commit == 0:
                     state.commit()
             _, acc = evaluate(model, x_test, y_test, torch.device("cpu"))
             if hvd.rank() == 0:
                 print(f"epoch {state.epoch}: ranks={hvd.size()} test_accuracy={acc:.4f} "
-                      f"steps={state.steps}", flush=True)
+                      f"steps={state.steps} "
+                      f"processed={len(state.sampler.processed_indices)}", flush=True)
             state.epoch += 1
             state.sampler.set_epoch(state.epoch)
             state.commit()
@@ -118,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     _, acc = evaluate(model, x_test, y_test, torch.device("cpu"))
     if hvd.rank() == 0:
         print(f"hvdcore-mnist-elastic: ranks={hvd.size()} epochs={args.epochs} "
-              f"test_accuracy={acc:.4f} resets={resets[0]} steps={state.steps}", flush=True)
+              f"test_accuracy={acc:.4f} resets={resets[0]} steps={state.steps} "
+              f"resumed_after_s={_resumed_after(marker, resumed['at']):.3f}", flush=True)
     hvd.shutdown()
     return 0
 

@@ -7,7 +7,7 @@ ReFrame selects by tag with ``-t`` and by maintainer with ``--maintainer``::
     reframe -C <site config> -c checks/ --maintainer hvdcore-team -r  # everything the team owns
 
 * ``ci``: what fits a merge pipeline (capabilities, collectives: a few minutes);
-* ``nightly``: the nightly job (the ``ci`` checks and MNIST scaling);
+* ``nightly``: the nightly job (the ``ci`` checks, MNIST scaling and elastic training);
 * ``production``: before a new build of hvdcore is made the default (all of the above and the
   synthetic ResNet-50 benchmark).
 
