@@ -2,8 +2,9 @@
 tests/test_elastic_tensorflow.py; the TensorFlow counterpart of tests/programs/elastic_torch.py.
 
 ``mode`` ``fit``: Keras ``model.fit`` with hvdcore's DistributedOptimizer, ``KerasState`` and the
-elastic callbacks (a partial epoch is resumed by a ``fit`` of its remaining steps); ``loop``: a
-TF2 custom loop with ``DistributedGradientTape`` and ``TensorFlowState``. Each epoch has
+elastic callbacks of ``hvdcore.tensorflow.keras`` (a partial epoch is resumed by a ``fit`` of its
+remaining steps); ``loop``: a TF2 custom loop with ``DistributedGradientTape`` and
+``hvdcore.tensorflow.elastic`` (``TensorFlowState``, ``run``). Each epoch has
 ``steps`` steps of one Dense(1) layer on the same input on every rank, each step committed, so
 the weights after N optimizer iterations equal a one-process reference of N steps.
 Printed (one ``os.write`` per line): ``START rank r size n epoch e batch b host h`` when the
@@ -23,6 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import hvdcore.tensorflow as hvd_tf
 import hvdcore.tensorflow.keras as hvd
 
 plan = json.loads(os.environ["ELASTIC_PLAN"])
@@ -103,7 +105,7 @@ if plan["mode"] == "fit":
         return iterations()
 else:
     sgd.build(model.trainable_variables)
-    state = hvd.elastic.TensorFlowState(model.variables + sgd.variables, epoch=0, batch=0)
+    state = hvd_tf.elastic.TensorFlowState(model.variables + sgd.variables, epoch=0, batch=0)
 
     def iterations() -> int:
         return int(sgd.iterations.numpy())
@@ -116,7 +118,7 @@ else:
         grads = tape.gradient(loss, model.trainable_variables)
         sgd.apply_gradients(zip(grads, model.trainable_variables, strict=True))
 
-    @hvd.elastic.run
+    @hvd_tf.elastic.run
     def train(state):
         say(f"START rank {hvd.rank()} size {hvd.size()} epoch {state.epoch} batch "
             f"{state.batch} host {host}")
