@@ -6,11 +6,12 @@ tests/programs/elastic_hosts.py, the harness that of tests/test_elastic_torch.py
 
 - hosts added, a rank failed by an exception, hosts removed, in one job: 2 ranks, C joins at
   epoch 1 (3 ranks; #2844: every rank, C included, starts at epoch 1 batch 0), B raises after
-  epoch 2's second step, before its commit (the survivors committed that step, which B took
-  part in, and resume epoch 2 at batch 2), C is removed at epoch 3 (1 rank);
+  epoch 2's first step (the survivors roll that uncommitted step back and redo epoch 2 from
+  batch 0), C is removed at epoch 3 (1 rank); in ``fit`` with Horovod's
+  BroadcastGlobalVariablesCallback too (each generation's first fit broadcasts on every rank);
 - a SIGKILLed worker replaced: ``--min-np 2 --max-np 2`` with a spare host.
 
-Every job must end with the optimizer's iteration count equal to epochs x steps (a step lost
+The jobs commit every 2 steps and at each epoch's end. Every job must end with the optimizer's iteration count equal to epochs x steps (a step lost
 or done twice changes it) and the same weights on every rank, equal to a one-process
 reference of that many steps.
 """
@@ -52,7 +53,7 @@ def job(tmp_path: Path, mode: str, schedule: list, plan: dict, *flags: str):
     """One elastic job of the TF program (the torch test's harness, another program)."""
     import tests.test_elastic_torch as harness
 
-    plan = {"mode": mode, "epochs": EPOCHS, "steps": STEPS, **plan}
+    plan = {"mode": mode, "epochs": EPOCHS, "steps": STEPS, "commit_every": 2, **plan}
     saved, harness.PROGRAM = harness.PROGRAM, PROGRAM
     try:
         return run(tmp_path, schedule, plan, *flags, timeout=300)
@@ -82,13 +83,12 @@ def starts(out: str) -> list[tuple[int, int, int, int, str]]:
 @pytest.mark.parametrize("mode", ["fit", "loop"])
 def test_hosts_added_a_rank_failure_and_hosts_removed(tmp_path: Path, mode: str) -> None:
     """Scale up (C joins at epoch 1, at epoch 1 batch 0: #2844), B raises after epoch 2's
-    second step (A and C roll back to their commit of it and resume at batch 2), C removed at
-    epoch 3."""
+    first step (A and C roll it back and resume at batch 0), C removed at epoch 3."""
     proc, out = job(tmp_path, mode,
                     [[0, [f"{A}:1", f"{B}:1"]], [1, [f"{A}:1", f"{B}:1", f"{C}:1"]],
                      [3, [f"{A}:1"]]],
-                    {"expect": {"0": 2, "1": 3, "3": 1},
-                     "fail": [{"epoch": 2, "batch": 2, "host": B, "how": "raise",
+                    {"expect": {"0": 2, "1": 3, "3": 1}, "bcast_callback": mode == "fit",
+                     "fail": [{"epoch": 2, "batch": 1, "host": B, "how": "raise",
                                "once": str(tmp_path / "failed")}]},
                     "--min-np", "1")
     finished(proc, out, 1)
@@ -99,24 +99,24 @@ def test_hosts_added_a_rank_failure_and_hosts_removed(tmp_path: Path, mode: str)
     # size 3 starts at epoch 1 batch 0 on every rank, C included (#2844)
     assert sorted((e, b, h) for _, n, e, b, h in begun if n == 3) == [
         (1, 0, A), (1, 0, B), (1, 0, C)], begun
-    # after B's failure: A and C resume epoch 2 after its second (committed) step
+    # after B's failure: A and C resume epoch 2 at its start (the last commit)
     assert sorted((e, b, h) for _, n, e, b, h in begun if n == 2)[-2:] == [
-        (2, 2, A), (2, 2, C)], begun
+        (2, 0, A), (2, 0, C)], begun
     assert "planned failure on 127.0.0.2" in out
     assert "host 127.0.0.3 joins the job" in out and "hosts left the job: 127.0.0.3" in out
 
 
 @pytest.mark.parametrize("mode", ["fit", "loop"])
 def test_a_sigkilled_worker_is_replaced(tmp_path: Path, mode: str) -> None:
-    """--min-np 2 --max-np 2 with a spare host: B is SIGKILLed after epoch 1's second step and
-    C takes its place: epoch 1 resumes at A's last commit (batch 2) on A and C."""
+    """--min-np 2 --max-np 2 with a spare host: B is SIGKILLed after epoch 1's first step and
+    C takes its place: A rolls that step back and epoch 1 resumes at batch 0 on A and C."""
     proc, out = job(tmp_path, mode, [[0, [f"{A}:1", f"{B}:1", f"{C}:1"]]],
                     {"expect": {"0": 2},
-                     "fail": [{"epoch": 1, "batch": 2, "host": B, "how": "kill",
+                     "fail": [{"epoch": 1, "batch": 1, "host": B, "how": "kill",
                                "once": str(tmp_path / "killed")}]},
                     "--min-np", "2", "--max-np", "2")
     finished(proc, out, 2)
     assert "was killed by signal 9" in out
     assert sorted((e, b, h) for _, _, e, b, h in starts(out) if h != B)[-2:] == [
-        (1, 2, A), (1, 2, C)], out[-6000:]
+        (1, 0, A), (1, 0, C)], out[-6000:]
     assert {h for *_, h in epochs(out)[2]} == {A, C}

@@ -5,13 +5,15 @@ tests/test_elastic_tensorflow.py; the TensorFlow counterpart of tests/programs/e
 elastic callbacks of ``hvdcore.tensorflow.keras`` (a partial epoch is resumed by a ``fit`` of its
 remaining steps); ``loop``: a TF2 custom loop with ``DistributedGradientTape`` and
 ``hvdcore.tensorflow.elastic`` (``TensorFlowState``, ``run``). Each epoch has
-``steps`` steps of one Dense(1) layer on the same input on every rank, each step committed, so
+``steps`` steps of one Dense(1) layer on the same input on every rank, committed every
+``commit_every`` steps and at the epoch's end (a failure between commits rolls steps back), so
 the weights after N optimizer iterations equal a one-process reference of N steps.
 Printed (one ``os.write`` per line): ``START rank r size n epoch e batch b host h`` when the
 elastic function starts (after the sync), ``EPOCH e rank r size n host h`` when an epoch
 starts, ``RESET rank r size n`` from the reset callback, ``DONE rank r size n steps s epoch e w
 <weights>`` at the end. Plan keys as in elastic_torch.py: ``epochs``, ``steps``, ``expect``,
-``fail``, ``progress``.
+``fail``, ``progress``; ``commit_every``; ``bcast_callback`` (fit: also Horovod's
+BroadcastGlobalVariablesCallback, which every generation's first fit runs on every rank).
 """
 
 import json
@@ -29,7 +31,7 @@ import hvdcore.tensorflow.keras as hvd
 
 plan = json.loads(os.environ["ELASTIC_PLAN"])
 host = os.environ.get("HOROVOD_HOSTNAME", "?")
-STEPS, EPOCHS = plan["steps"], plan["epochs"]
+STEPS, EPOCHS, EVERY = plan["steps"], plan["epochs"], plan.get("commit_every", 1)
 X, Y = np.ones((2, 4), np.float32), np.zeros((2, 1), np.float32)
 
 
@@ -87,7 +89,9 @@ if plan["mode"] == "fit":
 
     callbacks = [hvd.elastic.UpdateEpochStateCallback(state),
                  hvd.elastic.UpdateBatchStateCallback(state), Plan(),
-                 hvd.elastic.CommitStateCallback(state)]
+                 hvd.elastic.CommitStateCallback(state, batches_per_commit=EVERY)]
+    if plan.get("bcast_callback"):
+        callbacks.insert(0, hvd.callbacks.BroadcastGlobalVariablesCallback(0))
 
     def iterations() -> int:
         return int(model.optimizer.iterations.numpy())
@@ -129,7 +133,8 @@ else:
                 step()
                 state.batch = b + 1
                 fail_now(state.epoch, state.batch)
-                state.commit()
+                if state.batch % EVERY == 0:
+                    state.commit()
             state.epoch += 1
             state.batch = 0
             state.commit()
