@@ -54,6 +54,7 @@ from hvdcore import (
     stop_timeline,
 )
 from hvdcore.errors import HvdcoreError as HorovodInternalError
+from hvdcore.tensorflow import elastic
 from hvdcore.tensorflow.collectives import (
     allgather,
     allgather_object,
@@ -89,5 +90,5 @@ __all__ = [
     "local_rank_op", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set", "Compression", "DistributedGradientTape", "broadcast_variables",
     "broadcast_global_variables",
-    "start_timeline", "stop_timeline", "HorovodInternalError",
+    "start_timeline", "stop_timeline", "HorovodInternalError", "elastic",
 ]

@@ -22,6 +22,10 @@ from __future__ import annotations
 
 from hvdcore.tensorflow import *  # noqa: F403  (the whole hvdcore.tensorflow API)
 from hvdcore.tensorflow import __all__ as _tf_all
+
+# isort: split
+# (after the * import, whose ``elastic`` is hvdcore.tensorflow's: this one replaces it)
+import hvdcore.tensorflow.keras.elastic as elastic
 from hvdcore.tensorflow.keras import callbacks
 from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from hvdcore.tensorflow.keras.saving import (
@@ -31,6 +35,7 @@ from hvdcore.tensorflow.keras.saving import (
 )
 
 # (broadcast_global_variables: the Keras form, with an optional model, replaces the TF1 one)
-__all__ = [*(n for n in _tf_all if n != "broadcast_global_variables"), "callbacks",
+__all__ = [*(n for n in _tf_all if n not in ("broadcast_global_variables", "elastic")),
+           "callbacks", "elastic",
            "DistributedOptimizer", "PartialDistributedOptimizer", "broadcast_global_variables",
            "load_model", "register_for_broadcast"]

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 import hvdcore as _core
+from hvdcore.controllers import elastic_env
 from hvdcore.errors import ArgumentError, MismatchError
 from hvdcore.tensorflow.keras.aggregation import LocalVariables
 from hvdcore.tensorflow.keras.flavours import keras_major
@@ -70,13 +71,15 @@ class BroadcastGlobalVariablesCallback(_Callback):
     too); a model that is not yet built is broadcast after its first batch instead. Ranks whose
     models differ get a MismatchError naming the first differing variable.
     ``local_variables`` (a variable or a list) are left as they are on every rank, as in
-    Horovod (e.g. the weights of model-parallel layers).
+    Horovod (e.g. the weights of model-parallel layers). In an elastic job it broadcasts
+    again in each generation's first ``fit``, on every rank.
     """
 
     def __init__(self, root_rank: int, device: str = "", local_variables: Any = None) -> None:
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        self._generation: Any = None
         if local_variables is None:
             local_variables = []
         elif not isinstance(local_variables, (list, tuple, set)):
@@ -90,8 +93,13 @@ class BroadcastGlobalVariablesCallback(_Callback):
                      if v not in self.local_variables]
         broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
+        self._generation = elastic_env.current()
 
     def on_train_begin(self, logs: Any = None) -> None:
+        if self.broadcast_done and elastic_env.current() is not self._generation:
+            # an elastic job's new workers broadcast in their first fit: the survivors, whose
+            # flag is from an earlier generation, must take part (Horovod's would wait)
+            self.broadcast_done = False
         if not self.broadcast_done and getattr(self.model, "built", False):
             self._broadcast()
 

@@ -1,0 +1,148 @@
+"""An elastic TensorFlow job driven by a plan (env ELASTIC_PLAN, JSON), for
+tests/test_elastic_tensorflow.py; the TensorFlow counterpart of tests/programs/elastic_torch.py.
+
+``mode`` ``fit``: Keras ``model.fit`` with hvdcore's DistributedOptimizer, ``KerasState`` and the
+elastic callbacks of ``hvdcore.tensorflow.keras`` (a partial epoch is resumed by a ``fit`` of its
+remaining steps); ``loop``: a TF2 custom loop with ``DistributedGradientTape`` and
+``hvdcore.tensorflow.elastic`` (``TensorFlowState``, ``run``). Each epoch has
+``steps`` steps of one Dense(1) layer on the same input on every rank, committed every
+``commit_every`` steps and at the epoch's end (a failure between commits rolls steps back), so
+the weights after N optimizer iterations equal a one-process reference of N steps.
+Printed (one ``os.write`` per line): ``START rank r size n epoch e batch b host h`` when the
+elastic function starts (after the sync), ``EPOCH e rank r size n host h`` when an epoch
+starts, ``RESET rank r size n`` from the reset callback, ``DONE rank r size n steps s epoch e w
+<weights>`` at the end. Plan keys as in elastic_torch.py: ``epochs``, ``steps``, ``expect``,
+``fail``, ``progress``; ``commit_every``; ``bcast_callback`` (fit: also Horovod's
+BroadcastGlobalVariablesCallback, which every generation's first fit runs on every rank).
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import hvdcore.tensorflow as hvd_tf
+import hvdcore.tensorflow.keras as hvd
+
+plan = json.loads(os.environ["ELASTIC_PLAN"])
+host = os.environ.get("HOROVOD_HOSTNAME", "?")
+STEPS, EPOCHS, EVERY = plan["steps"], plan["epochs"], plan.get("commit_every", 1)
+X, Y = np.ones((2, 4), np.float32), np.zeros((2, 1), np.float32)
+
+
+def say(text: str) -> None:
+    os.write(1, (text + "\n").encode())
+
+
+def fail_now(epoch: int, batch: int) -> None:
+    for f in plan.get("fail", []):
+        if f["epoch"] != epoch or f["batch"] != batch or f["host"] not in ("*", host):
+            continue
+        if os.path.exists(f["once"]):
+            continue
+        open(f["once"], "w").close()
+        if f["how"] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"planned failure on {host} at epoch {epoch} batch {batch}")
+
+
+def epoch_begins(state) -> None:
+    """Publish the progress, wait for the expected size (committing: a host change raises
+    HostsUpdatedInterrupt here), then announce the epoch."""
+    epoch = state.epoch
+    if hvd.rank() == 0:
+        with open(plan["progress"] + ".tmp", "w") as f:
+            f.write(str(epoch))
+        os.replace(plan["progress"] + ".tmp", plan["progress"])
+    want = plan.get("expect", {}).get(str(epoch))
+    deadline = time.monotonic() + 90
+    while want is not None and hvd.size() != want:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"epoch {epoch}: size {hvd.size()}, expected {want}")
+        time.sleep(0.1)
+        state.commit()
+    say(f"EPOCH {epoch} rank {hvd.rank()} size {hvd.size()} host {host}")
+
+
+hvd.init()
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+sgd = keras.optimizers.SGD(0.01)
+
+if plan["mode"] == "fit":
+    model.compile(optimizer=hvd.DistributedOptimizer(sgd), loss="mse")
+    state = hvd.elastic.KerasState(model, epoch=0, batch=0)
+    data = tf.data.Dataset.from_tensors((X, Y)).repeat()
+
+    class Plan(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if state.batch == 0:
+                epoch_begins(state)
+
+        def on_train_batch_end(self, batch, logs=None):
+            fail_now(state.epoch, state.batch)  # UpdateBatchStateCallback ran before
+
+    callbacks = [hvd.elastic.UpdateEpochStateCallback(state),
+                 hvd.elastic.UpdateBatchStateCallback(state), Plan(),
+                 hvd.elastic.CommitStateCallback(state, batches_per_commit=EVERY)]
+    if plan.get("bcast_callback"):
+        callbacks.insert(0, hvd.callbacks.BroadcastGlobalVariablesCallback(0))
+
+    def iterations() -> int:
+        return int(model.optimizer.iterations.numpy())
+
+    @hvd.elastic.run
+    def train(state):
+        say(f"START rank {hvd.rank()} size {hvd.size()} epoch {state.epoch} batch "
+            f"{state.batch} host {host}")
+        if state.batch:
+            model.fit(data, steps_per_epoch=STEPS - state.batch, initial_epoch=state.epoch,
+                      epochs=state.epoch + 1, callbacks=callbacks, verbose=0)
+        if state.epoch < EPOCHS:
+            model.fit(data, steps_per_epoch=STEPS, initial_epoch=state.epoch, epochs=EPOCHS,
+                      callbacks=callbacks, verbose=0)
+        return iterations()
+else:
+    sgd.build(model.trainable_variables)
+    state = hvd_tf.elastic.TensorFlowState(model.variables + sgd.variables, epoch=0, batch=0)
+
+    def iterations() -> int:
+        return int(sgd.iterations.numpy())
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(X, training=True) - Y))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        sgd.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+
+    @hvd_tf.elastic.run
+    def train(state):
+        say(f"START rank {hvd.rank()} size {hvd.size()} epoch {state.epoch} batch "
+            f"{state.batch} host {host}")
+        while state.epoch < EPOCHS:
+            if state.batch == 0:
+                epoch_begins(state)
+            for b in range(state.batch, STEPS):
+                step()
+                state.batch = b + 1
+                fail_now(state.epoch, state.batch)
+                if state.batch % EVERY == 0:
+                    state.commit()
+            state.epoch += 1
+            state.batch = 0
+            state.commit()
+        return iterations()
+
+state.register_reset_callbacks([lambda: say(f"RESET rank {hvd.rank()} size {hvd.size()}")])
+steps = train(state)
+w = ",".join(f"{v:.6f}" for v in np.concatenate([np.ravel(v.numpy()) for v in model.weights]))
+say(f"DONE rank {hvd.rank()} size {hvd.size()} steps {steps} epoch {state.epoch} w {w}")
+hvd.shutdown()
+sys.exit(0)
