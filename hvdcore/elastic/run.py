@@ -35,7 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: How long a survivor waits for the launcher to count a failure behind an exception that is
 #: not hvdcore's own (a transport error raised by torch or Gloo when a peer's process ended).
-FAILURE_GRACE_S = 2.0
+FAILURE_GRACE_S = 5.0
 
 _INTERNAL = (errors.RankFailedError, errors.ShutdownError, errors.StallError)
 
@@ -49,6 +49,9 @@ def is_failure(exc: BaseException, member: elastic_env.Membership | None) -> boo
         return False
     if isinstance(exc, _INTERNAL) or type(exc) is errors.HvdcoreError:
         return True
+    st = basics.current()
+    if st is not None and isinstance(st.engine.fatal, errors.RankFailedError):
+        return True  # the liveness watchdog already ended this generation
     deadline = time.monotonic() + FAILURE_GRACE_S
     while True:
         try:
