@@ -12,13 +12,17 @@
    graph, one Session, a broadcast and its ``tf.gradients`` built and run for every dtype,
    dim and root rank; the gradient is Horovod's (Average-allreduce on the root, times zero
    elsewhere), so every rank runs the same ops under the same names.
-Prints ``CHECK <name> ok`` (rank 0) and ``TF-MODEL-PARALLEL-OK rank=R`` on every rank.
+Prints ``CHECK <name> ok`` (rank 0) and ``TF-MODEL-PARALLEL-OK rank=R seconds=S`` (its own
+run time in the shared launch) on every rank.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import time
+
+START = time.perf_counter()
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -176,4 +180,4 @@ with tf.Graph().as_default() as graph, tf.compat.v1.Session(graph=graph) as sess
 
 got = hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum, name="model_parallel.after")
 check("model_parallel.recovers", close(got, [N, 2.0 * N]), got)
-print(f"TF-MODEL-PARALLEL-OK rank={R}", flush=True)
+print(f"TF-MODEL-PARALLEL-OK rank={R} seconds={time.perf_counter() - START:.1f}", flush=True)
