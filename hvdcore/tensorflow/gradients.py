@@ -157,8 +157,8 @@ def _identities(var: Any) -> set[int]:
 
 
 class LocalVariables:
-    """Variables whose gradients stay local (``register_local_source`` / ``_var``); held,
-    not tracked."""
+    """Variables whose gradients stay local (``register_local_source``, Keras'
+    ``register_local_var``); held, not tracked."""
 
     def __init__(self) -> None:
         self._vars: list[Any] = []  # keeps them alive, so their ids stay unique
