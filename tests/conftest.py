@@ -113,7 +113,8 @@ def world_size(request: pytest.FixtureRequest) -> int:
 #: Keras costs ~8 s per rank here and torch ~2-4 s, more than most of these programs' checks.
 #: Tests in different files judge their own program's lines in the same launch.
 SHARED_LAUNCHES = {
-    "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py", "tensorflow_parity.py"),
+    "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py", "tensorflow_model_parallel.py",
+           "tensorflow_parity.py"),
     "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py"),
     "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py"),
     "keras_backend": ("keras_backend_fit.py", "keras_backend_semantics.py"),

@@ -48,6 +48,7 @@ def test_tf_parity_on_the_gloo_plane(shared_launch) -> None:
     dtype, TF1 graphs, IndexedSlices, in-place broadcasts) with CPU tensors on Gloo (DLPack)."""
     proc = shared_launch("tf", 3, GLOO, controller="gloo")
     _assert_ok(proc, "TF-PARITY-OK", 3)
+    _assert_ok(proc, "TF-MODEL-PARALLEL-OK", 3)  # issue 58's local sources, v1 broadcast grads
 
 
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])

@@ -3,8 +3,9 @@
 Real mpirun jobs at world sizes 1, 2, 3; each program batches many checks against references
 computed in one process (see their docstrings): gradients of collectives, alltoall's return,
 Horovod's TensorFlow error types with back-to-back error cases that leave the runtime working,
-join, and the Keras API (register_local_var, PartialDistributedOptimizer,
-BroadcastGlobalVariablesCallback(local_variables=), config round trip, .h5/.keras saving).
+join, the Keras API (register_local_var, PartialDistributedOptimizer,
+BroadcastGlobalVariablesCallback(local_variables=), config round trip, .h5/.keras saving), and
+DistributedGradientTape's local sources with broadcast gradients in a TF1 graph (issue 58).
 """
 
 from __future__ import annotations
@@ -65,6 +66,23 @@ def test_horovod_parity_last_mile(world_size: int, shared_launch) -> None:
                  "indexed_slices.refuses.adasum.grouped", "v1graph.broadcast_.variables",
                  "v1graph.broadcast_global_variables",
                  "eager.broadcast_global_variables.raises"):
+        assert f"CHECK {name} ok" in proc.stdout, name
+
+
+def test_model_parallel_local_sources_and_v1_broadcast_grad(world_size: int,
+                                                            shared_launch) -> None:
+    """Issue 58 (tests/programs/tensorflow_model_parallel.py): DistributedGradientTape's
+    register_local_source, PartialDistributedGradientTape and get_local_and_global_gradients
+    against Horovod 0.28.1's arithmetic (local gradients not reduced, divided by the set size
+    unless scale_local_gradients=False), eagerly and in tf.function; test_tensorflow.py
+    ``test_horovod_broadcast_grad_cpu`` in one TF1 graph for every root rank (it stalled:
+    the ranks ran different broadcasts). (One launch: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("tf", world_size)
+    _assert_ok(proc, "TF-MODEL-PARALLEL-OK", world_size)
+    for name in ("local_source.scaled.function.local_kept",
+                 "local_source.unscaled.eager.indexed_slices_kept", "local_source.split.eager",
+                 "partial_tape.local_layers", "local_source.refuses.register_local_source",
+                 f"v1graph.broadcast_grad.float64.dim3.root{world_size - 1}"):
         assert f"CHECK {name} ok" in proc.stdout, name
 
 

@@ -51,7 +51,10 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
                                         process_set)
             if _core.rank() == root_rank:
                 return averaged
-            return tf.zeros_like(averaged)
+            # Times zero as Horovod, not zeros_like: in a TF1 graph zeros_like of a known
+            # shape is a constant, so a Session on the other ranks would skip the allreduce
+            # (and the forward broadcast it follows) that the root waits on.
+            return averaged * tf.zeros([], averaged.dtype)
 
         return y, grad
 

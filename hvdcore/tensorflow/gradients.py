@@ -15,6 +15,11 @@ Example::
         loss = loss_fn(model(x), y)
     tape = hvd.DistributedGradientTape(tape)
     grads = tape.gradient(loss, model.trainable_variables)   # averaged over ranks
+
+Sources registered with ``register_local_source`` (model-parallel variables, Horovod 0.28's
+escape hatch) keep their local gradient: it is left out of the reduction and divided by the
+process set's size when ``scale_local_gradients`` (Horovod's default), so that it is on the
+same scale as the averaged ones (Horovod's pull 3719).
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from hvdcore.errors import ArgumentError, NotInitializedError, UnsupportedError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy
 from hvdcore.tensorflow.compression import Compression, Compressor
 
-__all__ = ["GradientReducer", "DistributedGradientTape"]
+__all__ = ["GradientReducer", "LocalVariables", "reduce_with_local", "DistributedGradientTape",
+           "PartialDistributedGradientTape"]
 
 
 class GradientReducer:
@@ -142,6 +148,57 @@ class GradientReducer:
         return result
 
 
+def _identities(var: Any) -> set[int]:
+    ids = {id(var)}
+    inner = getattr(var, "value", None)  # Keras 3 Variable -> its tf.Variable
+    if isinstance(inner, tf.Variable):
+        ids.add(id(inner))
+    return ids
+
+
+class LocalVariables:
+    """Variables whose gradients stay local (``register_local_source``, Keras'
+    ``register_local_var``); held, not tracked."""
+
+    def __init__(self) -> None:
+        self._vars: list[Any] = []  # keeps them alive, so their ids stay unique
+        self._ids: set[int] = set()
+
+    def add(self, var: Any) -> None:
+        self._vars.append(var)
+        self._ids |= _identities(var)
+
+    def __contains__(self, var: Any) -> bool:
+        return bool(self._ids & _identities(var))
+
+    def __len__(self) -> int:
+        return len(self._vars)
+
+
+def reduce_with_local(reducer: GradientReducer, grads: list[Any], sources: list[Any],
+                      local: LocalVariables | None, scale_local: bool) -> list[Any]:
+    """``reducer.reduce(grads)``, except for the gradients of ``local`` sources: those are
+    not reduced, and are divided by the process set's size when ``scale_local``."""
+    if not local:
+        return reducer.reduce(grads)
+    is_local = [s in local for s in sources]
+    reduced = reducer.reduce([None if m else g for g, m in zip(grads, is_local, strict=True)])
+    n = reducer.process_set.size()
+    out = []
+    for g, r, m in zip(grads, reduced, is_local, strict=True):
+        if not m:
+            out.append(r)
+        elif not scale_local or g is None:
+            out.append(g)
+        elif isinstance(g, tf.IndexedSlices):
+            out.append(tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices,
+                                        g.dense_shape))
+        else:
+            g = tf.convert_to_tensor(g)
+            out.append(g / tf.cast(n, g.dtype))
+    return out
+
+
 class DistributedGradientTape:
     """Wrap a ``tf.GradientTape`` so that ``gradient()`` returns gradients reduced over ranks.
 
@@ -152,19 +209,31 @@ class DistributedGradientTape:
 
     ``device_dense``, ``device_sparse``, ``num_groups`` and ``groups`` are accepted for Horovod
     compatibility; grouping is left to the core, which fuses all gradients of a step.
+    ``register_local_source(var)`` keeps ``var``'s gradient local (see the module docstring).
     """
 
     def __init__(self, gradtape: tf.GradientTape, device_dense: str = "",
                  device_sparse: str = "", compression: type[Compressor] = Compression.none,
                  sparse_as_dense: bool = False, op: Any = Average,
                  gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-                 groups: Any = None, process_set: Any = global_process_set) -> None:
+                 groups: Any = None, process_set: Any = global_process_set,
+                 scale_local_gradients: bool = True) -> None:
         if not isinstance(gradtape, tf.GradientTape):
             raise UnsupportedError(f"DistributedGradientTape wraps a tf.GradientTape, got "
                                    f"{type(gradtape).__name__}")
         self._tape = gradtape
         self._reducer = GradientReducer(op, compression, sparse_as_dense,
                                         gradient_predivide_factor, process_set)
+        self._local = LocalVariables()
+        self.scale_local_gradients = bool(scale_local_gradients)
+
+    def register_local_source(self, source: Any) -> None:
+        """Keep ``source``'s gradient local: ``gradient()`` does not reduce it over ranks and
+        (with ``scale_local_gradients``) divides it by the process set's size."""
+        if not hasattr(source, "dtype") or not hasattr(source, "shape"):
+            raise ArgumentError(f"register_local_source takes a variable or tensor, got "
+                                f"{type(source).__name__}")
+        self._local.add(source)
 
     def __enter__(self) -> DistributedGradientTape:
         self._tape.__enter__()
@@ -177,13 +246,66 @@ class DistributedGradientTape:
         return getattr(self.__dict__["_tape"], name)
 
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
-                 unconnected_gradients: Any = tf.UnconnectedGradients.NONE) -> Any:
-        """Like ``tf.GradientTape.gradient``, then reduced over the process set's ranks."""
+                 unconnected_gradients: Any = tf.UnconnectedGradients.NONE,
+                 use_generic_names: bool = False) -> Any:
+        """Like ``tf.GradientTape.gradient``, then reduced over the process set's ranks (the
+        gradients of registered local sources excepted). ``use_generic_names`` is accepted
+        for Horovod compatibility: hvdcore names a step's reduction after its contents."""
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
         flat = tf.nest.flatten(grads, expand_composites=False)
         if not _core.is_initialized():
             raise NotInitializedError("DistributedGradientTape.gradient called before "
                                       "hvdcore.tensorflow.init()")
-        reduced = self._reducer.reduce(flat)
+        flat_sources = tf.nest.flatten(sources, expand_composites=False)
+        reduced = reduce_with_local(self._reducer, flat, flat_sources, self._local,
+                                    self.scale_local_gradients)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
+
+    def get_local_and_global_gradients(self, target: Any, sources: Any,
+                                       output_gradients: Any = None,
+                                       use_generic_names: bool = False
+                                       ) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Any]]]:
+        """``gradient()``'s result split as Horovod does: ``(local, global)``, two lists of
+        ``(source, gradient)`` pairs in the order of ``sources`` (e.g. for a gradient norm
+        computed separately over the local and the reduced gradients)."""
+        grads = self.gradient(target, sources, output_gradients,
+                              use_generic_names=use_generic_names)
+        local: list[tuple[Any, Any]] = []
+        shared: list[tuple[Any, Any]] = []
+        for s, g in zip(tf.nest.flatten(sources), tf.nest.flatten(grads), strict=True):
+            (local if s in self._local else shared).append((s, g))
+        return local, shared
+
+
+def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
+                                   device_sparse: str = "",
+                                   compression: type[Compressor] = Compression.none,
+                                   sparse_as_dense: bool = False, op: Any = Average,
+                                   gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                                   groups: Any = None, process_set: Any = global_process_set,
+                                   local_layers: Any = None,
+                                   scale_local_gradients: bool = True) -> DistributedGradientTape:
+    """A :class:`DistributedGradientTape` whose ``local_layers`` (a Keras layer or a list)
+    keep local gradients: each of their trainable weights is a registered local source.
+
+    Example::
+
+        tape = hvd.PartialDistributedGradientTape(tape, local_layers=[model.layers[0]])
+    """
+    if local_layers is None:
+        layers: list[Any] = []
+    elif isinstance(local_layers, (list, tuple, set)):
+        layers = list(local_layers)
+    else:
+        layers = [local_layers]
+    for layer in layers:
+        if not hasattr(layer, "trainable_weights"):
+            raise ArgumentError(f"local_layers must be Keras layers, got {type(layer).__name__}")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    for layer in layers:
+        for var in layer.trainable_weights:
+            tape.register_local_source(var)
+    return tape

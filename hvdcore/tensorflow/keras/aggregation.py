@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from hvdcore.arguments import resolve_op
 from hvdcore.errors import ArgumentError
-from hvdcore.tensorflow.gradients import GradientReducer
+from hvdcore.tensorflow.gradients import GradientReducer, LocalVariables, reduce_with_local
 
 __all__ = ["Accumulation", "LocalVariables", "distributed_apply", "check_passes", "set_options",
            "options_config"]
@@ -60,54 +60,6 @@ def options_config(opt: Any, serialized_optimizer: Any) -> dict[str, Any]:
     return config
 
 
-def _identities(var: Any) -> set[int]:
-    ids = {id(var)}
-    inner = getattr(var, "value", None)  # Keras 3 Variable -> its tf.Variable
-    if isinstance(inner, tf.Variable):
-        ids.add(id(inner))
-    return ids
-
-
-class LocalVariables:
-    """Variables whose gradients stay local (``register_local_var``); held, not tracked."""
-
-    def __init__(self) -> None:
-        self._vars: list[Any] = []  # keeps them alive, so their ids stay unique
-        self._ids: set[int] = set()
-
-    def add(self, var: Any) -> None:
-        self._vars.append(var)
-        self._ids |= _identities(var)
-
-    def __contains__(self, var: Any) -> bool:
-        return bool(self._ids & _identities(var))
-
-    def __len__(self) -> int:
-        return len(self._vars)
-
-
-def _reduce(reducer: GradientReducer, grads: list[Any], variables: list[Any],
-            local: LocalVariables | None, scale_local: bool) -> list[Any]:
-    if not local:
-        return reducer.reduce(grads)
-    is_local = [v in local for v in variables]
-    reduced = reducer.reduce([None if m else g for g, m in zip(grads, is_local, strict=True)])
-    n = reducer.process_set.size()
-    out = []
-    for g, r, m in zip(grads, reduced, is_local, strict=True):
-        if not m:
-            out.append(r)
-        elif not scale_local or g is None:
-            out.append(g)
-        elif isinstance(g, tf.IndexedSlices):
-            out.append(tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices,
-                                        g.dense_shape))
-        else:
-            g = tf.convert_to_tensor(g)
-            out.append(g / tf.cast(n, g.dtype))
-    return out
-
-
 class Accumulation:
     """Local accumulators (one per trainable variable, keyed by the optimizer's var key)."""
 
@@ -135,7 +87,7 @@ def distributed_apply(reducer: GradientReducer, grads: Sequence[Any], variables:
     if not pairs:
         return
     if accumulation is None:
-        reduced = _reduce(reducer, [g for g, _ in pairs], [v for _, v in pairs], local,
+        reduced = reduce_with_local(reducer, [g for g, _ in pairs], [v for _, v in pairs], local,
                           scale_local)
         apply_fn(reduced, [v for _, v in pairs])
         return
@@ -150,7 +102,7 @@ def distributed_apply(reducer: GradientReducer, grads: Sequence[Any], variables:
         summed = [_read(a) for a in accs]
         if accumulation.average:
             summed = [s / tf.cast(passes, s.dtype) for s in summed]
-        reduced = _reduce(reducer, summed, [v for _, v in pairs], local, scale_local)
+        reduced = reduce_with_local(reducer, summed, [v for _, v in pairs], local, scale_local)
         with tf.control_dependencies([r for r in reduced if r is not None]):
             apply_fn(reduced, [v for _, v in pairs])
         with tf.control_dependencies([r for r in reduced if r is not None]):
