@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# (python puts this file's directory first on sys.path: keras_mnist is the example beside it)
 
 import keras  # noqa: E402
 from keras_mnist import build_model, load_data  # noqa: E402  (the same model and data)
