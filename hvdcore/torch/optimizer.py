@@ -172,13 +172,17 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
                 elif sent is not p.grad and p.grad is not None:
                     with torch.no_grad():
                         p.grad.copy_(self._compression.decompress(sent, ctx))
+        self._new_step(synchronized=True)
+
+    def _new_step(self, synchronized: bool) -> None:
+        """No reduction in flight, every parameter's pass count back to the start."""
         self._handles.clear()
         self._ready.clear()
         self._deferred.clear()
         passes = self.backward_passes_per_step
         for k in self._delay:
             self._delay[k] = passes
-        self._synchronized = True
+        self._synchronized = synchronized
 
     @contextlib.contextmanager
     def skip_synchronize(self) -> Iterator[None]:
@@ -233,13 +237,7 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
     def reset_pending(self) -> None:
         """Forget this step's gradient reductions without waiting for them (elastic jobs:
         the generation they were submitted to has ended; hvd.elastic calls this)."""
-        self._handles.clear()
-        self._ready.clear()
-        self._deferred.clear()
-        passes = self.backward_passes_per_step
-        for k in self._delay:
-            self._delay[k] = passes
-        self._synchronized = False
+        self._new_step(synchronized=False)
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped optimizer's state dict."""
