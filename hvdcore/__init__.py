@@ -35,8 +35,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys((
         "HvdcoreError", "ConfigError", "LaunchError", "NotInitializedError", "MismatchError",
         "StallError", "RankFailedError", "CapabilityError", "UnsupportedError",
-        "ShutdownError", "ArgumentError", "UnimplementedError", "RendezvousError"),
-        "hvdcore.errors"),
+        "ShutdownError", "ArgumentError", "UnimplementedError", "RendezvousError",
+        "HostsUpdatedInterrupt"), "hvdcore.errors"),
     **dict.fromkeys(("broadcast_object", "allgather_object"), "hvdcore.objects"),
     **dict.fromkeys((
         "Average", "Sum", "Adasum", "Min", "Max", "Product", "allreduce", "allreduce_async",
@@ -103,6 +103,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         ArgumentError,
         CapabilityError,
         ConfigError,
+        HostsUpdatedInterrupt,
         HvdcoreError,
         LaunchError,
         MismatchError,

@@ -2,7 +2,7 @@
 callbacks, and a TF2 custom loop with ``TensorFlowState``, under ``hvdcorerun`` (elastic flags).
 
 Each mode runs two jobs (the program is tests/programs/elastic_keras.py, the discovery script
-tests/programs/elastic_hosts.py, the harness that of tests/test_elastic_torch.py):
+tests/programs/elastic_hosts.py, and tests/harness/elastic_jobs.py, the torch tests' harness):
 
 - hosts added, a rank failed by an exception, hosts removed, in one job: 2 ranks, C joins at
   epoch 1 (3 ranks; #2844: every rank, C included, starts at epoch 1 batch 0), B raises after
@@ -27,7 +27,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from tests.test_elastic_torch import epochs, run  # noqa: E402  (the same harness)
+from harness.elastic_jobs import epochs, run  # noqa: E402  (the torch tests' harness)
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
 
@@ -56,14 +56,8 @@ def reference(steps: int) -> list[float]:
 
 def job(tmp_path: Path, mode: str, schedule: list, plan: dict, *flags: str):
     """One elastic job of the TF program (the torch test's harness, another program)."""
-    import tests.test_elastic_torch as harness
-
     plan = {"mode": mode, "epochs": EPOCHS, "steps": STEPS, "commit_every": 2, **plan}
-    saved, harness.PROGRAM = harness.PROGRAM, PROGRAM
-    try:
-        return run(tmp_path, schedule, plan, *flags, timeout=420)
-    finally:
-        harness.PROGRAM = saved
+    return run(tmp_path, schedule, plan, *flags, timeout=420, program=PROGRAM)
 
 
 def finished(proc, out: str, size: int) -> None:

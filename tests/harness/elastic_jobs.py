@@ -38,10 +38,10 @@ def reference(steps: int) -> list[float]:
 
 def run(tmp_path: Path, schedule: list | None, plan: dict, *flags: str, timeout: float = 240,
         env: dict[str, str] | None = None, prefix: list[str] | None = None,
-        ) -> tuple[subprocess.CompletedProcess[str], str]:
+        program: Path = PROGRAM) -> tuple[subprocess.CompletedProcess[str], str]:
     """One elastic job; (the process, its output with the launcher's prefixes removed).
     ``schedule`` None: no discovery script (the hosts come from ``flags`` or Slurm);
-    ``prefix``: what runs hvdcorerun (``salloc ...``)."""
+    ``prefix``: what runs hvdcorerun (``salloc ...``); ``program``: the workers' script."""
     script = tmp_path / "discover.sh"
     script.write_text(f"#!/bin/sh\nexec {sys.executable} {HOSTS}\n")
     script.chmod(0o755)
@@ -54,7 +54,7 @@ def run(tmp_path: Path, schedule: list | None, plan: dict, *flags: str, timeout:
     full.update({k: v for k, v in (env or {}).items() if k.startswith("HVDCORE_")})
     discovery = ["--host-discovery-script", str(script)] if schedule is not None else []
     cmd = [*(prefix or []), str(Path(sys.executable).with_name("hvdcorerun")), *discovery,
-           *flags, sys.executable, str(PROGRAM)]
+           *flags, sys.executable, str(program)]
     try:
         proc = subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=timeout,
                               cwd=tmp_path)
