@@ -92,3 +92,18 @@ def test_the_example_documents_the_line_the_check_parses() -> None:
     assert sample and RESULT.fullmatch(f"{sample[1]} {sample[2]}"), sample
     assert "processed=" in text and "FAULTS_ELASTIC_RESET_DELAY_S" in text
 
+
+
+def test_a_failure_only_job_is_judged_without_the_uninterrupted_run() -> None:
+    """With a recorded reference accuracy the job runs the failure run only: judged complete,
+    while the same output judged as a two-run job misses its uninterrupted run."""
+    text = _job()
+    failure_only = text[text.index("hvdcore-elastic-run: failure"):]
+    runs, errors = judge_runs(failure_only, EXP, ("failure",))
+    assert errors == [] and set(runs) == {"failure"}
+    assert runs["failure"].accuracy == pytest.approx(0.8595)
+    _, errors = judge_runs(failure_only, EXP)
+    assert any("plain run: hvdcorerun exited None" in e for e in errors), errors
+    _, errors = judge_runs(failure_only.replace("steps=58 resumed", "steps=57 resumed"), EXP,
+                           ("failure",))
+    assert errors == ["failure run: 57 steps, 58 expected after the rollback to 11"], errors

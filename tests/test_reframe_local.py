@@ -37,8 +37,12 @@ REPORT_TOOL = TOOLS / "report.py"
 #: runs the TensorFlow MNIST variant (examples/keras_mnist.py).
 HAVE_TF = importlib.util.find_spec("tensorflow") is not None
 #: The elastic check keeps its 2 epochs (ONE_EPOCH_MNIST's ``-S epochs=1`` is for MNIST): one
-#: epoch of its 4000 samples is too short for its accuracy band.
-ELASTIC_EPOCHS = ["-S", "HvdcoreElasticCheck.epochs=2"]
+#: epoch of its 4000 samples is too short for its accuracy band. Its uninterrupted run is
+#: replaced by a recorded accuracy, as a site would set it: that run's 3-rank accuracy here was
+#: 0.850-0.875 (6 runs, load 1-30), and it costs one launch and training of CI time.
+ELASTIC_REFERENCE = 0.86
+ELASTIC_EPOCHS = ["-S", "HvdcoreElasticCheck.epochs=2",
+                  "-S", f"HvdcoreElasticCheck.reference_accuracy={ELASTIC_REFERENCE}"]
 FRAMEWORKS = ["torch", "tensorflow"] if HAVE_TF else ["torch"]
 
 
@@ -183,9 +187,11 @@ def test_tensorflow_mnist_variant_passes(local_run: dict) -> None:
 
 
 def test_elastic_check_survives_a_killed_rank(local_run: dict) -> None:
-    """The elastic check ran both trainings in its job and passed sanity (complete training:
+    """The elastic check ran its failure training and passed sanity (complete training:
     step count, distinct samples per epoch, one reset, the job shrunk from 3 ranks to 2);
-    its two variables are measured and judged (an upper bound each)."""
+    its two variables are measured and judged (an upper bound each), the accuracy gap against
+    the recorded reference (the uninterrupted run is left out; its judgement is tested on
+    recorded output in test_reframe_elastic.py)."""
     cases = _cases(local_run)
     tc = next(tc for name, tc in cases.items() if name.startswith("HvdcoreElasticCheck"))
     assert tc["result"] == "pass" or tc["fail_phase"] == "performance", tc["fail_reason"]
@@ -195,13 +201,13 @@ def test_elastic_check_survives_a_killed_rank(local_run: dict) -> None:
     assert perf["accuracy_gap"][3] is not None, perf
     assert "--epochs=2" in tc["executable_opts"] and "--fail-at-step=15" in tc["executable_opts"]
     text = job_stdout(tc)
-    plain = re.search(r"hvdcore-mnist-elastic: ranks=3 epochs=2 test_accuracy=([0-9.]+) "
-                      r"resets=0 steps=42 ", text)
+    assert "hvdcore-elastic-run: plain" not in text and "ranks=3 epochs=2" not in text
     failed = re.search(r"hvdcore-mnist-elastic: ranks=2 epochs=2 test_accuracy=([0-9.]+) "
                        r"resets=1 steps=\d+ resumed_after_s=([0-9.]+)", text)
-    assert plain and failed, text[-3000:]
+    assert failed, text[-3000:]
     assert "was killed by signal 9" in text + _job_stderr(tc)
-    assert perf["accuracy_gap"][0] == pytest.approx(float(plain[1]) - float(failed[1]), abs=1e-4)
+    assert perf["accuracy_gap"][0] == pytest.approx(ELASTIC_REFERENCE - float(failed[1]),
+                                                    abs=1e-4)
     assert perf["resumed_after_s"][0] == pytest.approx(float(failed[2]), abs=1e-3)
 
 

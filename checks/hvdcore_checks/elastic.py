@@ -1,7 +1,8 @@
 """What the elastic check reads from ``examples/pytorch_mnist_elastic.py`` and how it judges it.
 
-The job runs the example twice under ``hvdcorerun``'s elastic launcher: an uninterrupted run
-(section ``plain``) and one where rank 1 SIGKILLs itself mid-training (section ``failure``).
+The job runs the example under ``hvdcorerun``'s elastic launcher: an uninterrupted run
+(section ``plain``; left out when the check has a recorded reference accuracy) and one where
+rank 1 SIGKILLs itself mid-training (section ``failure``).
 :func:`judge_runs` turns the job's output into the figures the check reports, or a list of
 reasons it fails. The expected step count is computed here from the check's own parameters
 (samples, batch, ranks) and the point the job rolled back to, never taken from the example:
@@ -109,10 +110,13 @@ def _expected_failure_steps(exp: Expected, rollback: tuple[int, int, int],
     return steps + rest + after
 
 
-def judge_runs(text: str, exp: Expected) -> tuple[dict[str, ElasticRun], list[str]]:
-    """Both runs' figures and every reason the job does not pass (empty: it passes)."""
+def judge_runs(text: str, exp: Expected, names: tuple[str, ...] = ("plain", "failure")
+               ) -> tuple[dict[str, ElasticRun], list[str]]:
+    """The figures of the runs ``names`` and every reason the job does not pass (empty: it
+    passes). ``("failure",)``: the job ran the failure run only (a recorded reference
+    accuracy stands for the uninterrupted run)."""
     sections = _sections(text)
-    runs = {name: parse_run(sections.get(name, "")) for name in ("plain", "failure")}
+    runs = {name: parse_run(sections.get(name, "")) for name in names}
     for m in EXIT.finditer(text):
         if m[1] in runs:
             runs[m[1]].exit_status = int(m[2])
@@ -135,7 +139,7 @@ def judge_runs(text: str, exp: Expected) -> tuple[dict[str, ElasticRun], list[st
         if sorted(run.processed) != list(range(exp.epochs)) or short:
             errors.append(f"{name} run: distinct samples per epoch {run.processed}, "
                           f"{exp.samples} in each of {exp.epochs} epochs expected")
-    plain, failure = runs["plain"], runs["failure"]
+    plain, failure = runs.get("plain", ElasticRun()), runs["failure"]
     if plain.steps is not None:
         want = exp.epochs * steps_per_epoch(exp.samples, exp.max_np, exp.batch)
         if plain.resets != 0 or plain.steps != want:
