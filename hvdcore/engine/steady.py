@@ -25,7 +25,6 @@ own steady call (:mod:`hvdcore.engine.steady_batch`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from hvdcore.engine.cache import HIT, ResponseCache
 from hvdcore.engine.executor import Executor
 from hvdcore.engine.handle import one_request
 from hvdcore.engine.messages import ALLREDUCE, Meta, Request, SetState
-from hvdcore.engine.rounds import RoundScheduler
+from hvdcore.engine.rounds import RAN, SKIPPED, WAITING, RoundScheduler
 
 __all__ = ["SteadyPath"]
 
@@ -128,9 +127,9 @@ class SteadyPath:
             got = self._steady_run(entry, arr, out, make_request)
             if got is not None:
                 return got
-        if rounds.post_alone([cid]) is None:
+        if rounds.post_alone([cid]) is WAITING:
             request = make_request()
-            rounds.pending_hit(cid, request, time.perf_counter())
+            rounds.complete(WAITING, [cid], [meta.name], [request])
             return request.handle
         resp = self.cache.responses([cid], 0)[0]
         value = executor.allreduce_single(resp, arr, out, self.world)
@@ -144,7 +143,7 @@ class SteadyPath:
         try:
             executor.allreduce(resp, [request], self.world)
         except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
-            request.handle.fail(exc)
+            rounds.dispatcher.data_failed([request], exc, True)
         return request.handle
 
     def steady_stage(self, meta: Meta, arr: Any, out: Any) -> Any:
@@ -221,23 +220,24 @@ class SteadyPath:
         """The round alone for ``p`` (one call of the control plane), then its plane's data
         call: the result; or a handle (a pending hit, or the general executor's request);
         or None, nothing done, when the engine is not idle."""
-        done = self.rounds.steady_round(p.cids, p.names, p.round)
-        if done is None:
-            return None
-        if done:
+        rounds = self.rounds
+        got = rounds.steady_round(p.cids, p.names, p.round)
+        if got is RAN:
             call = p.call
             value = (call(arr, out) if call is not None
                      else p.executor.allreduce_single(p.resp, arr, out, self.world))
             if value is not None:
                 return value
+        elif got is SKIPPED:
+            return None
         request = make_request()
-        if not done:
-            self.rounds.pending_hit(p.cid, request, time.perf_counter())
+        if got is WAITING:
+            rounds.complete(WAITING, p.cids, p.names, [request])
             return request.handle
         try:  # (the plan changed since: the general executor, same data call)
             p.executor.allreduce(p.resp, [request], self.world)
         except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
-            request.handle.fail(exc)
+            rounds.dispatcher.data_failed([request], exc, True)
         return request.handle
 
     def _steady_run(self, e: _Steady, arr: Any, out: Any,
@@ -256,15 +256,15 @@ class SteadyPath:
                 out = host.backend.result_block(e.dtype, arr.size, arr)
                 if out.shape != arr.shape:
                     out = out.reshape(arr.shape)
-        done = self.rounds.steady_round(e.cids, e.names, e.call, arr, out, arr.size)
-        if done is None:
-            return None
-        if done:
+        got = self.rounds.steady_round(e.cids, e.names, e.call, arr, out, arr.size)
+        if got is RAN:
             if e.post != 1.0:
                 np.multiply(out, e.post, out=out, casting="unsafe")
             return out
+        if got is SKIPPED:
+            return None
         request = make_request()
-        self.rounds.pending_hit(e.cid, request, time.perf_counter())
+        self.rounds.complete(WAITING, e.cids, e.names, [request])
         return request.handle
 
     # -- queued calls -------------------------------------------------------------------------
@@ -291,17 +291,15 @@ class SteadyPath:
             cids.append(cid)
         if len(set(cids)) != len(cids):
             return False
-        if rounds.post_alone(cids) is None:
-            now = time.perf_counter()
-            for cid, req in zip(cids, reqs, strict=True):
-                rounds.pending_hit(cid, req, now)
+        if rounds.post_alone(cids) is WAITING:
+            rounds.complete(WAITING, cids, [req.meta.name for req in reqs], reqs)
             return True
         by_name = {req.meta.name: req for req in reqs}
+        failed = rounds.dispatcher.data_failed
         for resp in self.cache.responses(cids, self.rounds.cfg.fusion_threshold):
-            mine = [by_name[n] for n in resp.names]
+            mine: list[Request | None] = [by_name[n] for n in resp.names]
             try:
                 executors[resp.device].allreduce(resp, mine, self.world)
             except Exception as exc:  # noqa: BLE001 - each of its callers gets it
-                for req in mine:
-                    req.handle.fail(exc)
+                failed(mine, exc, True)
         return True
