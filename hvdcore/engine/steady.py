@@ -128,9 +128,7 @@ class SteadyPath:
             if got is not None:
                 return got
         if rounds.post_alone([cid]) is WAITING:
-            request = make_request()
-            rounds.complete(WAITING, [cid], [meta.name], [request])
-            return request.handle
+            return self._wait([cid], [meta.name], make_request)
         resp = self.cache.responses([cid], 0)[0]
         value = executor.allreduce_single(resp, arr, out, self.world)
         if value is not None:
@@ -139,12 +137,7 @@ class SteadyPath:
             elif rounds.channel.calls is not None:  # type: ignore[union-attr]
                 self._remember(cid, meta, resp, arr)
             return value
-        request = make_request()
-        try:
-            executor.allreduce(resp, [request], self.world)
-        except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
-            rounds.dispatcher.data_failed([request], exc, True)
-        return request.handle
+        return self._general(executor, resp, make_request)
 
     def steady_stage(self, meta: Meta, arr: Any, out: Any) -> Any:
         """A repeated allreduce whose last call took the fast path, again with the same
@@ -230,15 +223,9 @@ class SteadyPath:
                 return value
         elif got is SKIPPED:
             return None
-        request = make_request()
         if got is WAITING:
-            rounds.complete(WAITING, p.cids, p.names, [request])
-            return request.handle
-        try:  # (the plan changed since: the general executor, same data call)
-            p.executor.allreduce(p.resp, [request], self.world)
-        except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
-            rounds.dispatcher.data_failed([request], exc, True)
-        return request.handle
+            return self._wait(p.cids, p.names, make_request)
+        return self._general(p.executor, p.resp, make_request)  # (the plan changed since)
 
     def _steady_run(self, e: _Steady, arr: Any, out: Any,
                     make_request: Callable[[], Request]) -> Any:
@@ -263,8 +250,28 @@ class SteadyPath:
             return out
         if got is SKIPPED:
             return None
+        return self._wait(e.cids, e.names, make_request)
+
+    # -- the stages after the round, once for the single-tensor routes ------------------------
+
+    def _wait(self, cids: list[int], names: list[str],
+              make_request: Callable[[], Request]) -> Any:
+        """The round did not let the data run now (WAITING): the request becomes an ordinary
+        hit of it (the engine cycle, or the caller driving it, completes it); its handle."""
         request = make_request()
-        self.rounds.complete(WAITING, e.cids, e.names, [request])
+        self.rounds.complete(WAITING, cids, names, [request])
+        return request.handle
+
+    def _general(self, executor: Executor, resp: Any,
+                 make_request: Callable[[], Request]) -> Any:
+        """The data stage on ``executor``'s general call (same data call and results as the
+        single-tensor one, which declined), with the caller's error policy (its request
+        gets the error at once); the request's handle."""
+        request = make_request()
+        try:
+            executor.allreduce(resp, [request], self.world)
+        except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
+            self.rounds.dispatcher.data_failed([request], exc, True)
         return request.handle
 
     # -- queued calls -------------------------------------------------------------------------
