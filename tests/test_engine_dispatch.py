@@ -261,3 +261,26 @@ def test_a_list_runs_every_response_after_one_raises_and_its_requests_get_the_er
     with pytest.raises(RuntimeError, match="link down"):
         a.handle.wait(0)
     assert not p.d.fail_interrupted(RuntimeError("other"))  # nothing kept any more
+
+
+def test_the_one_error_policy_fails_now_on_a_callers_thread_and_keeps_in_the_cycle() -> None:
+    """``data_failed``, the policy every route takes after a data call raised: on a caller's
+    thread (``now``) its requests get the error at once and nothing is kept; in the cycle they
+    are kept for the engine's step and the error is raised again; an exception that is not an
+    ``Exception`` (a KeyboardInterrupt) is always kept and raised."""
+    p = Parts()
+    a, b, c = p.request("a"), p.request("b"), p.request("c")
+    p.d.inflight.clear()  # (a data call's requests have left it)
+    p.d.data_failed([a, None], RuntimeError("link down"), True)
+    with pytest.raises(RuntimeError, match="link down"):
+        a.handle.wait(0)
+    assert not p.d.fail_interrupted(RuntimeError("other"))  # nothing kept
+    with pytest.raises(RuntimeError, match="late"):
+        p.d.data_failed([b], RuntimeError("late"), False)
+    assert not b.handle.done()  # kept, for the engine's step
+    assert p.d.fail_interrupted(RuntimeError("late"))
+    with pytest.raises(RuntimeError, match="late"):
+        b.handle.wait(0)
+    with pytest.raises(KeyboardInterrupt):
+        p.d.data_failed([c], KeyboardInterrupt(), True)
+    assert not c.handle.done() and p.d.take_all() == [c]

@@ -96,6 +96,23 @@ class Dispatcher:
         self.inflight.clear()
         return pending
 
+    def data_failed(self, reqs: list[Request | None], exc: BaseException, now: bool) -> None:
+        """The one error policy after a data call that raised (its requests ``reqs`` already
+        left ``inflight``), for every route. ``now``: the caller's thread made the call
+        outside the engine cycle (a shortcut of :mod:`hvdcore.engine.steady`): its requests
+        get ``exc`` at once and the caller goes on with its other responses. Otherwise (the
+        cycle, or an exception that is not an ``Exception``): they are kept
+        (:meth:`interrupted`) and ``exc`` is raised again, for whoever runs the responses to
+        raise after the rest (:meth:`run_all`) and the engine's step to fail them
+        (:meth:`fail_interrupted`, ``Engine._step``). Either way the engine goes on."""
+        if now and isinstance(exc, Exception):
+            for req in reqs:
+                if req is not None:
+                    req.handle.fail(exc)
+            return
+        self.interrupted(reqs)
+        raise exc
+
     def interrupted(self, reqs: list[Request | None]) -> None:
         """Keep the requests of a data call that raised (they already left ``inflight``),
         for whoever handles the error to fail them (:meth:`fail_interrupted`,
@@ -127,15 +144,16 @@ class Dispatcher:
             return
         handler(resp, cached)
 
-    def run_all(self, responses: list[Response]) -> None:
-        """Execute responses in order, stopping early once the engine stops or fails. Every
-        response runs, as on the peers, even after one raised: the first error is raised
-        after the rest (the requests of the call that raised are kept: :meth:`interrupted`)."""
+    def run_all(self, responses: list[Response], cached: bool = False) -> None:
+        """Execute responses in order (``cached``: a round's, from the response cache),
+        stopping early once the engine stops or fails. Every response runs, as on the peers,
+        even after one raised: the first error is raised after the rest (the requests of the
+        call that raised are kept: :meth:`data_failed`)."""
         run = self.run
         error: Exception | None = None
         for resp in responses:
             try:
-                self.run_one(resp)
+                self.run_one(resp, cached)
             except Exception as exc:  # noqa: BLE001 - re-raised below
                 error = error or exc
             if run.stopped or run.fatal is not None:
@@ -152,9 +170,8 @@ class Dispatcher:
         ex = self.executor if not resp.device else self.executors[resp.device]
         try:
             ex.allreduce(resp, reqs, pset)
-        except BaseException:
-            self.interrupted(reqs)
-            raise
+        except BaseException as exc:
+            self.data_failed(reqs, exc, False)
         if not cached:
             self.cache.insert(resp)
 
@@ -168,9 +185,8 @@ class Dispatcher:
             if req is not None:
                 try:
                     run_one(self.executors[resp.device], resp, req, pset)
-                except BaseException:
-                    self.interrupted([req])
-                    raise
+                except BaseException as exc:
+                    self.data_failed([req], exc, False)
         return handle
 
     def _error(self, resp: Response, _cached: bool) -> None:

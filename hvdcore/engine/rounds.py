@@ -13,7 +13,8 @@ its own tensors and, when every rank offered them at once, runs them itself
 (:mod:`hvdcore.engine.steady`, :mod:`hvdcore.engine.steady_batch`). Those shortcuts share
 this module's round primitives: :meth:`~RoundScheduler.idle` (the one rule for when a caller
 may), :meth:`~RoundScheduler.post_alone` / :meth:`~RoundScheduler.steady_round` (post the
-round) and :meth:`~RoundScheduler.ran_alone` (the bookkeeping after a round run that way).
+round), both returning a :class:`Stage`, and :meth:`~RoundScheduler.complete` (the one
+bookkeeping after a round, whatever its route and outcome).
 
 :class:`RoundChannel` is one rank's side of the rounds on the control plane: the two buffers of
 the :class:`~hvdcore.engine.cache.RoundVector`, the round in flight, and the control plane's
@@ -23,6 +24,7 @@ steady calls bound to those buffers (a round and its data call as one call:
 
 from __future__ import annotations
 
+import enum
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -39,13 +41,31 @@ from hvdcore.engine.hits import Hits
 from hvdcore.engine.messages import ALLREDUCE, JOIN, SHUTDOWN, Request
 from hvdcore.engine.progress import RunState
 
-__all__ = ["RoundScheduler", "RoundChannel", "RoundResult"]
+__all__ = ["RoundScheduler", "RoundChannel", "RoundResult", "Stage", "SKIPPED", "WAITING",
+           "READY", "RAN"]
 
 _ROUND_SPIN_S = 30e-6
 _NO_HEADER = Header()  # every rank but 0 posts it in every round: made once
 
 RoundResult = tuple[Header, list[int], list[int]]
 """A reduced round: (its header, ready ids among this rank's hits, invalid ids)."""
+
+
+class Stage(enum.IntEnum):
+    """What the round stage of a cached allreduce did, on every route (a caller's blocking
+    call, steady call, queued calls or batch, and the engine cycle): the one outcome that
+    :meth:`RoundScheduler.post_alone` and :meth:`RoundScheduler.steady_round` return and
+    :meth:`RoundScheduler.complete` takes. A data call that raises is not an outcome: it is
+    an exception, handled by the one error policy
+    (:meth:`~hvdcore.engine.dispatch.Dispatcher.data_failed`)."""
+
+    SKIPPED = 0  #: nothing done: the route does not apply now (falsy: take the general path)
+    WAITING = 1  #: the round is posted and does not let the data run now: its requests wait
+    READY = 2  #: every rank offered the tensors: their data call runs next
+    RAN = 3  #: round and data call ran (a round-only call: the round ran, data next)
+
+
+SKIPPED, WAITING, READY, RAN = Stage.SKIPPED, Stage.WAITING, Stage.READY, Stage.RAN
 
 
 class RoundChannel:
@@ -295,20 +315,16 @@ class RoundScheduler:
             self.ready_hook = None
             if ready and hook(ready, not invalid and not flags):
                 ready = []
-        error: BaseException | None = None
+        error: Exception | None = None
         if ready:
-            self.hits.ready(ready)
-            run = self.run
-            for resp in self.cache.responses(ready, self.cfg.fusion_threshold):
-                self.hits_done(resp.names)
-                # Every response of the round runs, as on the peers, even after one raised
-                # (the first error is raised after the rest: its requests get it, Engine._step).
-                try:
-                    self.dispatcher.run_one(resp, cached=True)
-                except Exception as exc:  # noqa: BLE001 - re-raised below
-                    error = error or exc
-                if run.stopped or run.fatal is not None:
-                    break
+            responses = self.cache.responses(ready, self.cfg.fusion_threshold)
+            self.complete(READY, ready, [n for r in responses for n in r.names], alone=False)
+            # Every response of the round runs, as on the peers, even after one raised (the
+            # first error is raised after the rest: Dispatcher.data_failed's policy).
+            try:
+                self.dispatcher.run_all(responses, cached=True)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, after the invalid ids
+                error = exc
         for cid in invalid:
             self.cache.invalidate(cid)
             self.hits.invalid.discard(cid)
@@ -336,11 +352,11 @@ class RoundScheduler:
                     or self.hits.waiting or self.hits.invalid or self.channel.request is not None
                     or self._rounds_ready or self._lists or self._join_flag or self._closing)
 
-    def post_alone(self, cids: list[int]) -> RoundResult | None:
+    def post_alone(self, cids: list[int]) -> Stage:
         """Post a round offering just ``cids`` (the engine is :meth:`idle`) and poll it
-        briefly: its result when it completed with every id ready and nothing else to do
-        (bookkeeping done: the caller executes them); else None, and the caller registers
-        its requests as hits (:meth:`pending_hit`)."""
+        briefly: READY when it completed with every id ready and nothing else to do
+        (bookkeeping done: the caller runs their data); else WAITING (the caller makes its
+        requests hits of it: :meth:`complete`)."""
         ch = self.channel
         assert ch is not None
         m = self.posted + 1
@@ -349,22 +365,23 @@ class RoundScheduler:
         self.posted = m
         result = ch.test()
         if result is None:
-            return None
+            return WAITING
         if ch.may_run(self._lists_executed):  # (this rank's bits alone: no invalid id)
-            self.ran_alone([n for cid in cids if (n := self.cache.name_of(cid)) is not None])
-            return result
+            self.complete(READY, cids,
+                          [n for cid in cids if (n := self.cache.name_of(cid)) is not None])
+            return READY
         self._rounds_ready.append(result)
-        return None
+        return WAITING
 
     def steady_round(self, cids: list[int], names: list[str], call: Callable[..., Any],
-                     *args: Any) -> bool | None:
-        """A steady call (round and data as one: ``channel.bind``) offering ``cids``, when the
-        engine is :meth:`idle`: True when every rank offered them and the data call ran
-        (bookkeeping done); False when the round did not let it run now (it completes in
-        order: register the requests with :meth:`pending_hit`); None, nothing done, when the
-        engine is not idle."""
+                     *args: Any) -> Stage:
+        """A steady call (round and data as one: ``channel.bind``; or the round alone:
+        ``channel.bind_round``) offering ``cids``, when the engine is :meth:`idle`: RAN when
+        every rank offered them and the call ran (bookkeeping done); WAITING when the round
+        did not let it run now (it completes in order: the caller makes its requests hits of
+        it, :meth:`complete`); SKIPPED, nothing done, when the engine is not idle."""
         if not self.idle():
-            return None
+            return SKIPPED
         ch = self.channel
         assert ch is not None
         m = self.posted + 1
@@ -376,34 +393,44 @@ class RoundScheduler:
         except BaseException:
             # Posted, and then an MPI call failed (the round's or the data's): counted as run,
             # so that the lists and rounds after it keep the order the peers keep.
-            self.ran_alone(names)
+            self.complete(RAN, cids, names)
             raise
         if got == DONE:
-            self.ran_alone(names)
-            return True
+            self.complete(RAN, cids, names)
+            return RAN
         if got == NOT_READY:  # completed: it runs in order, these ids then hits
             self._rounds_ready.append(ch.result())
         else:  # (PENDING, token): the round is in flight
             ch.request = ch.calls.pending(got[1])  # type: ignore[union-attr]
-        return False
+        return WAITING
 
-    def pending_hit(self, cid: int, request: Request, now: float) -> None:
-        """Register a request whose round did not let it run at once as an ordinary hit."""
-        self.dispatcher.inflight[(0, request.meta.name)] = request
-        self.hits.add(cid, request, now)
-
-    def ran_alone(self, names: list[str]) -> None:
-        """The bookkeeping after a round that a caller ran itself: counted as executed (in
-        order: nothing else was waiting), and its tensors no longer waited on."""
-        self._rounds_executed += 1
-        self.fast_count += 1
+    def complete(self, stage: Stage, cids: list[int], names: list[str],
+                 reqs: list[Request] | None = None, alone: bool = True) -> None:
+        """The one bookkeeping after the round stage of cached tensors ``cids`` (``names``),
+        for every route. WAITING: the round did not let them run now: ``reqs`` become
+        ordinary hits of it (in flight, waiting for the round, which completes in order).
+        READY or RAN of a caller's own round (``alone``): counted as executed (in order:
+        nothing else was waiting; also when its call raised). READY of a round the cycle
+        collected (not ``alone``): the hits of ``cids`` leave the table, and ``reqs``, when
+        given (run by the caller, not the dispatcher), leave ``inflight``. Then (READY, RAN)
+        the coordinator's stall check no longer waits on ``names``."""
+        if stage is WAITING:
+            now = time.perf_counter()
+            inflight, add = self.dispatcher.inflight, self.hits.add
+            for cid, req in zip(cids, reqs, strict=True):  # type: ignore[arg-type]
+                inflight[(0, req.meta.name)] = req
+                add(cid, req, now)
+            return
+        if alone:
+            self._rounds_executed += 1
+            self.fast_count += 1
+        else:
+            self.hits.ready(cids)
+            if reqs is not None:
+                inflight = self.dispatcher.inflight
+                for req in reqs:
+                    inflight.pop((0, req.meta.name), None)
         coord = self.coordinator
         if coord is not None and coord.hit_waits:  # (checked here: the steady call's hot path)
-            self.hits_done(names)
-
-    def hits_done(self, names: list[str]) -> None:
-        """Tell the coordinator's stall check that these cached tensors ran (rank 0)."""
-        coord = self.coordinator
-        if coord is not None and coord.hit_waits:
             for name in names:
                 coord.hit_done(name)

@@ -25,7 +25,6 @@ own steady call (:mod:`hvdcore.engine.steady_batch`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from hvdcore.engine.cache import HIT, ResponseCache
 from hvdcore.engine.executor import Executor
 from hvdcore.engine.handle import one_request
 from hvdcore.engine.messages import ALLREDUCE, Meta, Request, SetState
-from hvdcore.engine.rounds import RoundScheduler
+from hvdcore.engine.rounds import RAN, SKIPPED, WAITING, RoundScheduler
 
 __all__ = ["SteadyPath"]
 
@@ -128,10 +127,8 @@ class SteadyPath:
             got = self._steady_run(entry, arr, out, make_request)
             if got is not None:
                 return got
-        if rounds.post_alone([cid]) is None:
-            request = make_request()
-            rounds.pending_hit(cid, request, time.perf_counter())
-            return request.handle
+        if rounds.post_alone([cid]) is WAITING:
+            return self._wait([cid], [meta.name], make_request)
         resp = self.cache.responses([cid], 0)[0]
         value = executor.allreduce_single(resp, arr, out, self.world)
         if value is not None:
@@ -140,12 +137,7 @@ class SteadyPath:
             elif rounds.channel.calls is not None:  # type: ignore[union-attr]
                 self._remember(cid, meta, resp, arr)
             return value
-        request = make_request()
-        try:
-            executor.allreduce(resp, [request], self.world)
-        except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
-            request.handle.fail(exc)
-        return request.handle
+        return self._general(executor, resp, make_request)
 
     def steady_stage(self, meta: Meta, arr: Any, out: Any) -> Any:
         """A repeated allreduce whose last call took the fast path, again with the same
@@ -221,24 +213,19 @@ class SteadyPath:
         """The round alone for ``p`` (one call of the control plane), then its plane's data
         call: the result; or a handle (a pending hit, or the general executor's request);
         or None, nothing done, when the engine is not idle."""
-        done = self.rounds.steady_round(p.cids, p.names, p.round)
-        if done is None:
-            return None
-        if done:
+        rounds = self.rounds
+        got = rounds.steady_round(p.cids, p.names, p.round)
+        if got is RAN:
             call = p.call
             value = (call(arr, out) if call is not None
                      else p.executor.allreduce_single(p.resp, arr, out, self.world))
             if value is not None:
                 return value
-        request = make_request()
-        if not done:
-            self.rounds.pending_hit(p.cid, request, time.perf_counter())
-            return request.handle
-        try:  # (the plan changed since: the general executor, same data call)
-            p.executor.allreduce(p.resp, [request], self.world)
-        except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
-            request.handle.fail(exc)
-        return request.handle
+        elif got is SKIPPED:
+            return None
+        if got is WAITING:
+            return self._wait(p.cids, p.names, make_request)
+        return self._general(p.executor, p.resp, make_request)  # (the plan changed since)
 
     def _steady_run(self, e: _Steady, arr: Any, out: Any,
                     make_request: Callable[[], Request]) -> Any:
@@ -256,15 +243,35 @@ class SteadyPath:
                 out = host.backend.result_block(e.dtype, arr.size, arr)
                 if out.shape != arr.shape:
                     out = out.reshape(arr.shape)
-        done = self.rounds.steady_round(e.cids, e.names, e.call, arr, out, arr.size)
-        if done is None:
-            return None
-        if done:
+        got = self.rounds.steady_round(e.cids, e.names, e.call, arr, out, arr.size)
+        if got is RAN:
             if e.post != 1.0:
                 np.multiply(out, e.post, out=out, casting="unsafe")
             return out
+        if got is SKIPPED:
+            return None
+        return self._wait(e.cids, e.names, make_request)
+
+    # -- the stages after the round, once for the single-tensor routes ------------------------
+
+    def _wait(self, cids: list[int], names: list[str],
+              make_request: Callable[[], Request]) -> Any:
+        """The round did not let the data run now (WAITING): the request becomes an ordinary
+        hit of it (the engine cycle, or the caller driving it, completes it); its handle."""
         request = make_request()
-        self.rounds.pending_hit(e.cid, request, time.perf_counter())
+        self.rounds.complete(WAITING, cids, names, [request])
+        return request.handle
+
+    def _general(self, executor: Executor, resp: Any,
+                 make_request: Callable[[], Request]) -> Any:
+        """The data stage on ``executor``'s general call (same data call and results as the
+        single-tensor one, which declined), with the caller's error policy (its request
+        gets the error at once); the request's handle."""
+        request = make_request()
+        try:
+            executor.allreduce(resp, [request], self.world)
+        except Exception as exc:  # noqa: BLE001 - the request's waiter gets it
+            self.rounds.dispatcher.data_failed([request], exc, True)
         return request.handle
 
     # -- queued calls -------------------------------------------------------------------------
@@ -291,17 +298,15 @@ class SteadyPath:
             cids.append(cid)
         if len(set(cids)) != len(cids):
             return False
-        if rounds.post_alone(cids) is None:
-            now = time.perf_counter()
-            for cid, req in zip(cids, reqs, strict=True):
-                rounds.pending_hit(cid, req, now)
+        if rounds.post_alone(cids) is WAITING:
+            rounds.complete(WAITING, cids, [req.meta.name for req in reqs], reqs)
             return True
         by_name = {req.meta.name: req for req in reqs}
+        failed = rounds.dispatcher.data_failed
         for resp in self.cache.responses(cids, self.rounds.cfg.fusion_threshold):
-            mine = [by_name[n] for n in resp.names]
+            mine: list[Request | None] = [by_name[n] for n in resp.names]
             try:
                 executors[resp.device].allreduce(resp, mine, self.world)
             except Exception as exc:  # noqa: BLE001 - each of its callers gets it
-                for req in mine:
-                    req.handle.fail(exc)
+                failed(mine, exc, True)
         return True

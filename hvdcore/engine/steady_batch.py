@@ -10,7 +10,6 @@ as the executor's are).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +20,7 @@ from hvdcore.engine.cache import HIT, ResponseCache
 from hvdcore.engine.executor import Executor
 from hvdcore.engine.fusion import fused_layout
 from hvdcore.engine.messages import Meta, Request, SetState
-from hvdcore.engine.rounds import RoundScheduler
+from hvdcore.engine.rounds import READY, SKIPPED, WAITING, RoundScheduler
 
 __all__ = ["SteadyBatches"]
 
@@ -88,15 +87,13 @@ class SteadyBatches:
                 e = self._make(metas)
                 if e is None:
                     return None
-            done = self.rounds.steady_round(
+            got = self.rounds.steady_round(
                 e.cids, e.names, e.call, arrays, e.places, e.gaps,
                 host.fusion_buffer(e.rdtype, e.total), e.total, e.scale, e.post)
-            if done is None or done:
-                return done
+            if got is not WAITING:
+                return None if got is SKIPPED else True
             reqs = make_requests()
-            now = time.perf_counter()
-            for cid, req in zip(e.cids, reqs, strict=True):
-                self.rounds.pending_hit(cid, req, now)
+            self.rounds.complete(WAITING, e.cids, e.names, reqs)
             self._wait = (e, arrays, reqs)
             self.rounds.ready_hook = self._on_ready
             return reqs[0].handle
@@ -192,17 +189,13 @@ class SteadyBatches:
             return False
         if host.backend.routes != e.routes:
             return False
-        self.rounds.hits.ready(ready)
-        inflight = self.rounds.dispatcher.inflight
-        for name in e.names:
-            inflight.pop((0, name), None)
-        self.rounds.hits_done(e.names)
+        rounds = self.rounds
+        rounds.complete(READY, e.cids, e.names, reqs, alone=False)
         try:
             e.data(arrays, e.places, e.gaps, host.fusion_buffer(e.rdtype, e.total), e.total,
                    e.scale, e.post)
-        except BaseException:
-            self.rounds.dispatcher.interrupted(reqs)
-            raise
+        except BaseException as exc:  # (the cycle runs this: its error policy)
+            rounds.dispatcher.data_failed(reqs, exc, False)  # type: ignore[arg-type]
         for req in reqs:
             req.handle.set_part(req.part, req.tensor)
         return True
