@@ -97,14 +97,7 @@ def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
         assert f"CHECK {backend}.distributed_optimizer_unsupported ok" in proc.stdout
 
 
-KNOWN_JAX_EXAMPLE_STALL = (
-    "examples/keras_mnist.py on KERAS_BACKEND=jax under mpirun -np 2 stalled in 1 of 2 runs "
-    "(stop 64): rank 1 submitted a step's gradient allreduce from JAX's io_callback, rank 0 "
-    "never did (no other collective pending on it); cause not found yet (issue 61)")
-
-
-@pytest.mark.parametrize("backend", [_backend("torch"), pytest.param(
-    "jax", marks=pytest.mark.skip(reason=KNOWN_JAX_EXAMPLE_STALL))])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_mnist_example_on_backend(tmp_path, backend: str) -> None:
     """examples/keras_mnist.py with KERAS_BACKEND=torch or jax at 2 ranks learns (small subset),
     rank 0 checkpoints, and prints the result line the ReFrame MNIST check parses."""
