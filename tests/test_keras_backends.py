@@ -35,6 +35,12 @@ def _backend(name: str) -> object:
 #: The Keras backends hvdcore.keras trains on besides TensorFlow.
 BACKENDS = [_backend("torch"), _backend("jax")]
 
+#: (world size, backend) of the shared launches. JAX runs at 2 and 3 ranks only: its 1-rank
+#: launch asserted the same lines as the others (a 1-rank reduction is the identity, which the
+#: 2- and 3-rank references cover) and cost ~70 s of CI, mostly XLA compiling the steps.
+LAUNCHES = [pytest.param(n, b.values[0], id=f"np{n}-{b.values[0]}", marks=b.marks)
+            for b in BACKENDS for n in (1, 2, 3) if (n, b.values[0]) != (1, "jax")]
+
 
 def _assert_ok(proc: subprocess.CompletedProcess[str], marker: str, np: int) -> None:
     out = proc.stdout + proc.stderr
@@ -42,7 +48,7 @@ def _assert_ok(proc: subprocess.CompletedProcess[str], marker: str, np: int) -> 
     assert proc.stdout.count(marker) == np, out[-6000:]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("world_size", "backend"), LAUNCHES)
 def test_fit_matches_single_process(world_size: int, backend: str, shared_launch) -> None:
     """The issue's repro trains; compiled fit with DistributedOptimizer, aggregation over 2
     steps, fp16 compression and the callbacks equals one process trained on the union of the
@@ -56,7 +62,7 @@ def test_fit_matches_single_process(world_size: int, backend: str, shared_launch
         assert f"CHECK {backend}.{name} ok" in proc.stdout, name
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("world_size", "backend"), LAUNCHES)
 def test_local_variables_process_sets_and_saving(world_size: int, backend: str,
                                                  shared_launch) -> None:
     """PartialDistributedOptimizer / register_local_var, op, predivide, a process set, the
