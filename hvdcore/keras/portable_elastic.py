@@ -54,8 +54,8 @@ def _peer_lost(exc: BaseException) -> errors.HvdcoreError | None:
     text = str(exc)
     for name in _PEER_LOST:
         if f"{name}:" in text:
-            line = next((ln for ln in text.splitlines() if f"{name}:" in ln), name)
-            return getattr(errors, name)(line.strip()[:500])
+            line = next(ln for ln in text.splitlines() if f"{name}:" in ln)
+            return getattr(errors, name)(line.split(f"{name}:")[-1].strip()[:500])
     return None
 
 
