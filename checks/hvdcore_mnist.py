@@ -41,7 +41,8 @@ Performance:
     same job with the same model, data, batch, threads and timing.
 ``mpi_ratio`` (x, tensorflow only, machine-independent, judged everywhere)
     hvdcore's images/s / the Keras example's raw mpi4py peer's (``--mode mpi``: the same
-    training with one plain ``Allreduce`` of the gradients per step), in the same job.
+    training with one plain ``Allreduce`` of the gradients per step), in the same job. Keras'
+    JAX backend (``keras_backend=jax``) has no such peer: no ``mpi_ratio``.
 
     Both ratios are measured in ``chunks`` alternating pairs (``hvdcore_checks/interleave.py``):
     the training is split into ``chunks`` launches of hvdcore and as many of its peer, in the
@@ -91,7 +92,9 @@ from hvdcore_checks.validity import (
 
 RESULT = RESULT_PATTERN
 #: The Keras backends examples/keras_mnist.py trains on (variable ``keras_backend``).
-KERAS_BACKENDS = ("tensorflow", "torch")
+KERAS_BACKENDS = ("tensorflow", "torch", "jax")
+#: Keras backends whose example has no raw mpi4py peer (``--mode mpi``): no ``mpi_ratio``.
+NO_MPI_PEER = ("jax",)
 
 #: Machine-independent: hvdcore vs torch DDP on the same ranks. Good runs on a 2-core VM gave
 #: 1.1-1.3; a 2x slower hvdcore data path (FAULTS_DATA_PATH) gives ~0.6.
@@ -130,8 +133,9 @@ class MnistTraining(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
     #: Shortest timed window (slowest rank's seconds) that counts as a measurement.
     min_window_s = variable(float, value=2.0)
     #: Keras 3's backend for the Keras example (framework ``tensorflow``): ``tensorflow`` (the
-    #: nightly set) or ``torch`` (the partition's stack needs torch too); exported as
-    #: ``KERAS_BACKEND``. ``-P keras_backend=tensorflow,torch`` makes it a parameter.
+    #: nightly set), ``torch`` or ``jax`` (the partition's stack needs torch or jax too; jax
+    #: trains without the mpi4py peer, so no ``mpi_ratio``); exported as ``KERAS_BACKEND``.
+    #: ``-P keras_backend=tensorflow,torch,jax`` makes it a parameter.
     keras_backend = variable(str, value="tensorflow")
     valid_systems = ["*"]
     sourcesdir = EXAMPLES_DIR
@@ -278,6 +282,8 @@ class HvdcoreMnistCheck(MnistTraining):
         self.describe("mnist", "MNIST")
 
     def _peer_script(self):
+        if self.framework == "tensorflow" and self.keras_backend in NO_MPI_PEER:
+            return None
         return MNIST_EXAMPLES[self.framework].peer_script if self.peer else None
 
     def chunk_count(self) -> int:

@@ -164,6 +164,7 @@ GROUP_SECONDS = {
     "test_torch_semantics": 95, "test_torch_binding": 90, "test_core_hierarchical": 80,
     # elastic jobs (issue 58): 9 and 4 jobs of 20-80 s each, one after another
     "test_elastic_torch": 330, "test_elastic_tensorflow": 300, "test_elastic_units": 60,
+    "test_elastic_keras_backends": 110,
 }
 
 

@@ -35,6 +35,12 @@ def _backend(name: str) -> object:
 #: The Keras backends hvdcore.keras trains on besides TensorFlow.
 BACKENDS = [_backend("torch"), _backend("jax")]
 
+#: (world size, backend) of the shared launches. JAX runs at 2 and 3 ranks only: its 1-rank
+#: launch asserted the same lines as the others (a 1-rank reduction is the identity, which the
+#: 2- and 3-rank references cover) and cost ~70 s of CI, mostly XLA compiling the steps.
+LAUNCHES = [pytest.param(n, b.values[0], id=f"np{n}-{b.values[0]}", marks=b.marks)
+            for b in BACKENDS for n in (1, 2, 3) if (n, b.values[0]) != (1, "jax")]
+
 
 def _assert_ok(proc: subprocess.CompletedProcess[str], marker: str, np: int) -> None:
     out = proc.stdout + proc.stderr
@@ -42,7 +48,7 @@ def _assert_ok(proc: subprocess.CompletedProcess[str], marker: str, np: int) -> 
     assert proc.stdout.count(marker) == np, out[-6000:]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("world_size", "backend"), LAUNCHES)
 def test_fit_matches_single_process(world_size: int, backend: str, shared_launch) -> None:
     """The issue's repro trains; compiled fit with DistributedOptimizer, aggregation over 2
     steps, fp16 compression and the callbacks equals one process trained on the union of the
@@ -56,7 +62,7 @@ def test_fit_matches_single_process(world_size: int, backend: str, shared_launch
         assert f"CHECK {backend}.{name} ok" in proc.stdout, name
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("world_size", "backend"), LAUNCHES)
 def test_local_variables_process_sets_and_saving(world_size: int, backend: str,
                                                  shared_launch) -> None:
     """PartialDistributedOptimizer / register_local_var, op, predivide, a process set, the
@@ -97,14 +103,7 @@ def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
         assert f"CHECK {backend}.distributed_optimizer_unsupported ok" in proc.stdout
 
 
-KNOWN_JAX_EXAMPLE_STALL = (
-    "examples/keras_mnist.py on KERAS_BACKEND=jax under mpirun -np 2 stalled in 1 of 2 runs "
-    "(stop 64): rank 1 submitted a step's gradient allreduce from JAX's io_callback, rank 0 "
-    "never did (no other collective pending on it); cause not found yet (issue 61)")
-
-
-@pytest.mark.parametrize("backend", [_backend("torch"), pytest.param(
-    "jax", marks=pytest.mark.skip(reason=KNOWN_JAX_EXAMPLE_STALL))])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_mnist_example_on_backend(tmp_path, backend: str) -> None:
     """examples/keras_mnist.py with KERAS_BACKEND=torch or jax at 2 ranks learns (small subset),
     rank 0 checkpoints, and prints the result line the ReFrame MNIST check parses."""

@@ -3,10 +3,10 @@
 Keras 3 on JAX runs ``model.fit``'s train step under ``jax.jit`` (unless ``run_eagerly`` or
 ``jit_compile=False``): the optimizer's ``apply`` is traced, its gradients are tracers, and JAX
 arrays are immutable. :class:`JaxGradientReducer` therefore leaves the jitted program through
-``jax.experimental.io_callback`` (ordered): the callback receives the step's gradients as host
-NumPy arrays, reduces them with one :func:`hvdcore.grouped_allreduce` (MPI or Gloo, fused by
-the core, named so the response cache serves later steps) and returns new arrays of the same
-shapes and dtypes. ``io_callback`` rather than ``pure_callback``: a collective must run exactly
+``jax.experimental.io_callback`` (ordered): the callback receives the step's gradients (in
+pieces small enough that JAX copies them before the call, see :data:`PIECE_BYTES`), reduces
+them with one :func:`hvdcore.grouped_allreduce` (MPI or Gloo, fused by the core, named so the
+response cache serves later steps) and returns new arrays of the same shapes and dtypes. ``io_callback`` rather than ``pure_callback``: a collective must run exactly
 once per step on every rank, and JAX may drop or repeat a pure callback. The same code runs
 eagerly (the callback is then an ordinary call). fp16 compression casts inside the program, so
 the host sees (and sends) float16.
@@ -111,19 +111,49 @@ class JaxGradientReducer(GradientReducer):
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in sent]
         name = self.name_for(tuple((str(s.dtype), tuple(s.shape)) for s in specs), op, pre, post)
         process_set = self.process_set
+        pieces, counts = _pieces(sent)
 
-        def host_allreduce(*arrays: np.ndarray) -> list[np.ndarray]:
+        def host_allreduce(*flat: Any) -> list[np.ndarray]:
+            arrays, start = [], 0
+            for n, s in zip(counts, specs, strict=True):
+                arrays.append(np.concatenate([np.asarray(p) for p in flat[start:start + n]])
+                              .reshape(s.shape))
+                start += n
             out = hvdcore.grouped_allreduce(
-                [np.ascontiguousarray(a) for a in arrays], name=name, op=op,
-                prescale_factor=pre, postscale_factor=post, process_set=process_set)
+                arrays, name=name, op=op, prescale_factor=pre, postscale_factor=post,
+                process_set=process_set)
             return [np.asarray(o, dtype=s.dtype).reshape(s.shape) for o, s in zip(out, specs,
                                                                                    strict=True)]
 
-        reduced = io_callback(host_allreduce, specs, *sent, ordered=True)
+        reduced = io_callback(host_allreduce, specs, *pieces, ordered=True)
         out = list(grads)
         for i, r, ctx in zip(index, reduced, contexts, strict=True):
             out[i] = self.compression.decompress(r, ctx)
         return out
+
+
+#: The largest operand handed to the host callback, in bytes. JAX copies each operand of an
+#: ``io_callback`` into a new CPU array before calling it; an operand of 100,000 bytes or more
+#: (jaxlib 0.10) is copied asynchronously on XLA's CPU thread pool, and reading it in the
+#: callback waits for that copy. While the callback waits for the other ranks, the pool's
+#: threads can all be taken (the callback itself runs on one, nested in a parallel kernel's
+#: wait), so the copy never runs, this rank never submits its allreduce and the job stalls
+#: (issue 61: 3 stalls in 3 runs of the 2-rank MNIST example). Smaller operands are copied
+#: before the call returns: the gradients travel in pieces below the threshold.
+PIECE_BYTES = 65536
+
+
+def _pieces(arrays: Sequence[Any]) -> tuple[list[Any], list[int]]:
+    """Each array flattened and cut into pieces of at most :data:`PIECE_BYTES` (traceable);
+    the pieces in order and how many each array gave."""
+    pieces, counts = [], []
+    for a in arrays:
+        flat = jnp.ravel(a)
+        step = max(1, PIECE_BYTES // flat.dtype.itemsize)
+        parts = [flat[i:i + step] for i in range(0, flat.size, step)] or [flat]
+        pieces.extend(parts)
+        counts.append(len(parts))
+    return pieces, counts
 
 
 def apply_accumulated(opt: Any, grads: list[Any], variables: list[Any]) -> None:

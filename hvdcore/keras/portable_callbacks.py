@@ -23,6 +23,7 @@ import keras
 import numpy as np
 
 import hvdcore as _core
+from hvdcore.controllers import elastic_env
 from hvdcore.errors import ArgumentError, MismatchError
 from hvdcore.keras.eager_optimizer import LocalVariables
 from hvdcore.keras.routing import broadcast_variables
@@ -55,13 +56,15 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
     Runs at the start of ``fit`` (the optimizer is built first, so its slots are synced too);
     a model not yet built is broadcast after its first batch. ``local_variables`` (a variable
-    or a list) are left as they are on every rank, as in Horovod.
+    or a list) are left as they are on every rank, as in Horovod. In an elastic job it
+    broadcasts again in each generation's first ``fit``, on every rank.
     """
 
     def __init__(self, root_rank: int, device: str = "", local_variables: Any = None) -> None:
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        self._generation: Any = None
         self.local_variables = LocalVariables(_as_list(local_variables))
 
     def _broadcast(self) -> None:
@@ -69,8 +72,12 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
                      if v not in self.local_variables]
         broadcast_variables(variables, self.root_rank)
         self.broadcast_done = True
+        self._generation = elastic_env.current()
 
     def on_train_begin(self, logs: Any = None) -> None:
+        if self.broadcast_done and elastic_env.current() is not self._generation:
+            # new workers of an elastic job broadcast in their first fit: survivors take part
+            self.broadcast_done = False
         if not self.broadcast_done and getattr(self.model, "built", False):
             self._broadcast()
 
