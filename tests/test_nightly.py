@@ -8,8 +8,9 @@ and EESSI 2025.06's 4.7.4 (``reframe_helpers.REFRAME_MATRIX``: a fresh venv whos
 the history; night 4 runs with a real degradation (``FAULTS_DATA_PATH=delay_us=60``: 60 us of
 real sleep before every data collective, which slows the 1-element allreduce ~2-3x and leaves
 the 8 MiB one within 2 %) and is judged by them. That a regressed night stays out of the history
-of the nights after it is ``history.judge_nights``' rule, tested on its own below. History judges the
-in-job ratios only (``--judge '*_ratio'``): on this 2-core VM the absolute figures of a clean
+of the nights after it is ``history.judge_nights``' rule, tested on its own below.
+
+History judges the in-job ratios only (``--judge '*_ratio'``): on this 2-core VM the absolute figures of a clean
 run swing 2-3x from one run to the next (busbw 0.71-1.95 GB/s, latency 20-42 us in five
 consecutive runs, 2026-12-01), while the ratios to raw mpi4py measured in the same job stay
 within ~15 % (busbw) and ~±25 % (latency: 2.6-4.0 in consecutive clean runs), so the band's
