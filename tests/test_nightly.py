@@ -109,6 +109,22 @@ def test_variables_outside_judge_are_information() -> None:
     assert v.verdict == "information" and "--judge" in v.rule
 
 
+def test_a_check_file_reframe_could_not_load_is_reported(tmp_path: Path, capsys) -> None:
+    """ReFrame's warning for a check file it skipped (as 4.7.4 printed it for a file whose
+    import failed) is collected and logged; the other lines are logged as before."""
+    import nightly
+
+    warning = ("WARNING: skipping test file '/x/checks/hvdcore_mnist.py': module not found "
+               "error: hvdcore_mnist.py:61: No module named 'nope'")
+    lines = ["[ReFrame Setup]", warning, "[       OK ] (1/1) HvdcoreCollectivesCheck @local",
+             "P: busbw_ratio: 1.01 x (r:0.9, l:-0.35, u:None)"]
+    skipped: list[str] = []
+    rc = nightly.run_reframe(["printf", "%s\\n", *lines], {"PATH": "/usr/bin:/bin"}, tmp_path,
+                             tmp_path / "out", skipped)
+    assert rc == 0 and skipped == [warning.removeprefix("WARNING: ")]
+    assert "PASS  (1/1) HvdcoreCollectivesCheck @local  busbw_ratio=1.01 x" in capsys.readouterr().out
+
+
 _RUNS: dict[str, dict] = {}
 
 
