@@ -37,6 +37,13 @@ NIGHTLY = CHECKS / "nightly.sh"
 SHORT = ["-n", "HvdcoreCollectivesCheck", "-S", "sizes=1,1000", "-S", "reps=10",
          "-S", "latency_reps=300"]
 DEGRADED = {"FAULTS_DATA_PATH": "delay_us=60"}
+#: The collectives check's own ratio bounds lifted for local:default (a recorded references file
+#: through CHECKS_REFERENCES_DIR: the ratios are reported, never judged by ReFrame), so that
+#: history alone judges: the check's ceiling on latency_ratio (9.6) failed clean nights of this
+#: test at a load of 10-23 on the 2-core VM (10.1, 10.3, 13.6, 21.5; 2026-12-03), which is not
+#: what it is about. The degraded night fails by history's verdict alone.
+UNBOUNDED_RATIOS = {"default": {"HvdcoreCollectivesCheck": {
+    "busbw_ratio": [0.9, None, None, "x"], "latency_ratio": [5.5, None, None, "x"]}}}
 NIGHTS = 4
 DEGRADED_NIGHTS = {4}
 #: The ReFrame releases the nights run on: the project venv's (the newest), then the matrix's.
@@ -135,6 +142,10 @@ def _run_nights(reframe: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp(f"nightly-{reframe}")
     venv = {} if reframe == NEWEST else {"VENV": str(reframe_matrix_venv(reframe, base / "venv"))}
     results = base / "results"
+    refs = base / "references"
+    refs.mkdir()
+    (refs / "local.json").write_text(json.dumps(UNBOUNDED_RATIOS))
+    venv["CHECKS_REFERENCES_DIR"] = str(refs)
     runs = []
     for n in range(1, NIGHTS + 1):
         env = reframe_env({**venv, **(DEGRADED if n in DEGRADED_NIGHTS else {})})
