@@ -6,7 +6,8 @@
 # Defaults: the embedded local config (CONFIG=checks/config/local.py), results in
 # ./reframe-results (stage, output, perflogs, report.json, summary.md, scaling.png, planes.png).
 # Uses $VENV/bin/reframe (VENV defaults to .venv, then the reframe on PATH).
-# Exit status (checks/tools/verdict.py): 0 every case passed; 1 a case failed; 3 no case failed
+# Exit status (checks/tools/verdict.py): 0 every case passed; 1 a case failed or a check file
+# could not be loaded (ReFrame's "skipping test file" warning); 3 no case failed
 # but a measurement was invalid (an invalid measurement is reported as INVALID, never as a
 # failure, as checks/nightly.sh does); 2 ReFrame did not run (no report).
 set -uo pipefail
@@ -26,11 +27,21 @@ fi
 "$python" checks/tools/reframe_version.py "$reframe" || exit 2
 mkdir -p "$out"
 start=$(date +%s)
-"$reframe" -C "$config" -c checks/ -r --prefix "$out" --report-file "$out/report.json" "$@"
-rc=$?
+"$reframe" -C "$config" -c checks/ -r --prefix "$out" --report-file "$out/report.json" "$@" 2>&1 |
+    tee "$out/reframe.out"
+rc=${PIPESTATUS[0]}
 echo "run_suite.sh: reframe finished with status $rc in $(( $(date +%s) - start ))s"
 if [ -f "$out/report.json" ]; then
     "$python" checks/tools/report.py --report "$out/report.json" -o "$out/summary.md" \
         --plot "$out/scaling.png" --planes-plot "$out/planes.png" && echo "run_suite.sh: summary in $out/summary.md"
 fi
 "$python" checks/tools/verdict.py --report "$out/report.json" --reframe-status "$rc"
+status=$?
+# A check file ReFrame could not load (an import error, an API its release lacks) is skipped
+# with a warning: its checks did not run, so the run is a failure, not a passing subset.
+if grep -q 'WARNING: skipping test file' "$out/reframe.out"; then
+    sed -n 's/^.*WARNING: \(skipping test file[^\x1b]*\).*/run_suite.sh: FAILED to load a check file, its checks did not run: \1/p' \
+        "$out/reframe.out"
+    [ "$status" = 2 ] || status=1
+fi
+exit "$status"

@@ -130,3 +130,52 @@ def run_reframe(
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         raise AssertionError(f"reframe {args} did not finish in {timeout}s\n{out[-4000:]}") from exc
+
+
+#: Older ReFrame releases the nightly entry point runs on besides the newest (the project venv's):
+#: EESSI 2025.06's, the oldest the suite accepts (checks/tools/reframe_version.py).
+REFRAME_MATRIX = ("4.7.4",)
+
+
+def reframe_alone(version: str) -> Path:
+    """A venv holding ReFrame ``version`` alone, under ``$REFRAME_MATRIX_DIR`` (default
+    /var/tmp) as ``hvdcore-reframe-<version>-venv``: made once (``pip install
+    ReFrame-HPC==<version>``, 78 s on the 2-core VM under a load of ~6), then reused."""
+    venv = Path(os.environ.get("REFRAME_MATRIX_DIR", "/var/tmp")) / f"hvdcore-reframe-{version}-venv"
+    exe = venv / "bin" / "reframe"
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
+                       timeout=300)
+        pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q",
+                              "--disable-pip-version-check", f"ReFrame-HPC=={version}"],
+                             capture_output=True, text=True, timeout=900)
+        assert pip.returncode == 0, pip.stdout + pip.stderr
+    return venv
+
+
+def reframe_matrix_venv(version: str, dest: Path) -> Path:
+    """A fresh venv at ``dest`` (under a second) whose ReFrame is ``version`` and whose other
+    packages are the running venv's (hvdcore and its dependencies, torch, mpi4py).
+
+    A ``.pth`` file adds :func:`reframe_alone`'s site-packages, then this venv's, behind the
+    fresh venv's own (``site.addsitedir``, so their ``.pth`` files, hvdcore's editable install
+    among them, apply): ``import reframe`` finds ``version`` first. ``bin/reframe`` runs
+    ReFrame's command line with the fresh venv's Python; the checks' jobs activate that venv
+    (``venv_environment`` in checks/config/common.py), so they see the same packages.
+    """
+    import sysconfig
+
+    alone = reframe_alone(version)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", str(dest)],
+                   check=True, timeout=120)
+    purelib = sysconfig.get_path("purelib")  # of the running (project) venv
+    rel = Path(purelib).relative_to(sys.prefix)
+    (dest / rel / "zz_hvdcore_reframe_matrix.pth").write_text(
+        f"import site; site.addsitedir({str(alone / rel)!r}); site.addsitedir({purelib!r})\n")
+    exe = dest / "bin" / "reframe"
+    exe.write_text(f"#!{dest / 'bin' / 'python'}\nimport reframe.frontend.cli as cli\n\n"
+                   "if __name__ == '__main__':\n    cli.main()\n")
+    exe.chmod(0o755)
+    found = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=120)
+    assert found.stdout.split()[-1:] == [version], found.stdout + found.stderr
+    return dest

@@ -1,16 +1,24 @@
 """The nightly entry point (checks/nightly.sh): nights kept, verdicts against the site's own
 history from ReFrame's results storage, JUnit, and the trend page rendered in Chromium.
 
-The multi-night test runs the real suite's collectives check through the real entry point seven
-times into one results directory; nights 5 and 6 run with a real degradation
-(``FAULTS_DATA_PATH=delay_us=60``: 60 us of real sleep before every data collective, which
-slows the 1-element allreduce ~2-3x and leaves the 8 MiB one within 2 %). History judges the
-in-job ratios only (``--judge '*_ratio'``): on this 2-core VM the absolute figures of a clean
-run swing 2-3x from one run to the next (busbw 0.71-1.95 GB/s, latency 20-42 us in five
-consecutive runs, 2026-12-01), while the ratios to raw mpi4py measured in the same job stay
-within ~15 % (busbw) and ~±25 % (latency: 2.6-4.0 in consecutive clean runs), so the band's
-minimum half-width is 40 % here (``--min-band 0.4``); the degradation takes latency_ratio
-to 15-30x.
+The multi-night test runs the real suite's collectives check through the real entry point four
+times into one results directory, on each ReFrame of the matrix: the newest (the project's venv)
+and EESSI 2025.06's 4.7.4 (``reframe_helpers.REFRAME_MATRIX``: a fresh venv whose ReFrame is
+4.7.4 and whose other packages are the project venv's, ``reframe_matrix_venv``). Nights 1-3 build
+the history; night 4 runs with a real degradation (``FAULTS_DATA_PATH=delay_us=60``: 60 us of
+real sleep before every data collective, which slows the 1-element allreduce ~2-3x and leaves
+the 8 MiB one within 2 %) and is judged by them. That a regressed night stays out of the history
+of the nights after it is ``history.judge_nights``' rule, tested on its own below.
+
+History judges the in-job ratios only (``--judge '*_ratio'``): on this 2-core VM the absolute
+figures of a clean run swing 2-3x from one run to the next (busbw 0.71-1.95 GB/s, latency
+20-42 us in five consecutive runs, 2026-12-01), while the ratios to raw mpi4py measured in the
+same job stay within ~15 % (busbw) and ~±25 % (latency: 2.6-4.0 in consecutive clean runs), so
+the band's minimum half-width is 40 % here (``--min-band 0.4``); the degradation takes
+latency_ratio to 15-30x. That holds on a quiet machine (``quiet``: scripts/test.sh runs this
+alone): under a load of 10-17 from other jobs on the 2 cores, raw latency rose to 350-800 us and
+the 60 us delay no longer showed (a degraded night measured 1.9x, a confirmation 2.7x;
+2026-12-03).
 """
 
 from __future__ import annotations
@@ -25,15 +33,24 @@ from pathlib import Path
 
 import history
 import pytest
-from reframe_helpers import CHECKS, reframe_env
+from reframe_helpers import CHECKS, REFRAME_MATRIX, reframe_env, reframe_matrix_venv
 from report import Case, PerfVar
 
 NIGHTLY = CHECKS / "nightly.sh"
 SHORT = ["-n", "HvdcoreCollectivesCheck", "-S", "sizes=1,1000", "-S", "reps=10",
          "-S", "latency_reps=300"]
 DEGRADED = {"FAULTS_DATA_PATH": "delay_us=60"}
-NIGHTS = 7
-DEGRADED_NIGHTS = {5, 6}
+#: The collectives check's own ratio bounds lifted for local:default (a recorded references file
+#: through CHECKS_REFERENCES_DIR: the ratios are reported, never judged by ReFrame), so that
+#: history alone judges: the check's ceiling on latency_ratio (9.6) failed clean nights of this
+#: test at a load of 10-23 on the 2-core VM (10.1, 10.3, 13.6, 21.5; 2026-12-03), which is not
+#: what it is about. The degraded night fails by history's verdict alone.
+UNBOUNDED_RATIOS = {"default": {"HvdcoreCollectivesCheck": {
+    "busbw_ratio": [0.9, None, None, "x"], "latency_ratio": [5.5, None, None, "x"]}}}
+NIGHTS = 4
+DEGRADED_NIGHTS = {4}
+#: The ReFrame releases the nights run on: the project venv's (the newest), then the matrix's.
+NEWEST = "newest"
 
 
 def _case(value: float, var: str = "busbw_ratio", result: str = "pass",
@@ -102,18 +119,58 @@ def test_variables_outside_judge_are_information() -> None:
     assert v.verdict == "information" and "--judge" in v.rule
 
 
-@pytest.fixture(scope="module")
-def nights_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Seven real nights into one results directory; nights 5 and 6 degraded."""
-    results = tmp_path_factory.mktemp("nightly") / "results"
+def test_a_check_file_reframe_could_not_load_is_reported(tmp_path: Path, capsys) -> None:
+    """ReFrame's warning for a check file it skipped (as 4.7.4 printed it for a file whose
+    import failed) is collected and logged; the other lines are logged as before."""
+    import nightly
+
+    warning = ("WARNING: skipping test file '/x/checks/hvdcore_mnist.py': module not found "
+               "error: hvdcore_mnist.py:61: No module named 'nope'")
+    lines = ["[ReFrame Setup]", warning, "[       OK ] (1/1) HvdcoreCollectivesCheck @local",
+             "P: busbw_ratio: 1.01 x (r:0.9, l:-0.35, u:None)"]
+    skipped: list[str] = []
+    rc = nightly.run_reframe(["printf", "%s\\n", *lines], {"PATH": "/usr/bin:/bin"}, tmp_path,
+                             tmp_path / "out", skipped)
+    assert rc == 0 and skipped == [warning.removeprefix("WARNING: ")]
+    assert "PASS  (1/1) HvdcoreCollectivesCheck @local  busbw_ratio=1.01 x" in capsys.readouterr().out
+
+
+_RUNS: dict[str, dict] = {}
+
+
+def _run_nights(reframe: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Four real nights into one results directory on ReFrame ``reframe``; night 4 degraded."""
+    if reframe in _RUNS:
+        return _RUNS[reframe]
+    base = tmp_path_factory.mktemp(f"nightly-{reframe}")
+    venv = {} if reframe == NEWEST else {"VENV": str(reframe_matrix_venv(reframe, base / "venv"))}
+    results = base / "results"
+    refs = base / "references"
+    refs.mkdir()
+    (refs / "local.json").write_text(json.dumps(UNBOUNDED_RATIOS))
+    venv["CHECKS_REFERENCES_DIR"] = str(refs)
     runs = []
     for n in range(1, NIGHTS + 1):
-        env = reframe_env(DEGRADED if n in DEGRADED_NIGHTS else None)
+        env = reframe_env({**venv, **(DEGRADED if n in DEGRADED_NIGHTS else {})})
         res = subprocess.run([str(NIGHTLY), "--results", str(results), "--judge", "*_ratio",
                               "--min-band", "0.4", "--", *SHORT], env=env, capture_output=True, text=True,
                              timeout=600, check=False)
         runs.append(res)
-    return {"results": results, "runs": runs}
+    _RUNS[reframe] = {"results": results, "runs": runs, "reframe": reframe}
+    return _RUNS[reframe]
+
+
+@pytest.fixture(scope="module", params=[NEWEST, *REFRAME_MATRIX])
+def nights_run(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The nights on each ReFrame of the matrix."""
+    return _run_nights(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def newest_nights(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The nights on the newest ReFrame (the trend page does not depend on the release)."""
+    return _run_nights(NEWEST, tmp_path_factory)
 
 
 def _night_dirs(results: Path) -> list[Path]:
@@ -144,6 +201,13 @@ def test_history_flags_exactly_the_degraded_nights_and_variables(nights_run: dic
         for name in ("report.json", "reframe-junit.xml", "junit.xml", "summary.md",
                      "reframe.out"):
             assert (night / name).is_file(), f"night {n}: {name} missing"
+        rfm_out = (night / "reframe.out").read_text()
+        if nights_run["reframe"] != NEWEST:  # the release asked for ran the night
+            assert re.search(rf"^  version: +{re.escape(nights_run['reframe'])}$", rfm_out,
+                             re.M), rfm_out[:2000]
+        # every check file loaded (a file ReFrame cannot load is skipped with this warning,
+        # and the night would run a subset of the suite)
+        assert "skipping test" not in rfm_out, rfm_out[:3000]
         flagged = _history_failures(night / "junit.xml")
         assert flagged == ({"latency_ratio"} if n in DEGRADED_NIGHTS else set()), \
             f"night {n}: {flagged}\n{(night / 'summary.md').read_text()}"
@@ -153,11 +217,9 @@ def test_history_flags_exactly_the_degraded_nights_and_variables(nights_run: dic
             assert (night / "confirm" / "report.json").is_file()  # the regression ran again
             assert "**regression**" in summary and "confirmed by a second run" in summary
             assert "REGRESSION HvdcoreCollectivesCheck" in runs[n - 1].stdout
-    assert "history (3 nights)" in (dirs[3] / "summary.md").read_text()  # judged from night 4
-    # night 7 is judged by nights 1-4 (5 and 6 regressed; 4 too, had a noisy value been
-    # flagged there and not confirmed by the second run)
-    assert re.search(r"latency_ratio .*history \([34] nights\)", (dirs[6] / "summary.md")
-                     .read_text())
+    # night 4 is judged by nights 1-3
+    assert re.search(r"latency_ratio .*\*\*regression\*\* \| history \(3 nights\)",
+                     (dirs[3] / "summary.md").read_text()), (dirs[3] / "summary.md").read_text()
     conn = sqlite3.connect(results / "results.db")
     infos = [json.loads(b)["session_info"]
              for (b,) in conn.execute("SELECT json_blob FROM sessions")]
@@ -185,13 +247,13 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.quiet
-def test_trend_page_renders_in_chromium(nights_run: dict, tmp_path: Path) -> None:
+def test_trend_page_renders_in_chromium(newest_nights: dict, tmp_path: Path) -> None:
     """The page as a person sees it: Chromium's rendered DOM has a plot per variable with its
     points and bands, tonight's table, and a screenshot is drawn."""
     chromium = _chromium()
     if chromium is None:
         pytest.skip("Debian's chromium is not installed (ci/apt/reframe.txt installs it)")
-    page = nights_run["results"] / "trend.html"
+    page = newest_nights["results"] / "trend.html"
     flags = [*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([chromium, *flags, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=120, check=True).stdout

@@ -11,14 +11,12 @@ an explicit module (``hvdcore-mod``). User guide job scripts: examples/slurm/alv
 
 import os
 
-from common import (
-    SLURM_MPI,
-    general_config,
-    gpu_resources,
-    logging_config,
-    modules_environment,
-    recorded_references,
-)
+from reframe.utility import import_module_from_file
+
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 ACCOUNT = os.environ.get("CHECKS_SITE_ACCOUNT", "NAISS2024-0-000")
 
@@ -37,16 +35,16 @@ def _gpu_partition(gpu: str, arch: str, cpus: int, max_nodes: int) -> dict:
         "processor": {"num_cpus": cpus},
         "devices": [{"type": "gpu", "arch": arch, "num_devices": 4}],
         # The job filter needs the GPU type in every request, even 1 GPU for the capability check.
-        "resources": gpu_resources(f"--gpus-per-node={gpu}:{{num_gpus_per_node}}"),
+        "resources": common.gpu_resources(f"--gpus-per-node={gpu}:{{num_gpus_per_node}}"),
         "extras": {
             "ranks_per_node": 4,
             "gpus_per_node": 4,
             # the fabric check: NCCL over InfiniBand verbs, never TCP sockets
             "nccl_net": "IB",
             "max_nodes": max_nodes,
-            "launcher_options": SLURM_MPI,
+            "launcher_options": common.SLURM_MPI,
             "gpu_always": True,
-            "references": recorded_references("alvis", gpu.lower()),
+            "references": common.recorded_references("alvis", gpu.lower()),
         },
     }
 
@@ -66,15 +64,15 @@ site_configuration = {
         }
     ],
     "environments": [
-        modules_environment(
+        common.modules_environment(
             "hvdcore-mod",
             ["PyTorch/2.1.2-foss-2023a-CUDA-12.1.1", "hvdcore/0.1.0-foss-2023a-CUDA-12.1.1"],
             target_systems=["alvis"],
         ),
-        modules_environment(
+        common.modules_environment(
             "hvdcore-find", ["CUDA/12.1.1"], target_systems=["alvis"], provides_hvdcore=False
         ),
     ],
-    "logging": logging_config(),
-    "general": general_config(),
+    "logging": common.logging_config(),
+    "general": common.general_config(),
 }

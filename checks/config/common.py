@@ -136,12 +136,19 @@ def venv_environment(
 ) -> dict:
     """An environment that activates ``venv`` (default: the venv running ReFrame) in each job.
 
-    ``frameworks`` defaults to those importable in the running Python (torch, tensorflow).
+    ``frameworks`` defaults to those importable in the running Python (torch, tensorflow);
+    when it finds neither, it says so on stderr: the checks that need a framework are then not
+    generated for this environment, and a run would be a subset of the suite without a word.
     """
     if venv is None:
         venv = sys.prefix if sys.prefix != sys.base_prefix else ""
     if frameworks is None:
         frameworks = [fw for fw in ("torch", "tensorflow") if _have(fw)]
+        if not frameworks:
+            print(f"{name}: neither torch nor tensorflow imports in {sys.prefix} (the Python "
+                  "running ReFrame, whose packages the jobs use): only the checks that need no "
+                  "framework run; run ReFrame from the venv that has hvdcore's packages",
+                  file=sys.stderr)
     env: dict = {
         "name": name,
         "features": ["hvdcore", *frameworks],

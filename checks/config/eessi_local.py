@@ -20,13 +20,18 @@ that runs ReFrame (``checks/eessi/setup_venv.sh``)::
 
 import os
 
-from common import OMPI_AS_ROOT, general_config
 from eessi.testsuite.common_config import (
     common_general_config,
     common_logging_config,
     set_common_required_config,
 )
 from eessi.testsuite.constants import EXTRAS, FEATURES, SCALES
+from reframe.utility import import_module_from_file
+
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 CPUS = int(os.environ.get("CHECKS_LOCAL_RANKS", "2"))
 #: Where logs, perflogs and reports go: ``$RFM_PREFIX``, else ``~/reframe_runs/eessi_local`` (an
@@ -60,7 +65,7 @@ site_configuration = {
                     "launcher": "mpirun",
                     "max_jobs": 1,
                     "features": [FEATURES.CPU, *local_scales(CPUS)],
-                    "env_vars": [*OMPI_AS_ROOT,
+                    "env_vars": [*common.OMPI_AS_ROOT,
                                  ["OMPI_MCA_btl_vader_single_copy_mechanism", "none"]],
                     "processor": {"num_cpus": CPUS, "num_cpus_per_core": 1},
                     "extras": {EXTRAS.MEM_PER_NODE: MEM_PER_NODE},
@@ -73,7 +78,7 @@ site_configuration = {
             **common_general_config(PREFIX),
             "purge_environment": True,
             # hvdcore's rule for every config: no recursive search (the fault check stays out)
-            **general_config()[0],
+            **common.general_config()[0],
         }
     ],
     "logging": common_logging_config(PREFIX),

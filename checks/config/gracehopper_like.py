@@ -9,15 +9,12 @@ or from a module.
 
 import os
 
-from common import (
-    SLURM_MPI,
-    general_config,
-    gpu_resources,
-    logging_config,
-    modules_environment,
-    recorded_references,
-    venv_environment,
-)
+from reframe.utility import import_module_from_file
+
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 site_configuration = {
     "systems": [
@@ -41,7 +38,7 @@ site_configuration = {
                     "processor": {"arch": "neoverse_v2", "num_cpus": 288,
                                   "num_cpus_per_socket": 72, "num_sockets": 4},
                     "devices": [{"type": "gpu", "arch": "sm_90", "num_devices": 4}],
-                    "resources": gpu_resources(),
+                    "resources": common.gpu_resources(),
                     "extras": {
                         "ranks_per_node": 4,
                         "gpus_per_node": 4,
@@ -50,18 +47,19 @@ site_configuration = {
                         "nccl_net": "AWS Libfabric",
                         "nics_per_node": 4,
                         "max_nodes": 8,
-                        "launcher_options": SLURM_MPI,
-                        "references": recorded_references("gh", "gh200"),
+                        "launcher_options": common.SLURM_MPI,
+                        "references": common.recorded_references("gh", "gh200"),
                     },
                 }
             ],
         }
     ],
     "environments": [
-        venv_environment(venv=os.environ.get("CHECKS_VENV", "$SCRATCH/hvdcore-gh"),
-                         target_systems=["gh"], frameworks=["torch"], pythonpath=None),
-        modules_environment("hvdcore-mod", ["cuda/12.4", "hvdcore/0.1.0"], target_systems=["gh"]),
+        common.venv_environment(venv=os.environ.get("CHECKS_VENV", "$SCRATCH/hvdcore-gh"),
+                                target_systems=["gh"], frameworks=["torch"], pythonpath=None),
+        common.modules_environment("hvdcore-mod", ["cuda/12.4", "hvdcore/0.1.0"],
+                                   target_systems=["gh"]),
     ],
-    "logging": logging_config(),
-    "general": general_config(),
+    "logging": common.logging_config(),
+    "general": common.general_config(),
 }

@@ -12,13 +12,12 @@ cores. ``CHECKS_LOCAL_RANKS`` changes the number of ranks (default 2).
 
 import os
 
-from common import (
-    OMPI_AS_ROOT,
-    general_config,
-    logging_config,
-    recorded_references,
-    venv_environment,
-)
+from reframe.utility import import_module_from_file
+
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 RANKS = int(os.environ.get("CHECKS_LOCAL_RANKS", "2"))
 
@@ -38,7 +37,7 @@ site_configuration = {
                     "environs": ["hvdcore-venv"],
                     "max_jobs": 1,
                     "features": ["cpu", "mpi"],
-                    "env_vars": [*OMPI_AS_ROOT, ["OMPI_MCA_btl_vader_single_copy_mechanism", "none"]],
+                    "env_vars": [*common.OMPI_AS_ROOT, ["OMPI_MCA_btl_vader_single_copy_mechanism", "none"]],
                     "processor": {"num_cpus": RANKS},
                     "extras": {
                         "ranks_per_node": RANKS,
@@ -49,13 +48,13 @@ site_configuration = {
                         "mpi_transport": "sm",
                         "gloo_interface": "lo",
                         "launcher_options": [],
-                        "references": recorded_references("local", "default"),
+                        "references": common.recorded_references("local", "default"),
                     },
                 }
             ],
         }
     ],
-    "environments": [venv_environment(target_systems=["local"])],
-    "logging": logging_config(),
-    "general": general_config(),
+    "environments": [common.venv_environment(target_systems=["local"])],
+    "logging": common.logging_config(),
+    "general": common.general_config(),
 }

@@ -25,13 +25,12 @@ import os
 import shutil
 import subprocess
 
-from common import (
-    OMPI_AS_ROOT,
-    general_config,
-    logging_config,
-    recorded_references,
-    venv_environment,
-)
+from reframe.utility import import_module_from_file
+
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 
 def _count_gpus() -> tuple[int, str]:
@@ -67,7 +66,7 @@ site_configuration = {
                     "environs": ["hvdcore-venv"],
                     "max_jobs": 1,
                     "features": ["gpu", VENDOR, "mpi"],
-                    "env_vars": [*OMPI_AS_ROOT],
+                    "env_vars": [*common.OMPI_AS_ROOT],
                     "processor": {"num_cpus": os.cpu_count() or 1},
                     "devices": [{"type": "gpu", "num_devices": GPUS}],
                     "extras": {
@@ -77,13 +76,13 @@ site_configuration = {
                         "launcher_options": [],
                         "planes_max_bytes": int(os.environ.get("CHECKS_PLANES_MAX_BYTES",
                                                                1 << 30)),
-                        "references": recorded_references("localgpu", "gpu"),
+                        "references": common.recorded_references("localgpu", "gpu"),
                     },
                 }
             ],
         }
     ],
-    "environments": [venv_environment(target_systems=["localgpu"])],
-    "logging": logging_config(),
-    "general": general_config(),
+    "environments": [common.venv_environment(target_systems=["localgpu"])],
+    "logging": common.logging_config(),
+    "general": common.general_config(),
 }

@@ -11,14 +11,12 @@ partition/G`` with an EasyBuild-installed hvdcore module.
 
 import os
 
-from common import (
-    SLURM_MPI,
-    general_config,
-    gpu_resources,
-    logging_config,
-    modules_environment,
-    recorded_references,
-)
+from reframe.utility import import_module_from_file
+
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 ACCOUNT = os.environ.get("CHECKS_SITE_ACCOUNT", "project_465000000")
 
@@ -49,7 +47,7 @@ site_configuration = {
                     "processor": {"num_cpus": 128, "num_cpus_per_core": 2,
                                   "num_cpus_per_socket": 128, "num_sockets": 1},
                     "devices": [{"type": "gpu", "arch": "gfx90a", "num_devices": 8}],
-                    "resources": gpu_resources(),
+                    "resources": common.gpu_resources(),
                     "extras": {
                         "ranks_per_node": 8,
                         "gpus_per_node": 8,
@@ -58,8 +56,8 @@ site_configuration = {
                         "nccl_net": "AWS Libfabric",
                         "nics_per_node": 4,
                         "max_nodes": 16,
-                        "launcher_options": SLURM_MPI,
-                        "references": recorded_references("lumi", "gpu"),
+                        "launcher_options": common.SLURM_MPI,
+                        "references": common.recorded_references("lumi", "gpu"),
                     },
                 },
                 {
@@ -74,25 +72,25 @@ site_configuration = {
                     "features": ["cpu", "mpi"],
                     "processor": {"num_cpus": 256, "num_cpus_per_core": 2,
                                   "num_cpus_per_socket": 128, "num_sockets": 2},
-                    "resources": gpu_resources(),
+                    "resources": common.gpu_resources(),
                     "extras": {
                         "ranks_per_node": 8,
                         "gpus_per_node": 0,
                         "max_nodes": 16,
-                        "launcher_options": SLURM_MPI,
-                        "references": recorded_references("lumi", "cpu"),
+                        "launcher_options": common.SLURM_MPI,
+                        "references": common.recorded_references("lumi", "cpu"),
                     },
                 },
             ],
         }
     ],
     "environments": [
-        modules_environment(
+        common.modules_environment(
             "hvdcore-mod",
             ["LUMI/23.09", "partition/G", "hvdcore/0.1.0-cpeGNU-23.09-rocm-5.6.1"],
             target_systems=["lumi"],
         ),
     ],
-    "logging": logging_config(),
-    "general": general_config(),
+    "logging": common.logging_config(),
+    "general": common.general_config(),
 }

@@ -8,17 +8,14 @@ without. hvdcore from a module or a venv in $HOME. Module names are examples.
     reframe -C checks/config/neuron_like.py -c checks/ -r --system neuron:a100
 """
 
+import os
 
+from reframe.utility import import_module_from_file
 
-from common import (
-    SLURM_MPI,
-    general_config,
-    gpu_resources,
-    logging_config,
-    modules_environment,
-    recorded_references,
-    venv_environment,
-)
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 
 def _partition(name: str, slurm_part: str, gpus: int, arch: str, cpus: int) -> dict:
@@ -34,15 +31,15 @@ def _partition(name: str, slurm_part: str, gpus: int, arch: str, cpus: int) -> d
         "features": ["gpu", "nvgpu", "mpi"],
         "processor": {"num_cpus": cpus},
         "devices": [{"type": "gpu", "arch": arch, "num_devices": gpus}],
-        "resources": gpu_resources("--gres=gpu:{num_gpus_per_node}"),
+        "resources": common.gpu_resources("--gres=gpu:{num_gpus_per_node}"),
         "extras": {
             "ranks_per_node": gpus,
             "gpus_per_node": gpus,
             # the fabric check: NCCL over InfiniBand verbs, never TCP sockets
             "nccl_net": "IB",
             "max_nodes": 4,
-            "launcher_options": SLURM_MPI,
-            "references": recorded_references("neuron", name),
+            "launcher_options": common.SLURM_MPI,
+            "references": common.recorded_references("neuron", name),
         },
     }
 
@@ -61,14 +58,14 @@ site_configuration = {
         }
     ],
     "environments": [
-        modules_environment(
+        common.modules_environment(
             "hvdcore-mod",
             ["gcc/10.2.0", "cuda/12.1", "cudampi/openmpi-4.1.5", "hvdcore/0.1.0"],
             target_systems=["neuron"],
         ),
-        venv_environment(venv="$HOME/hvdcore-venv", target_systems=["neuron"],
-                         frameworks=["torch"], pythonpath=None),
+        common.venv_environment(venv="$HOME/hvdcore-venv", target_systems=["neuron"],
+                                frameworks=["torch"], pythonpath=None),
     ],
-    "logging": logging_config(),
-    "general": general_config(),
+    "logging": common.logging_config(),
+    "general": common.general_config(),
 }

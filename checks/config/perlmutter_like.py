@@ -11,15 +11,12 @@ to your project (default ``m0000``). Names of modules and QOS are examples: adap
 
 import os
 
-from common import (
-    SLURM_MPI,
-    general_config,
-    gpu_resources,
-    logging_config,
-    modules_environment,
-    recorded_references,
-    venv_environment,
-)
+from reframe.utility import import_module_from_file
+
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 ACCOUNT = os.environ.get("CHECKS_SITE_ACCOUNT", "m0000")
 
@@ -45,7 +42,7 @@ site_configuration = {
                     "processor": {"num_cpus": 128, "num_cpus_per_core": 2,
                                   "num_cpus_per_socket": 128, "num_sockets": 1},
                     "devices": [{"type": "gpu", "arch": "sm_80", "num_devices": 4}],
-                    "resources": gpu_resources(),
+                    "resources": common.gpu_resources(),
                     "extras": {
                         "ranks_per_node": 4,
                         "gpus_per_node": 4,
@@ -57,8 +54,8 @@ site_configuration = {
                         # 25 GB/s each way (busbw / this is reported as a link fraction)
                         "planes_link_GBps": {"device": 300.0},
                         "max_nodes": 16,
-                        "launcher_options": SLURM_MPI,
-                        "references": recorded_references("perlmutter", "gpu"),
+                        "launcher_options": common.SLURM_MPI,
+                        "references": common.recorded_references("perlmutter", "gpu"),
                     },
                 },
                 {
@@ -73,27 +70,27 @@ site_configuration = {
                     "features": ["cpu", "mpi"],
                     "processor": {"num_cpus": 256, "num_cpus_per_core": 2,
                                   "num_cpus_per_socket": 128, "num_sockets": 2},
-                    "resources": gpu_resources(),
+                    "resources": common.gpu_resources(),
                     "extras": {
                         "ranks_per_node": 8,
                         "gpus_per_node": 0,
                         "max_nodes": 16,
-                        "launcher_options": SLURM_MPI,
-                        "references": recorded_references("perlmutter", "cpu"),
+                        "launcher_options": common.SLURM_MPI,
+                        "references": common.recorded_references("perlmutter", "cpu"),
                     },
                 },
             ],
         }
     ],
     "environments": [
-        modules_environment(
+        common.modules_environment(
             "hvdcore-mod",
             ["PrgEnv-gnu", "cudatoolkit/12.2", "craype-accel-nvidia80", "hvdcore/0.1.0"],
             target_systems=["perlmutter"],
         ),
-        venv_environment(venv="$SCRATCH/hvdcore-venv", target_systems=["perlmutter"],
-                         frameworks=["torch"], pythonpath=None),
+        common.venv_environment(venv="$SCRATCH/hvdcore-venv", target_systems=["perlmutter"],
+                                frameworks=["torch"], pythonpath=None),
     ],
-    "logging": logging_config(),
-    "general": general_config(),
+    "logging": common.logging_config(),
+    "general": common.general_config(),
 }

@@ -29,15 +29,12 @@ Run the CPU partition only::
 
 import os
 
-from common import (
-    SLURM_MPI,
-    general_config,
-    gpu_resources,
-    logging_config,
-    recorded_references,
-    unjudged_on_shared_cores,
-    venv_environment,
-)
+from reframe.utility import import_module_from_file
+
+# common.py loaded by path: ReFrame before 4.9 does not put this directory on sys.path while it
+# loads a configuration file (checks/README.md, "Imports")
+common = import_module_from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                              "common.py"))
 
 _env = os.environ.get
 SCHEDULER = _env("CHECKS_SLURM_SCHEDULER", "squeue")
@@ -52,9 +49,9 @@ NET_ENV = [["OMPI_MCA_btl", "self,tcp"]] if ONE_HOST else []
 
 
 def _references(partition: str) -> dict:
-    refs = recorded_references("generic", partition)
+    refs = common.recorded_references("generic", partition)
     # Fake nodes share (and oversubscribe) one host's cores: efficiency is reported, not judged.
-    return unjudged_on_shared_cores(refs) if ONE_HOST else refs
+    return common.unjudged_on_shared_cores(refs) if ONE_HOST else refs
 
 
 # Fake nodes share the host's cores: one job at a time, or the jobs slow each other down.
@@ -80,12 +77,12 @@ site_configuration = {
                     "features": ["cpu", "mpi"],
                     "env_vars": NET_ENV,
                     "processor": {"num_cpus": CPUS},
-                    "resources": gpu_resources(),
+                    "resources": common.gpu_resources(),
                     "extras": {
                         "ranks_per_node": CPUS,
                         "gpus_per_node": 0,
                         "max_nodes": MAX_NODES,
-                        "launcher_options": SLURM_MPI,
+                        "launcher_options": common.SLURM_MPI,
                         "references": _references("cpu"),
                     },
                 },
@@ -101,12 +98,12 @@ site_configuration = {
                     "features": ["gpu", "nvgpu", "mpi"],
                     "env_vars": NET_ENV,
                     "devices": [{"type": "gpu", "num_devices": GPUS}],
-                    "resources": gpu_resources(),
+                    "resources": common.gpu_resources(),
                     "extras": {
                         "ranks_per_node": GPUS,
                         "gpus_per_node": GPUS,
                         "max_nodes": MAX_NODES,
-                        "launcher_options": SLURM_MPI,
+                        "launcher_options": common.SLURM_MPI,
                         "references": _references("gpu"),
                     },
                 },
@@ -114,8 +111,8 @@ site_configuration = {
         }
     ],
     "environments": [
-        venv_environment(venv=_env("CHECKS_VENV"), target_systems=["generic"]),
+        common.venv_environment(venv=_env("CHECKS_VENV"), target_systems=["generic"]),
     ],
-    "logging": logging_config(),
-    "general": general_config(),
+    "logging": common.logging_config(),
+    "general": common.general_config(),
 }

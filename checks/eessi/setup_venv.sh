@@ -6,8 +6,8 @@
 # Why not the project's .venv: eessi-testsuite 1.1.0 refuses ReFrame >=4.10.1,<4.11 at import
 # (its config probe, reframe-hpc/reframe#3723: scale features such as `1_core` and environment
 # names such as `EESSI-2023.06` fail validation there), and .venv has reframe-hpc 4.10.4 (the
-# newest on PyPI). 4.10.0 is the newest release the test suite accepts and is >=4.9, which the
-# hvdcore checks need (configuration files import their neighbours). The venv runs only the
+# newest on PyPI). 4.10.0 is the newest release the test suite accepts and is >=4.7, which the
+# hvdcore checks need (checks/tools/reframe_version.py). The venv runs only the
 # ReFrame front end: the jobs run the Python of the modules they load.
 set -euo pipefail
 VENV=${1:-${CHECKS_EESSI_VENV:-/var/tmp/hvdcore-eessi-venv}}

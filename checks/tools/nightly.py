@@ -35,8 +35,9 @@ it too; each session carries the extras ``hvdcore_night``, ``hvdcore_version``,
 server; tonight's data-plane table and plot under tonight's verdicts) and ``DIR/latest`` (a link to tonight) are rewritten each night.
 
 Exit status: 0 when every case passed (or was an invalid measurement) and no value regressed
-against its history; 1 when a check failed (sanity, capability, a reference bound) or a value
-regressed; 2 when ReFrame did not run or stored no session, or is older than the suite needs
+against its history; 1 when a check failed (sanity, capability, a reference bound), a value
+regressed, or ReFrame could not load a check file (its warning ``skipping test file ...``: the
+file's checks did not run, and the night would otherwise pass as a subset); 2 when ReFrame did not run or stored no session, or is older than the suite needs
 (``reframe_version.py``: refused at start with the version found and the one needed). One line
 per check is logged as it finishes, then one line per regression and the verdict.
 """
@@ -67,6 +68,9 @@ DEFAULT_CONFIG = CHECKS_DIR / "config" / "local.py"
 DB_NAME = "results.db"
 _STATUS = re.compile(r"^\[\s*(OK|FAIL|SKIP|ERROR|ABORT\w*)\s*\] \((\s*\d+/\d+)\) (.*)$")
 _PERF = re.compile(r"^P: (\S+): (\S+) (\S*)")
+#: ReFrame's warning for a check file it cannot load (an import error, an API it lacks): the
+#: file's checks are left out of the run, which would otherwise pass as a subset of the suite.
+_SKIPPED_FILE = re.compile(r"^WARNING: (skipping test file .*)$")
 
 
 def log(msg: str) -> None:
@@ -133,8 +137,10 @@ def _reframe() -> str:
     return str(here) if here.exists() else "reframe"
 
 
-def run_reframe(cmd: Sequence[str], env: dict[str, str], cwd: Path, out: Path) -> int:
-    """Run ReFrame, its output to ``out``, one nightly log line per finished check."""
+def run_reframe(cmd: Sequence[str], env: dict[str, str], cwd: Path, out: Path,
+                skipped: list[str] | None = None) -> int:
+    """Run ReFrame, its output to ``out``, one nightly log line per finished check; ReFrame's
+    warnings about check files it could not load are appended to ``skipped``."""
     pending: list[str] = []
 
     def flush() -> None:
@@ -151,6 +157,9 @@ def run_reframe(cmd: Sequence[str], env: dict[str, str], cwd: Path, out: Path) -
             text = line.rstrip()
             m = _STATUS.match(text)
             p = _PERF.match(text)
+            s = _SKIPPED_FILE.match(text)
+            if s and skipped is not None:
+                skipped.append(s[1])
             if m:
                 flush()
                 status = {"OK": "PASS"}.get(m[1], m[1])
@@ -296,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                RFM_SQLITE_DB_FILE=str(results / DB_NAME))
     log(f"night {name}: hvdcore {extras['hvdcore_version']} commit "
         f"{extras['hvdcore_commit']} module {extras['hvdcore_module']}; results in {night}")
-    rc = run_reframe(cmd, env, night, night / "reframe.out")
+    skipped: list[str] = []
+    rc = run_reframe(cmd, env, night, night / "reframe.out", skipped)
     log(f"ReFrame exited {rc} (log: {night / 'reframe.out'})")
 
     judge = dict(window=args.window, min_nights=args.min_nights, sigmas=args.sigmas,
@@ -348,16 +358,20 @@ def main(argv: list[str] | None = None) -> int:
         log(f"INVALID {c.name} @{c.sysenv}: {c.fail_reason[:300]}")
     for c in failed:
         log(f"FAILED {c.name} @{c.sysenv}: {c.fail_phase}: {c.fail_reason[:300]}")
+    for s in skipped:
+        log(f"FAILED to load a check file, its checks did not run: {s[:400]}")
     for v in regressions:
         assert v.band is not None
         log(f"REGRESSION {v.case} @{v.sysenv} {v.var}={trend.fmt(v.value)} {v.unit} outside "
             f"[{trend.fmt(v.band.low)}, {trend.fmt(v.band.high)}] ({v.change:+.1%} against "
             f"{v.band.nights} good nights)")
-    verdict = "FAILED" if failed or regressions else "PASSED"
+    verdict = "FAILED" if failed or regressions or skipped else "PASSED"
+    unloaded = f", {len(skipped)} check files not loaded" if skipped else ""
     log(f"{verdict}: {len(cases)} cases, {len(failed)} failed, {len(invalid)} invalid, "
-        f"{len(regressions)} regressions against history; summary {night / 'summary.md'}, "
+        f"{len(regressions)} regressions against history{unloaded}; summary "
+        f"{night / 'summary.md'}, "
         f"trend {results / 'trend.html'}")
-    return 1 if failed or regressions else 0
+    return 1 if failed or regressions or skipped else 0
 
 
 if __name__ == "__main__":

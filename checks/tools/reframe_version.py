@@ -1,15 +1,25 @@
 """Refuse, at start, a ReFrame older than the suite needs: the version found and the one needed.
 
-ReFrame loads each configuration file by path. From 4.9 on (reframe-hpc/reframe#3548) it
-puts the file's directory on ``sys.path`` while loading it, which is how
-``checks/config/<site>.py`` imports its neighbour ``common``. ReFrame 4.7.4 (EESSI 2025.06's)
-fails to load the configuration (``No module named 'common'``); with ``checks/config`` put on
-``PYTHONPATH`` by hand it loads, and the checks then run in whatever subset the Python running
-ReFrame happens to allow, without a word about the rest. ``checks/run_suite.sh`` and
+What the suite needs from ReFrame, and the release that brought it:
+
+- the run report in its 4.0 layout (``data_version`` 4.0: each test case with its partition,
+  environment and test variables such as ``timing_noise``), which ``report.py``,
+  ``verdict.py`` and the nightly history read; ReFrame 4.6.3 writes layout 3.1, from which
+  the summary names no partition or environment (``local:default:?``) and finds none of the
+  checks' variables (``check_vars``), without an error;
+- results storage (``RFM_ENABLE_RESULTS_STORAGE``, ``RFM_SQLITE_DB_FILE``) and
+  ``--session-extras``, where ``checks/nightly.sh`` keeps a site's history;
+
+both new in ReFrame 4.7. The oldest release tested is EESSI 2025.06's 4.7.4
+(``tests/test_nightly.py`` runs the nightly entry point on it and on the newest); the
+configuration files load ``common.py`` by path, so they do not need the directory on
+``sys.path`` that ReFrame puts there only from 4.9 on. ``checks/run_suite.sh`` and
 ``checks/nightly.sh`` (``checks/tools/nightly.py``) call :func:`refusal` before anything else.
 
-    >>> refusal("4.7.4")
-    'ReFrame 4.7.4 found; the hvdcore suite needs ReFrame >= 4.9 (configuration files import their neighbour common.py, reframe-hpc/reframe#3548): load a newer ReFrame module, or pip install -e .[reframe]'
+    >>> refusal("4.6.3")
+    'ReFrame 4.6.3 found; the hvdcore suite needs ReFrame >= 4.7 (run reports in layout 4.0 and results storage with session extras): load a newer ReFrame module, or pip install -e .[reframe]'
+    >>> refusal("4.7.4") is None
+    True
     >>> refusal("4.10.1") is None
     True
     >>> refusal("4.9.0-dev.2") is None
@@ -26,9 +36,9 @@ from collections.abc import Sequence
 __all__ = ["MINIMUM", "WHY", "check_reframe", "refusal", "version_tuple"]
 
 #: The oldest ReFrame the suite runs on.
-MINIMUM = (4, 9)
+MINIMUM = (4, 7)
 #: What the suite needs from it.
-WHY = "configuration files import their neighbour common.py, reframe-hpc/reframe#3548"
+WHY = "run reports in layout 4.0 and results storage with session extras"
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
