@@ -11,20 +11,21 @@ the weights after N optimizer iterations equal a one-process reference of N step
 Printed (one ``os.write`` per line): ``START rank r size n epoch e batch b host h`` when the
 elastic function starts (after the sync), ``EPOCH e rank r size n host h`` when an epoch
 starts, ``RESET rank r size n`` from the reset callback, ``DONE rank r size n steps s epoch e w
-<weights>`` at the end. Plan keys as in elastic_torch.py: ``epochs``, ``steps``, ``expect``,
-``fail``, ``progress``; ``commit_every``; ``bcast_callback`` (fit: also Horovod's
+<weights>`` at the end. Plan keys as in elastic_torch.py: ``epochs``, ``steps``, ``expect``
+(sizes only), ``fail`` (tests/programs/elastic_faults.py: a scenario's plan means the same in
+both programs), ``progress``; ``commit_every``; ``bcast_callback`` (fit: also Horovod's
 BroadcastGlobalVariablesCallback, which every generation's first fit runs on every rank).
 """
 
 import json
 import os
-import signal
 import sys
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
+from elastic_faults import fail_now, say  # this directory: the plan's failures
 
 import hvdcore.tensorflow as hvd_tf
 import hvdcore.tensorflow.keras as hvd
@@ -33,22 +34,6 @@ plan = json.loads(os.environ["ELASTIC_PLAN"])
 host = os.environ.get("HOROVOD_HOSTNAME", "?")
 STEPS, EPOCHS, EVERY = plan["steps"], plan["epochs"], plan.get("commit_every", 1)
 X, Y = np.ones((2, 4), np.float32), np.zeros((2, 1), np.float32)
-
-
-def say(text: str) -> None:
-    os.write(1, (text + "\n").encode())
-
-
-def fail_now(epoch: int, batch: int) -> None:
-    for f in plan.get("fail", []):
-        if f["epoch"] != epoch or f["batch"] != batch or f["host"] not in ("*", host):
-            continue
-        if os.path.exists(f["once"]):
-            continue
-        open(f["once"], "w").close()
-        if f["how"] == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f"planned failure on {host} at epoch {epoch} batch {batch}")
 
 
 def epoch_begins(state) -> None:
@@ -85,7 +70,8 @@ if plan["mode"] == "fit":
                 epoch_begins(state)
 
         def on_train_batch_end(self, batch, logs=None):
-            fail_now(state.epoch, state.batch)  # UpdateBatchStateCallback ran before
+            # UpdateBatchStateCallback ran before: state.batch counts this step
+            fail_now(plan, host, state.epoch, state.batch - 1)
 
     callbacks = [hvd.elastic.UpdateEpochStateCallback(state),
                  hvd.elastic.UpdateBatchStateCallback(state), Plan(),
@@ -132,7 +118,7 @@ else:
             for b in range(state.batch, STEPS):
                 step()
                 state.batch = b + 1
-                fail_now(state.epoch, state.batch)
+                fail_now(plan, host, state.epoch, b)
                 if state.batch % EVERY == 0:
                     state.commit()
             state.epoch += 1
