@@ -4,7 +4,9 @@ tests/test_elastic_tensorflow.py; the TensorFlow counterpart of tests/programs/e
 ``mode`` ``fit``: Keras ``model.fit`` with hvdcore's DistributedOptimizer, ``KerasState`` and the
 elastic callbacks of ``hvdcore.tensorflow.keras`` (a partial epoch is resumed by a ``fit`` of its
 remaining steps); ``loop``: a TF2 custom loop with ``DistributedGradientTape`` and
-``hvdcore.tensorflow.elastic`` (``TensorFlowState``, ``run``). Each epoch has
+``hvdcore.tensorflow.elastic`` (``TensorFlowState``, ``run``); ``session``: the same model and
+SGD built as a TF1-style graph (gradients averaged by ``hvd.allreduce``) run by a
+``tf.compat.v1.Session``, with ``TensorFlowState(session=sess)``. Each epoch has
 ``steps`` steps of one Dense(1) layer on the same input on every rank, committed every
 ``commit_every`` steps and at the epoch's end (a failure between commits rolls steps back), so
 the weights after N optimizer iterations equal a one-process reference of N steps.
@@ -93,7 +95,7 @@ if plan["mode"] == "fit":
             model.fit(data, steps_per_epoch=STEPS, initial_epoch=state.epoch, epochs=EPOCHS,
                       callbacks=callbacks, verbose=0)
         return iterations()
-else:
+elif plan["mode"] == "loop":
     sgd.build(model.trainable_variables)
     state = hvd_tf.elastic.TensorFlowState(model.variables + sgd.variables, epoch=0, batch=0)
 
@@ -107,7 +109,31 @@ else:
         tape = hvd.DistributedGradientTape(tape)
         grads = tape.gradient(loss, model.trainable_variables)
         sgd.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+else:  # "session": the same model and SGD as a TF1-style graph run by a Session
+    initial = [v.numpy() for v in model.weights]
+    graph = tf.Graph()
+    with graph.as_default():
+        kernel, bias = (tf.compat.v1.Variable(v) for v in initial)
+        count = tf.compat.v1.Variable(0, dtype=tf.int64)
+        loss = tf.reduce_mean(tf.square(tf.matmul(X, kernel) + bias - Y))
+        grads = [hvd_tf.allreduce(g) for g in tf.compat.v1.gradients(loss, [kernel, bias])]
+        train_op = tf.group(kernel.assign_sub(0.01 * grads[0]),
+                            bias.assign_sub(0.01 * grads[1]), count.assign_add(1))
+        sess = tf.compat.v1.Session()
+        sess.run(tf.compat.v1.global_variables_initializer())
+    # variables=None: the graph's global variables (kernel, bias, count), as Horovod's
+    state = hvd_tf.elastic.TensorFlowState(session=sess, epoch=0, batch=0)
 
+    def iterations() -> int:
+        return int(sess.run(count))
+
+    def step():
+        sess.run(train_op)
+
+    def weights() -> list:
+        return sess.run([kernel, bias])
+
+if plan["mode"] != "fit":
     @hvd_tf.elastic.run
     def train(state):
         say(f"START rank {hvd.rank()} size {hvd.size()} epoch {state.epoch} batch "
@@ -128,7 +154,8 @@ else:
 
 state.register_reset_callbacks([lambda: say(f"RESET rank {hvd.rank()} size {hvd.size()}")])
 steps = train(state)
-w = ",".join(f"{v:.6f}" for v in np.concatenate([np.ravel(v.numpy()) for v in model.weights]))
+final = weights() if plan["mode"] == "session" else [v.numpy() for v in model.weights]
+w = ",".join(f"{v:.6f}" for v in np.concatenate([np.ravel(v) for v in final]))
 say(f"DONE rank {hvd.rank()} size {hvd.size()} steps {steps} epoch {state.epoch} w {w}")
 hvd.shutdown()
 sys.exit(0)
