@@ -1,21 +1,26 @@
-"""Elastic TensorFlow jobs on localhost: Keras ``model.fit`` with ``KerasState`` and the elastic
-callbacks, and a TF2 custom loop with ``TensorFlowState``, under ``hvdcorerun`` (elastic flags).
+"""Elastic TensorFlow jobs on localhost: Horovod's elastic scenarios with the TensorFlow program
+(tests/programs/elastic_keras.py) under ``hvdcorerun`` (elastic flags): Keras ``model.fit`` with
+``KerasState`` and the elastic callbacks, and a TF2 custom loop with ``TensorFlowState``.
 
-Each mode runs two jobs (the program is tests/programs/elastic_keras.py, the discovery script
-tests/programs/elastic_hosts.py, and tests/harness/elastic_jobs.py, the torch tests' harness):
+The scenarios are the torch tests' (harness/elastic_scenarios.py: the same discovery schedules,
+failure plans, flags and assertions), run here with a TF2 custom loop of 3 epochs x 2 steps
+committed after each epoch's second step and at its end, except:
 
-- hosts added, a rank failed by an exception, hosts removed, in one job: 2 ranks, C joins at
-  epoch 1 (3 ranks; #2844: every rank, C included, starts at epoch 1 batch 0), B raises after
-  a step the survivors did not commit yet (they roll it back and resume epoch 2 at their last
-  commit), C is removed at epoch 3 (1 rank); in ``fit`` with Horovod's
-  BroadcastGlobalVariablesCallback too (each generation's first fit broadcasts on every rank);
-- a SIGKILLed worker replaced: ``--min-np 2 --max-np 2`` with a spare host.
+- hosts added, a rank failed by an exception, hosts removed, in one job, in ``model.fit``: 2
+  ranks, C joins at epoch 1 (3 ranks; #2844: every rank, C included, starts at epoch 1 batch 0),
+  B raises after a step the survivors did not commit yet (they roll it back, resume epoch 2 at
+  their last commit, and B's host is blacklisted: Horovod's 'single rank failure' too), C is
+  removed at epoch 3 (1 rank); with Horovod's BroadcastGlobalVariablesCallback (each
+  generation's first fit broadcasts on every rank). It commits every 2 steps, counted by
+  Horovod's ``CommitStateCallback`` across epochs (it commits after epoch 2's first step: 3
+  steps a epoch), so the failed step is rolled back.
+- 'blacklisted host comes back' runs in a TF1-style graph and ``tf.compat.v1.Session``, with
+  ``TensorFlowState(session=sess)`` (its restore and broadcast ops).
 
-The jobs commit every 2 steps and at each epoch's end; ``loop`` counts the 2 steps within the
-epoch, Horovod's ``CommitStateCallback`` in ``fit`` across epochs (it commits after epoch 2's
-first step: 3 steps a epoch), so the failures are placed per mode (:data:`ROLLED_BACK`). Every job must end with the optimizer's iteration count equal to epochs x steps (a step lost
-or done twice changes it) and the same weights on every rank, equal to a one-process
-reference of that many steps.
+Every job that finishes must end with the optimizer's iteration count equal to epochs x steps
+(a step lost or done twice changes it) and the same weights on every rank, equal to a
+one-process reference of that many steps. The scenarios that end the job exercise the launcher
+and the survivors' reset: they run the same small program and end early.
 """
 
 from __future__ import annotations
@@ -27,17 +32,12 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from harness.elastic_jobs import epochs, run  # noqa: E402  (the torch tests' harness)
+from harness import elastic_scenarios as scenarios  # noqa: E402
+from harness.elastic_jobs import A, B, C, epochs  # noqa: E402
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
-PROGRAM = ROOT / "tests" / "programs" / "elastic_keras.py"
-A, B, C = "127.0.0.1", "127.0.0.2", "127.0.0.3"
-EPOCHS, STEPS = 4, 3
-#: mode -> {epoch: (the step after which a worker fails, where the survivors resume)}: the
-#: failed step is applied but not committed, so a missing rollback shows in the step count
-ROLLED_BACK = {"fit": {1: (2, 1), 2: (2, 1)}, "loop": {1: (1, 0), 2: (1, 0)}}
+PROGRAM = Path(__file__).resolve().parent / "programs" / "elastic_keras.py"
 
 
 def reference(steps: int) -> list[float]:
@@ -54,23 +54,33 @@ def reference(steps: int) -> list[float]:
     return [float(v) for w in model.weights for v in np.ravel(w.numpy())]
 
 
-def job(tmp_path: Path, mode: str, schedule: list, plan: dict, *flags: str):
-    """One elastic job of the TF program (the torch test's harness, another program)."""
-    plan = {"mode": mode, "epochs": EPOCHS, "steps": STEPS, "commit_every": 2, **plan}
-    return run(tmp_path, schedule, plan, *flags, timeout=420, program=PROGRAM)
+def finished_after(epochs: int, steps: int):
+    """The judge of a successful job of ``epochs`` x ``steps`` steps: ``size`` final ranks,
+    that many optimizer iterations, the reference's weights on every rank."""
+
+    def finished(proc, out: str, size: int) -> None:
+        assert proc.returncode == 0, out[-6000:]
+        done = re.findall(r"^DONE rank (\d+) size (\d+) steps (\d+) epoch (\d+) w (\S+)$", out,
+                          re.M)
+        assert sorted(int(r) for r, *_ in done) == list(range(size)), out[-6000:]
+        assert {(int(n), int(s), int(e)) for _, n, s, e, _ in done} == {(size, epochs * steps,
+                                                                         epochs)}, done
+        (weights,) = {w for *_, w in done}
+        assert [float(v) for v in weights.split(",")] == pytest.approx(
+            reference(epochs * steps), abs=2e-6)
+
+    return finished
 
 
-def finished(proc, out: str, size: int) -> None:
-    """A successful job: ``size`` final ranks, epochs x steps iterations, the reference's
-    weights on every rank."""
-    assert proc.returncode == 0, out[-6000:]
-    done = re.findall(r"^DONE rank (\d+) size (\d+) steps (\d+) epoch (\d+) w (\S+)$", out, re.M)
-    assert sorted(int(r) for r, *_ in done) == list(range(size)), out[-6000:]
-    assert {(int(n), int(s), int(e)) for _, n, s, e, _ in done} == {(size, EPOCHS * STEPS,
-                                                                     EPOCHS)}, done
-    (weights,) = {w for *_, w in done}
-    assert [float(v) for v in weights.split(",")] == pytest.approx(
-        reference(EPOCHS * STEPS), abs=2e-6)
+#: the shared scenarios' program: a TF2 custom loop, 3 epochs x 2 steps, a commit after each
+#: epoch's second step and at its end (a failure after the first step is rolled back)
+LOOP = scenarios.Program(PROGRAM, finished_after(3, 2),
+                         {"mode": "loop", "epochs": 3, "steps": 2, "commit_every": 2}, 420)
+#: the same in a TF1-style graph run by a Session (TensorFlowState(session=...))
+SESSION = scenarios.Program(PROGRAM, LOOP.finished, {**LOOP.plan, "mode": "session"}, 420)
+#: the hosts job: 4 epochs x 3 steps in fit, a commit every 2 steps
+HOSTS_FIT = scenarios.Program(PROGRAM, finished_after(4, 3),
+                              {"mode": "fit", "epochs": 4, "steps": 3, "commit_every": 2}, 420)
 
 
 def starts(out: str) -> list[tuple[int, int, int, int, str]]:
@@ -79,21 +89,19 @@ def starts(out: str) -> list[tuple[int, int, int, int, str]]:
         r"^START rank (\d+) size (\d+) epoch (\d+) batch (\d+) host (\S+)$", out, re.M)]
 
 
-@pytest.mark.parametrize("mode", ["fit", "loop"])
-def test_hosts_added_a_rank_failure_and_hosts_removed(tmp_path: Path, mode: str) -> None:
-    """Scale up (C joins at epoch 1, at epoch 1 batch 0: #2844), B raises in epoch 2 after an
-    uncommitted step (A and C roll it back), C removed at epoch 3."""
-    fail_at, resume_at = ROLLED_BACK[mode][2]
-    proc, out = job(tmp_path, mode,
-                    [[0, [f"{A}:1", f"{B}:1"]], [1, [f"{A}:1", f"{B}:1", f"{C}:1"]],
-                     [3, [f"{A}:1"]]],
-                    {"expect": {"0": 2, "1": 3, "3": 1}, "bcast_callback": mode == "fit",
-                     "fail": [{"epoch": 2, "batch": fail_at, "host": B, "how": "raise",
-                               "once": str(tmp_path / "failed")}]},
-                    "--min-np", "1")
-    finished(proc, out, 1)
+def test_hosts_added_a_rank_failure_and_hosts_removed_in_fit(tmp_path: Path) -> None:
+    """Scale up (C joins at epoch 1, at epoch 1 batch 0: #2844), B raises in epoch 2 after its
+    second step, not committed (A and C roll it back to batch 1), C removed at epoch 3."""
+    proc, out = scenarios.job(tmp_path, HOSTS_FIT,
+                              [[0, [f"{A}:1", f"{B}:1"]], [1, [f"{A}:1", f"{B}:1", f"{C}:1"]],
+                               [3, [f"{A}:1"]]],
+                              {"expect": {"0": 2, "1": 3, "3": 1}, "bcast_callback": True,
+                               "fail": [{"epoch": 2, "batch": 1, "host": B, "how": "raise",
+                                         "once": str(tmp_path / "failed")}]},
+                              "--min-np", "1")
+    HOSTS_FIT.finished(proc, out, 1)
     seen = epochs(out)
-    assert [sorted({h for *_, h in seen[e]}) for e in range(EPOCHS)] == [
+    assert [sorted({h for *_, h in seen[e]}) for e in range(4)] == [
         [A, B], [A, B, C], [A, B, C], [A]], out[-6000:]
     begun = starts(out)
     # size 3 starts at epoch 1 batch 0 on every rank, C included (#2844)
@@ -101,23 +109,48 @@ def test_hosts_added_a_rank_failure_and_hosts_removed(tmp_path: Path, mode: str)
         (1, 0, A), (1, 0, B), (1, 0, C)], begun
     # after B's failure: A and C resume epoch 2 at their last commit
     assert sorted((e, b, h) for _, n, e, b, h in begun if n == 2)[-2:] == [
-        (2, resume_at, A), (2, resume_at, C)], begun
+        (2, 1, A), (2, 1, C)], begun
     assert "planned failure on 127.0.0.2" in out
+    assert "host 127.0.0.2 is blacklisted for good" in out
     assert "host 127.0.0.3 joins the job" in out and "hosts left the job: 127.0.0.3" in out
 
 
-@pytest.mark.parametrize("mode", ["fit", "loop"])
-def test_a_sigkilled_worker_is_replaced(tmp_path: Path, mode: str) -> None:
-    """--min-np 2 --max-np 2 with a spare host: B is SIGKILLed in epoch 1 after a step A has
-    not committed, and C takes its place: A rolls that step back and resumes with C."""
-    fail_at, resume_at = ROLLED_BACK[mode][1]
-    proc, out = job(tmp_path, mode, [[0, [f"{A}:1", f"{B}:1", f"{C}:1"]]],
-                    {"expect": {"0": 2},
-                     "fail": [{"epoch": 1, "batch": fail_at, "host": B, "how": "kill",
-                               "once": str(tmp_path / "killed")}]},
-                    "--min-np", "2", "--max-np", "2")
-    finished(proc, out, 2)
-    assert "was killed by signal 9" in out
-    assert sorted((e, b, h) for _, _, e, b, h in starts(out) if h != B)[-2:] == [
-        (1, resume_at, A), (1, resume_at, C)], out[-6000:]
-    assert {h for *_, h in epochs(out)[2]} == {A, C}
+def test_fault_tolerance_without_scaling_after_sigkill(tmp_path: Path) -> None:
+    """Horovod's 'fault tolerance without scaling' in a custom loop: C starts where A resumes,
+    at A's last commit in epoch 1 (B is killed after the step that A commits next, and a
+    commit saves before it checks the job: A keeps that step, or, when the step itself
+    failed on A, rolls back to the epoch's start)."""
+    proc, out = scenarios.fault_tolerance_without_scaling(tmp_path, LOOP)
+    resumed = sorted((e, b, h) for _, _, e, b, h in starts(out) if h != B)[-2:]
+    assert [h for *_, h in resumed] == [A, C] and resumed[0][:2] == resumed[1][:2], resumed
+    assert resumed[0][:2] in ((1, 0), (1, 2)), out[-6000:]
+
+
+def test_all_ranks_failure_ends_the_job(tmp_path: Path) -> None:
+    """Horovod's 'all ranks failure'."""
+    scenarios.all_ranks_failure(tmp_path, LOOP)
+
+
+def test_all_hosts_blacklisted_one_after_another(tmp_path: Path) -> None:
+    """Horovod's 'all hosts blacklisted'."""
+    scenarios.all_hosts_blacklisted(tmp_path, LOOP)
+
+
+def test_min_hosts_timeout_fails_every_rank_with_the_count_and_the_timeout(
+        tmp_path: Path) -> None:
+    """Horovod's 'min hosts timeout'."""
+    scenarios.min_hosts_timeout(tmp_path, LOOP)
+
+
+def test_reset_limit(tmp_path: Path) -> None:
+    """Horovod's 'reset limit'."""
+    scenarios.reset_limit(tmp_path, LOOP)
+
+
+def test_blacklisted_host_comes_back_after_its_cooldown_in_a_session(tmp_path: Path) -> None:
+    """Horovod's 'resurrecting blacklisted hosts', in a TF1-style graph and Session: A rolls
+    back B's failed step (epoch 1's first, not committed) and the returning B receives A's
+    variables by the state's broadcast op."""
+    proc, out = scenarios.blacklisted_host_comes_back(tmp_path, SESSION)
+    assert sorted((n, e, b, h) for _, n, e, b, h in starts(out))[:2] == [
+        (1, 1, 0, A), (2, 0, 0, A)], out[-6000:]  # A alone from epoch 1 batch 0

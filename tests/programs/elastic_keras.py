@@ -4,27 +4,30 @@ tests/test_elastic_tensorflow.py; the TensorFlow counterpart of tests/programs/e
 ``mode`` ``fit``: Keras ``model.fit`` with hvdcore's DistributedOptimizer, ``KerasState`` and the
 elastic callbacks of ``hvdcore.tensorflow.keras`` (a partial epoch is resumed by a ``fit`` of its
 remaining steps); ``loop``: a TF2 custom loop with ``DistributedGradientTape`` and
-``hvdcore.tensorflow.elastic`` (``TensorFlowState``, ``run``). Each epoch has
+``hvdcore.tensorflow.elastic`` (``TensorFlowState``, ``run``); ``session``: the same model and
+SGD built as a TF1-style graph (gradients averaged by ``hvd.allreduce``) run by a
+``tf.compat.v1.Session``, with ``TensorFlowState(session=sess)``. Each epoch has
 ``steps`` steps of one Dense(1) layer on the same input on every rank, committed every
 ``commit_every`` steps and at the epoch's end (a failure between commits rolls steps back), so
 the weights after N optimizer iterations equal a one-process reference of N steps.
 Printed (one ``os.write`` per line): ``START rank r size n epoch e batch b host h`` when the
 elastic function starts (after the sync), ``EPOCH e rank r size n host h`` when an epoch
 starts, ``RESET rank r size n`` from the reset callback, ``DONE rank r size n steps s epoch e w
-<weights>`` at the end. Plan keys as in elastic_torch.py: ``epochs``, ``steps``, ``expect``,
-``fail``, ``progress``; ``commit_every``; ``bcast_callback`` (fit: also Horovod's
+<weights>`` at the end. Plan keys as in elastic_torch.py: ``epochs``, ``steps``, ``expect``
+(sizes only), ``fail`` (tests/programs/elastic_faults.py: a scenario's plan means the same in
+both programs), ``progress``; ``commit_every``; ``bcast_callback`` (fit: also Horovod's
 BroadcastGlobalVariablesCallback, which every generation's first fit runs on every rank).
 """
 
 import json
 import os
-import signal
 import sys
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
+from elastic_faults import fail_now, say  # this directory: the plan's failures
 
 import hvdcore.tensorflow as hvd_tf
 import hvdcore.tensorflow.keras as hvd
@@ -33,22 +36,6 @@ plan = json.loads(os.environ["ELASTIC_PLAN"])
 host = os.environ.get("HOROVOD_HOSTNAME", "?")
 STEPS, EPOCHS, EVERY = plan["steps"], plan["epochs"], plan.get("commit_every", 1)
 X, Y = np.ones((2, 4), np.float32), np.zeros((2, 1), np.float32)
-
-
-def say(text: str) -> None:
-    os.write(1, (text + "\n").encode())
-
-
-def fail_now(epoch: int, batch: int) -> None:
-    for f in plan.get("fail", []):
-        if f["epoch"] != epoch or f["batch"] != batch or f["host"] not in ("*", host):
-            continue
-        if os.path.exists(f["once"]):
-            continue
-        open(f["once"], "w").close()
-        if f["how"] == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f"planned failure on {host} at epoch {epoch} batch {batch}")
 
 
 def epoch_begins(state) -> None:
@@ -85,7 +72,8 @@ if plan["mode"] == "fit":
                 epoch_begins(state)
 
         def on_train_batch_end(self, batch, logs=None):
-            fail_now(state.epoch, state.batch)  # UpdateBatchStateCallback ran before
+            # UpdateBatchStateCallback ran before: state.batch counts this step
+            fail_now(plan, host, state.epoch, state.batch - 1)
 
     callbacks = [hvd.elastic.UpdateEpochStateCallback(state),
                  hvd.elastic.UpdateBatchStateCallback(state), Plan(),
@@ -107,7 +95,7 @@ if plan["mode"] == "fit":
             model.fit(data, steps_per_epoch=STEPS, initial_epoch=state.epoch, epochs=EPOCHS,
                       callbacks=callbacks, verbose=0)
         return iterations()
-else:
+elif plan["mode"] == "loop":
     sgd.build(model.trainable_variables)
     state = hvd_tf.elastic.TensorFlowState(model.variables + sgd.variables, epoch=0, batch=0)
 
@@ -121,7 +109,31 @@ else:
         tape = hvd.DistributedGradientTape(tape)
         grads = tape.gradient(loss, model.trainable_variables)
         sgd.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+else:  # "session": the same model and SGD as a TF1-style graph run by a Session
+    initial = [v.numpy() for v in model.weights]
+    graph = tf.Graph()
+    with graph.as_default():
+        kernel, bias = (tf.compat.v1.Variable(v) for v in initial)
+        count = tf.compat.v1.Variable(0, dtype=tf.int64)
+        loss = tf.reduce_mean(tf.square(tf.matmul(X, kernel) + bias - Y))
+        grads = [hvd_tf.allreduce(g) for g in tf.compat.v1.gradients(loss, [kernel, bias])]
+        train_op = tf.group(kernel.assign_sub(0.01 * grads[0]),
+                            bias.assign_sub(0.01 * grads[1]), count.assign_add(1))
+        sess = tf.compat.v1.Session()
+        sess.run(tf.compat.v1.global_variables_initializer())
+    # variables=None: the graph's global variables (kernel, bias, count), as Horovod's
+    state = hvd_tf.elastic.TensorFlowState(session=sess, epoch=0, batch=0)
 
+    def iterations() -> int:
+        return int(sess.run(count))
+
+    def step():
+        sess.run(train_op)
+
+    def weights() -> list:
+        return sess.run([kernel, bias])
+
+if plan["mode"] != "fit":
     @hvd_tf.elastic.run
     def train(state):
         say(f"START rank {hvd.rank()} size {hvd.size()} epoch {state.epoch} batch "
@@ -132,7 +144,7 @@ else:
             for b in range(state.batch, STEPS):
                 step()
                 state.batch = b + 1
-                fail_now(state.epoch, state.batch)
+                fail_now(plan, host, state.epoch, b)
                 if state.batch % EVERY == 0:
                     state.commit()
             state.epoch += 1
@@ -142,7 +154,8 @@ else:
 
 state.register_reset_callbacks([lambda: say(f"RESET rank {hvd.rank()} size {hvd.size()}")])
 steps = train(state)
-w = ",".join(f"{v:.6f}" for v in np.concatenate([np.ravel(v.numpy()) for v in model.weights]))
+final = weights() if plan["mode"] == "session" else [v.numpy() for v in model.weights]
+w = ",".join(f"{v:.6f}" for v in np.concatenate([np.ravel(v) for v in final]))
 say(f"DONE rank {hvd.rank()} size {hvd.size()} steps {steps} epoch {state.epoch} w {w}")
 hvd.shutdown()
 sys.exit(0)

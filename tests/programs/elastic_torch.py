@@ -9,45 +9,23 @@ records as processed), ``RESET rank r size n``
 from the reset callback, ``DONE rank r size n steps s epoch e w <weights>`` at the end.
 
 Plan keys: ``epochs``; ``samples``; ``batch``; ``expect`` ({epoch: size or [hosts]}: at the
-epoch's start the job commits every 0.1 s until it has that size or those hosts, at most 90 s); ``fail`` (a list of
-{"epoch", "batch", "host" ("*": every worker), "how": kill|raise|exit, "once": marker path}: the
-worker fails after that step, before its commit, once); ``progress`` (rank 0 writes the epoch
-there for the discovery script); ``sleep`` (seconds per step).
+epoch's start the job commits every 0.1 s until it has that size or those hosts, at most 90 s);
+``fail`` (tests/programs/elastic_faults.py); ``progress`` (rank 0 writes the epoch there for the
+discovery script); ``sleep`` (seconds per step).
 """
 
 import json
 import os
-import signal
 import sys
 import time
 
 import torch
+from elastic_faults import fail_now, say  # this directory: the plan's failures
 
 import hvdcore.torch as hvd
 
 plan = json.loads(os.environ["ELASTIC_PLAN"])
 host = os.environ.get("HOROVOD_HOSTNAME", "?")
-
-
-def say(text: str) -> None:
-    os.write(1, (text + "\n").encode())
-
-
-def fail_now(epoch: int, batch: int) -> None:
-    for f in plan.get("fail", []):
-        if f["epoch"] != epoch or f["batch"] != batch or f["host"] not in ("*", host):
-            continue
-        marker = f"{f['once']}.{host}.{os.environ.get('HVDCORE_ELASTIC_WORKER')}"
-        if f["host"] != "*":
-            marker = f["once"]
-        if os.path.exists(marker):
-            continue
-        open(marker, "w").close()
-        if f["how"] == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if f["how"] == "exit":
-            os._exit(3)
-        raise RuntimeError(f"planned failure on {host} at epoch {epoch} batch {batch}")
 
 
 hvd.init()
@@ -91,7 +69,7 @@ def train(state):
             opt.step()
             state.steps += 1
             state.batch = b + 1
-            fail_now(epoch, b)
+            fail_now(plan, host, epoch, b)
             if hvd.rank() == 0:
                 say(f"SAMPLES {epoch} " + ",".join(str(i) for i in batch))
             if plan.get("sleep"):
