@@ -187,11 +187,17 @@ class _Driver:
         if self.gen == 0 and self.s.start_np is not None:
             cap = min(cap, self.s.start_np)
         used = {w.host for w in self._live()}
+        limit = self.s.reset_limit
         for h in found:
             if h.name in used or self.blacklist.blocked(h.name):
                 continue
             free = cap - len(self._live())
             if free <= 0:
+                break
+            if self.gen > 0 and limit is not None and self.resets >= limit:
+                # the reset this host needs is over --reset-limit: run() ends the job, so no
+                # worker is started only to be killed after the abort's grace period
+                changed = True
                 break
             if self.gen > 0:
                 _say(f"host {h.name} joins the job with {min(h.slots, free)} slot(s)")

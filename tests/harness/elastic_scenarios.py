@@ -114,14 +114,22 @@ def min_hosts_timeout(tmp_path: Path, program: Program) -> Job:
     return proc, out
 
 
-def reset_limit(tmp_path: Path, program: Program) -> Job:
-    """'Reset limit': with --reset-limit 1 the second host change ends the job."""
-    proc, out = job(tmp_path, program, [[0, [f"{A}:1"]], [1, [f"{A}:1", f"{B}:1"]],
-                                        [2, [f"{A}:1"]]],
-                    {"expect": {"1": 2, "2": 1}}, "--min-np", "1", "--reset-limit", "1")
+def reset_limit(tmp_path: Path, program: Program, added_last: bool = False) -> Job:
+    """'Reset limit': with --reset-limit 1 the second host change ends the job. Horovod's
+    order adds B, then removes it; ``added_last``: B leaves, then comes back, and the job ends
+    without starting a worker on it (the reset it would need is over the limit)."""
+    schedule = [[0, [f"{A}:1"]], [1, [f"{A}:1", f"{B}:1"]], [2, [f"{A}:1"]]]
+    expect = {"1": 2, "2": 1}
+    if added_last:
+        schedule = [[0, [f"{A}:1", f"{B}:1"]], [1, [f"{A}:1"]], [2, [f"{A}:1", f"{B}:1"]]]
+        expect = {"0": 2, "1": 1}
+    proc, out = job(tmp_path, program, schedule, {"expect": expect}, "--min-np", "1",
+                    "--reset-limit", "1")
     assert proc.returncode != 0
     assert "job failed: the job was reset 1 time(s), the --reset-limit 1" in out, out[-4000:]
-    assert sizes(out)[:2] == [1, 2]
+    assert sizes(out)[:2] == ([2, 1] if added_last else [1, 2])
+    if added_last:
+        assert "joins the job" not in out, out[-4000:]
     return proc, out
 
 
