@@ -11,11 +11,12 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 py="${VENV:-.venv}/bin/python"
 workers="${HVDCORE_TEST_WORKERS:-2}"
-# --durations: the 40 slowest tests in the log (CI time is budgeted; this says where it goes).
+# --durations: every test phase of 5 s or more in the log (CI time is budgeted; summed per
+# file, this says where it goes).
 if [ $# -gt 0 ] || [ "$workers" = 0 ]; then
-  exec "$py" -m pytest -ra --durations=40 "$@"
+  exec "$py" -m pytest -ra --durations=0 --durations-min=5 "$@"
 fi
 rc=0
-"$py" -m pytest -ra --durations=40 -n "$workers" --dist loadscope -m "not quiet" || rc=$?
+"$py" -m pytest -ra --durations=0 --durations-min=5 -n "$workers" --dist loadscope -m "not quiet" || rc=$?
 "$py" -m pytest -ra --durations=10 -m quiet || rc=$?
 exit "$rc"

@@ -10,7 +10,7 @@ from the reset callback, ``DONE rank r size n steps s epoch e w <weights>`` at t
 
 Plan keys: ``epochs``; ``samples``; ``batch``; ``expect`` ({epoch: size or [hosts]}: at the
 epoch's start the job commits every 0.1 s until it has that size or those hosts, at most 90 s;
-not when the epoch resumes after a reset in it);
+once met, the committed ``waited`` skips it when a reset rolls back into that epoch);
 ``fail`` (tests/programs/elastic_faults.py); ``progress`` (rank 0 writes the epoch there for the
 discovery script); ``sleep`` (seconds per step).
 """
@@ -36,16 +36,9 @@ model = torch.nn.Linear(4, 1)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                named_parameters=model.named_parameters())
 sampler = hvd.elastic.ElasticSampler(list(range(plan["samples"])), shuffle=True, seed=3)
-state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=0, batch=0, steps=0)
-reset_epochs: set[int] = set()  # epochs this process was reset in (their expect is met)
-
-
-def on_reset() -> None:
-    reset_epochs.add(state.epoch)
-    say(f"RESET rank {hvd.rank()} size {hvd.size()}")
-
-
-state.register_reset_callbacks([on_reset])
+state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=0, batch=0, steps=0,
+                               waited=-1)
+state.register_reset_callbacks([lambda: say(f"RESET rank {hvd.rank()} size {hvd.size()}")])
 B = plan["batch"]
 
 
@@ -57,14 +50,18 @@ def train(state):
             with open(plan["progress"] + ".tmp", "w") as f:
                 f.write(str(epoch))
             os.replace(plan["progress"] + ".tmp", plan["progress"])
-        # an epoch resumed after a reset in it goes on at the size the job has now
-        want = None if epoch in reset_epochs else plan.get("expect", {}).get(str(epoch))
+        # committed state, so every rank (a new worker too, by sync) decides alike: a failure
+        # after the wait rolls back into the epoch, and the failed host will not come back
+        want = None if state.waited >= epoch else plan.get("expect", {}).get(str(epoch))
         deadline = time.monotonic() + 90
         while want is not None and (hvd.size() != want if isinstance(want, int)
                                     else sorted(hvd.allgather_object(host)) != sorted(want)):
             if time.monotonic() > deadline:
                 raise SystemExit(f"epoch {epoch}: size {hvd.size()}, expected {want}")
             time.sleep(0.1)
+            state.commit()
+        if want is not None:
+            state.waited = epoch
             state.commit()
         say(f"EPOCH {epoch} rank {hvd.rank()} size {hvd.size()} host {host}")
         indices = list(iter(state.sampler))
