@@ -52,6 +52,13 @@ def test_repeated_gloo_allreduces_match_the_reference_step_after_step(world_size
     ok_lines(_engine_launch(world_size), world_size, "torch-gloo steady")
 
 
+def test_shutdown_then_init_starts_the_planes_clean(world_size: int) -> None:
+    """Issue 62: ``shutdown()`` + ``init()`` in process (an elastic reset's) registers a new
+    Gloo plane, forgets the in-place buffers of the old one, and the old steady names, fusion
+    and process sets work on the new one."""
+    ok_lines(_engine_launch(world_size), world_size, "torch-gloo reinit")
+
+
 def test_collectives_on_gloo_match_torch_reference(world_size: int, shared_launch) -> None:
     # one launch with the optimizer and errors programs (SHARED_LAUNCHES in conftest.py)
     lines = ok_lines(shared_launch("torch", world_size, GLOO), world_size, "torch-collectives")

@@ -7,6 +7,8 @@ Run with ``HVDCORE_CPU_OPERATIONS=gloo``. argv[1] (each section prints its own O
 - ``steady``: repeated named allreduces (the steady route, the plane's bound call) against
   references computed here, new results kept intact, in-place results, then a new tensor
   under a known name, scale factors, a timeline, a shape mismatch on a steady name;
+- ``reinit`` (after ``steady``, in the same launch): ``shutdown()`` + ``init()`` starts the
+  planes clean (a new plane, the remembered in-place buffers gone, steady names work anew);
 - ``stall``: rank 1 never submits 'skipped' (sleeps argv[2] seconds): stall warning, then
   StallError and the job ends;
 - ``kill``: rank 1 SIGKILLs itself while the others are in Gloo allreduces.
@@ -175,6 +177,43 @@ def section_steady() -> None:
             check(torch.equal(x, torch.full((4,), float(N))), f"after the mismatch: {x}")
 
 
+def section_reinit() -> None:
+    """``shutdown()`` then ``init()`` in the same processes (what an elastic reset does) starts
+    the planes clean: a new Gloo plane is registered (the old one is not reused), the steady
+    names of the first engine (plain and in place, whose plane buffers were remembered) give
+    the reference again from their first call, fusion is one call on the new plane, and a
+    process set gets a group of the new process group."""
+    old = dataplanes.backend("gloo")
+    hvd.shutdown()
+    check(dataplanes.backend("gloo") is None and not dataplanes.inplace_buffers,
+          "the planes outlived shutdown()")
+    hvd.init()
+    new = dataplanes.backend("gloo")
+    check(new is not None and new is not old, "init() after shutdown() reused the old plane")
+    check(hvd.cpu_operations().startswith("gloo"), hvd.cpu_operations())
+    for step in range(5):
+        want = _reference(step, 12_000, torch.float32, "sum")
+        got = hvd.allreduce(_rank_input(R, step, 12_000, torch.float32),
+                            name="st.torch.float32.12000.sum", op=hvd.Sum)
+        check(torch.equal(got.double(), want), f"reinit step {step}: {got[:4]}")
+        y = _rank_input(R, step, 12_000, torch.float32)
+        hvd.allreduce_(y, name="st_.torch.float32.12000.sum", op=hvd.Sum)
+        check(torch.equal(y.double(), want), f"reinit in place step {step}: {y[:4]}")
+    tensors = [torch.full((50 + i,), float(R + i)) for i in range(4)]
+    before = new.calls["allreduce"]
+    got = hvd.grouped_allreduce(tensors, op=hvd.Sum, name="fused.again")
+    check(new.calls["allreduce"] - before == 1, "a group after re-init was not one call")
+    for i, g in enumerate(got):
+        check(torch.equal(g, torch.full((50 + i,), float(sum(r + i for r in range(N))))), f"{g}")
+    if N > 1:
+        members = [0, N - 1] if N > 2 else [1]
+        ps = hvd.add_process_set(members)
+        if R in members:
+            s = hvd.allreduce(torch.tensor([float(R + 1)]), op=hvd.Sum, process_set=ps)
+            check(s.item() == float(sum(m + 1 for m in members)), f"set after re-init {s}")
+        hvd.remove_process_set(ps)
+
+
 def section_stall() -> None:
     hvd.allreduce(torch.ones(2), name="warmup")
     if R == 1:
@@ -196,7 +235,7 @@ def section_kill() -> None:
         hvd.allreduce(x, name="grad")
 
 
-SECTIONS = {"engine": (section_engine, section_steady), "steady": (section_steady,),
+SECTIONS = {"engine": (section_engine, section_steady, section_reinit), "steady": (section_steady,),
             "stall": (section_stall,), "kill": (section_kill,)}
 for section in SECTIONS[sys.argv[1]]:
     section()
