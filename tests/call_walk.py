@@ -1,7 +1,8 @@
 """The walk of one collective call: which hvdcore files it enters, in order (issue 51).
 
 A *walk* records, with :func:`sys.setprofile`, one call made after warm-up calls (so the
-response cache and the checked-argument memos are warm), and keeps its **entries**:
+response cache and the checked-argument memos are warm), with the engine thread held out of
+cycles (so the call drives an idle engine), and keeps its **entries**:
 
 - an *entry* into file F is a ``call`` event of a Python function defined in F whose caller
   frame runs code of another file (an hvdcore file, the walk itself, torch, numpy, ...), or a
@@ -112,6 +113,14 @@ def _c_source(fn: Any) -> str | None:
     return _source(os.path.abspath(path)) if not path.endswith(".py") else None
 
 
+def _engine_thread_held() -> Any:
+    """The engine thread kept out of cycles: the walked call meets an idle engine and drives
+    it (an idle engine thread runs a cycle every 50 ms; a call that met one would queue to
+    it and walk the thread hand-off instead, as a CI run once did)."""
+    from hvdcore import basics
+    return basics.state().engine.progress.thread_held()
+
+
 def walk(label: str, call: Callable[[], Any], warmup: int = WARMUP) -> Walk:
     """Run ``call`` ``warmup`` times, then once more under a profiler: its :class:`Walk`."""
     for _ in range(warmup):
@@ -141,11 +150,12 @@ def walk(label: str, call: Callable[[], Any], warmup: int = WARMUP) -> Walk:
                 entries.append(Entry(here, getattr(arg, "__qualname__", repr(arg)),
                                      depth(frame)))
 
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
+    with _engine_thread_held():
+        sys.setprofile(profile)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
     # depth(frame) - 1 counts from the walked function's caller (this frame): the call itself
     # is at depth 1, shifted to 0 here
     shift = min((e.depth for e in entries), default=0)

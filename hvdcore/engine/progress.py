@@ -204,6 +204,20 @@ class Progress:
         with self._run_lock:
             yield
 
+    @contextlib.contextmanager
+    def thread_held(self) -> Iterator[None]:
+        """Keep the engine thread out of cycles while the calling thread runs (and drives)
+        calls: the thread waits at its idle check until the block ends. For a walk or a
+        profile of one call on one rank, which then sees the caller's route alone (an idle
+        engine thread still runs a cycle every ``_IDLE_WAIT_S``, and a call that meets it
+        queues to it instead of driving)."""
+        with self._cv:  # the thread takes this before each cycle (re-entrant for the caller)
+            with self._run_lock:
+                # a thread past its idle check ends its cycle, or its wait for the run lock
+                # times out, within this; then it waits for the condition's lock
+                time.sleep(2 * _IDLE_WAIT_S + 0.05)  # (+ a margin for a loaded machine)
+            yield
+
     def step_once(self) -> None:
         """Run one engine cycle on the calling thread if the engine is free (for ``poll``)."""
         if self.begin_drive():
