@@ -111,12 +111,14 @@ def test_baseline_that_is_another_experiment_is_invalid_not_a_pass(tmp_path: Pat
     of 64: several times fewer images/s) makes the efficiency exceed 105 % widened by the runs'
     timing noise: a sanity failure that says the measurement is invalid, never a result. (The
     baseline's own accuracy and window bounds are off: only the comparison is under test, and
-    its timed window, 190 steps of 2 images, took 0.23 s on a quiet machine.) Run through
+    its timed window, 190 steps of 2 images, took 0.23 s on a quiet machine. One pair of
+    launches: the comparison does not need the peer's chunks.) Run through
     ``checks/run_suite.sh``, which reports it as INVALID with its own exit status (3)."""
     out_dir = tmp_path / "suite"
     res = subprocess.run(
         [str(ROOT / "checks" / "run_suite.sh"), str(out_dir),
-         "-n", "HvdcoreMnistCheck.*framework=torch", *QUICK_TORCH_MNIST, "-S", "MnistBaseline.batch_size=2",
+         "-n", "HvdcoreMnistCheck.*framework=torch", *QUICK_TORCH_MNIST,
+         "-S", "HvdcoreMnistCheck.chunks=1", "-S", "MnistBaseline.batch_size=2",
          "-S", "MnistBaseline.lr=0.005", "-S", "MnistBaseline.min_accuracy=0",
          "-S", "MnistBaseline.min_window_s=0"],
         env=reframe_env({"VENV": sys.prefix}), capture_output=True, text=True, timeout=600)
