@@ -68,6 +68,7 @@ def test_mnist_check_runs_with_a_discovered_module(tree: Path, tmp_path: Path) -
     assert check["num_tasks"] == 2
     perf = {k.split(":")[-1]: v[0] for k, v in check["perfvalues"].items()}
     assert perf["efficiency"] > 0 and perf["images_per_sec"] > 0
+    assert "ddp_ratio" not in perf  # the peer was left out
 
 
 @pytest.mark.tensorflow
