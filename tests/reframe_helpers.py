@@ -51,6 +51,14 @@ UNGUARDED_EFFICIENCY = ["-S", "HvdcoreMnistCheck.max_valid_efficiency=1000",
 QUICK_TORCH_MNIST = ["-S", "max_steps_per_epoch=200", "-S", "epochs=1",
                      "-S", "min_window_s=0.5"]
 
+#: For runs whose subject is not how hvdcore and its peer alternate (Slurm, modules, installs):
+#: the torch scaling check trains hvdcore and its DDP peer once each (2 launches) instead of in 3
+#: alternating pairs (6 launches; with QUICK_TORCH_MNIST's 200 steps every chunk is raised to
+#: 110, so 330 steps a side). The peer still runs and ``ddp_ratio`` is still reported; the
+#: alternation is tested by the local suite (test_reframe_local.py, default chunks) and
+#: test_reframe_verdicts.py (chunk order and lengths).
+ONE_CHUNK_MNIST = ["-S", "HvdcoreMnistCheck.chunks=1"]
+
 #: For runs that train both frameworks: one epoch each. That halves the torch example (its default
 #: is 2 x 450 steps, so 1 x 450) and leaves the TensorFlow one as it is (its default is 1 epoch).
 ONE_EPOCH_MNIST = ["-S", "epochs=1"]

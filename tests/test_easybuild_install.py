@@ -35,7 +35,7 @@ from lmod_shell import (
     require_venv,
     run_eb,
 )
-from reframe_helpers import QUICK_TORCH_MNIST
+from reframe_helpers import ONE_CHUNK_MNIST, QUICK_TORCH_MNIST
 
 pytestmark = [pytest.mark.easybuild, pytest.mark.lmod, pytest.mark.torch, pytest.mark.mpi]
 
@@ -268,8 +268,10 @@ def test_install_carries_the_examples_and_the_licence(site: Site) -> None:
 def test_mnist_check_runs_the_installed_examples(site: Site, tmp_path: Path) -> None:
     """The MNIST check discovers the eb-built module and trains with the examples it installed."""
     _ok(site)
+    # The DDP peer trains too (the check's sanity wants it finished), once (ONE_CHUNK_MNIST):
+    # the only run of the peer from a module's examples (test_reframe_modules.py leaves it out).
     run = run_discovered(["hvdcore_mnist.py"], [site.ext_modules, site.modules], tmp_path,
-                         options=QUICK_TORCH_MNIST)
+                         options=[*QUICK_TORCH_MNIST, *ONE_CHUNK_MNIST])
     assert sorted(run.cases) == mnist_cases(site.module, "torch"), run.out[-3000:]
     root = site.base / "eb" / "software" / "hvdcore" / f"0.1.0-Python-{PYSHORT}"
     assert_ran_the_module(run, site.module, root / "share" / "hvdcore" / "examples")
