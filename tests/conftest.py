@@ -165,8 +165,9 @@ GROUP_SECONDS = {
     "test_reframe_configs": 140, "test_torch_gloo": 140, "test_synthetic_benchmark": 125,
     "test_faults_scenarios": 120, "test_easyconfigs": 105, "test_easybuild_install": 100,
     "test_torch_semantics": 95, "test_torch_binding": 90, "test_core_hierarchical": 80,
-    # elastic jobs (issue 58): 9 torch jobs, 7 TF jobs (TF: 1.8x the 4 jobs of before), serially
-    "test_elastic_torch": 330, "test_elastic_tensorflow": 530, "test_elastic_units": 60,
+    # elastic jobs (issue 58): 10 torch jobs, 3 TF jobs (the launcher-only scenarios run with
+    # torch only), serially
+    "test_elastic_torch": 370, "test_elastic_tensorflow": 250, "test_elastic_units": 60,
     "test_elastic_keras_backends": 110,
 }
 

@@ -1,6 +1,9 @@
 """Elastic torch jobs on localhost: Horovod's 8 elastic scenarios (defined in
 harness/elastic_scenarios.py, shared with the TensorFlow tests), its bugs #3494 and #2844, and
 the ElasticSampler's resume, with real worker processes under ``hvdcorerun`` (elastic flags).
+The scenarios that test only the launcher's host management (all hosts blacklisted, min hosts
+timeout, reset limit in both host orders, resurrecting blacklisted hosts) run here only, not
+with TensorFlow too (tests/test_elastic_tensorflow.py says why).
 
 Hosts are loopback addresses (127.0.0.1, 127.0.0.2, ...): each is one "host" to the launcher,
 so blacklisting and discovery act per address. The discovery script
@@ -88,9 +91,12 @@ def test_min_hosts_timeout_fails_every_rank_with_the_count_and_the_timeout(
     scenarios.min_hosts_timeout(tmp_path, TORCH)
 
 
-def test_reset_limit(tmp_path: Path) -> None:
-    """Horovod's 'reset limit'."""
-    scenarios.reset_limit(tmp_path, TORCH)
+@pytest.mark.parametrize("added_last", [False, True], ids=["removed-last", "added-last"])
+def test_reset_limit(tmp_path: Path, added_last: bool) -> None:
+    """Horovod's 'reset limit'; ``added_last``: the change over the limit adds a host, and no
+    worker is started on it (launcher-only, so run here only: it ran in
+    test_elastic_tensorflow.py before, with the same assertions)."""
+    scenarios.reset_limit(tmp_path, TORCH, added_last=added_last)
 
 
 def test_blacklisted_host_comes_back_after_its_cooldown(tmp_path: Path) -> None:
