@@ -150,6 +150,7 @@ XDIST_GROUPS = {
     "test_tensorflow": "tf", "test_tensorflow_semantics": "tf", "test_tensorflow_dlpack": "tf",
     "test_reframe_slurm": "slurm", "test_faults_slurm": "slurm", "test_faults_reframe": "slurm",
     "test_core_hierarchical_slurm": "slurm", "test_torch_rendezvous_slurm": "slurm",
+    "test_steady_path": "steady", "test_steady_batch": "steady",  # tests/steady_runs.py
 }
 
 #: Rough seconds per group on the 2-core CI machine (junit of a serial run): the longest

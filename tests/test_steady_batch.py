@@ -2,15 +2,19 @@
 round and data as one call, on real ranks, with both implementations: compiled
 (hvdcore/backends/_hotpath.c, ``HVDCORE_HOTPATH=1``; skipped with the runtime's reason where it
 is not built, tests/hotpath_status.py) and mpi4py (``=0``). Results are compared bit for bit
-with a reference; which path a step took depends on scheduling, so no test counts it."""
+with a reference; which path a step took depends on scheduling, so no test counts it. The
+engine, late, hierarchical and direct checks share their launches with
+tests/test_steady_path.py (tests/steady_runs.py: one mpirun per world size and hotpath runs
+both programs)."""
 
 from __future__ import annotations
 
 import subprocess
 
 import pytest
-from conftest import program, run_mpi
+from conftest import run_mpi
 from hotpath_status import compiled_status, skip_unless_compiled
+from steady_runs import steady_launch
 
 pytestmark = pytest.mark.mpi
 
@@ -35,9 +39,7 @@ def _steady(hotpath: str) -> str:
 @HOTPATH
 def test_recurring_batches_are_exact(world_size: int, hotpath: str) -> None:
     want = _steady(hotpath)
-    res = run_mpi(world_size, [program("steady_batch.py"), "engine"],
-                  env={"HVDCORE_HOTPATH": hotpath}, timeout=240)
-    lines = _ok(res, world_size, "engine")
+    lines = _ok(steady_launch(world_size, hotpath), world_size, "engine")
     # (1 rank has the response cache too: its round completes at once)
     assert all(ln.endswith(f"steady={want}") for ln in lines), lines
 
@@ -45,27 +47,21 @@ def test_recurring_batches_are_exact(world_size: int, hotpath: str) -> None:
 @HOTPATH
 def test_a_late_rank_leaves_batches_exact(hotpath: str) -> None:
     _steady(hotpath)
-    res = run_mpi(3, [program("steady_batch.py"), "engine", "late"],
-                  env={"HVDCORE_HOTPATH": hotpath}, timeout=240)
-    _ok(res, 3, "engine")
+    _ok(steady_launch(3, hotpath, "late"), 3, "engine")
 
 
 @HOTPATH
 def test_batches_on_the_hierarchical_plane_are_exact(hotpath: str) -> None:
     want = _steady(hotpath)
-    res = run_mpi(3, [program("steady_batch.py"), "engine"],
-                  env={"HVDCORE_HIERARCHICAL_ALLREDUCE": "1", "HVDCORE_HOTPATH": hotpath},
-                  timeout=240)
-    lines = _ok(res, 3, "engine")
+    lines = _ok(steady_launch(3, hotpath, "hierarchical"), 3, "engine")
     assert all(ln.endswith(f"steady={want}") for ln in lines), lines
 
 
 def test_both_batch_implementations_agree_when_called_directly(world_size: int) -> None:
     """Where the compiled module does not run, the mpi4py one still makes every check."""
     usable, why = compiled_status()
-    res = run_mpi(world_size, [program("steady_batch.py"), "direct"], timeout=120)
-    lines = _ok(res, world_size, "direct")
-    want = "direct ok: PythonSteady" + (" CompiledSteady" if usable else " (compiled: ")
+    lines = _ok(steady_launch(world_size, "0"), world_size, "direct-batch")
+    want = "direct-batch ok: PythonSteady" + (" CompiledSteady" if usable else " (compiled: ")
     assert all(want in ln for ln in lines), (lines, why)
 
 

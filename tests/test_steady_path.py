@@ -2,7 +2,9 @@
 one call, on real ranks. Every check runs on both implementations, the compiled one
 (hvdcore/backends/_hotpath.c, ``HVDCORE_HOTPATH=1``) and the mpi4py one (``=0``, also what an
 install without the compiled module runs); the compiled variants skip, with the runtime's
-reason, where it is not built (tests/hotpath_status.py)."""
+reason, where it is not built (tests/hotpath_status.py). The exact, late, hierarchical and
+direct checks share their launches with tests/test_steady_batch.py (tests/steady_runs.py:
+one mpirun per world size and hotpath runs both programs)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import subprocess
 import pytest
 from conftest import program, run_mpi
 from hotpath_status import compiled_status, skip_unless_compiled
+from steady_runs import steady_launch
 
 pytestmark = pytest.mark.mpi
 
@@ -37,9 +40,7 @@ def _steady(hotpath: str) -> str:
 def test_repeated_allreduces_are_exact_on_every_dtype_op_and_output(
         world_size: int, hotpath: str) -> None:
     want = _steady(hotpath)
-    res = run_mpi(world_size, [program("steady_path.py"), "exact"],
-                  env={"HVDCORE_HOTPATH": hotpath}, timeout=240)
-    lines = _ok(res, world_size, "exact")
+    lines = _ok(steady_launch(world_size, hotpath), world_size, "exact")
     # (1 rank has the response cache too: its round completes at once)
     assert all(ln.endswith(f"steady={want}") for ln in lines), lines
 
@@ -51,8 +52,12 @@ def test_a_late_rank_leaves_the_results_exact(hotpath: str, progress: str) -> No
     """(With thread progress a small async call that a peer has not offered yet is left
     pending by the caller for the engine thread: HVDCORE_ASYNC_INLINE_BYTES.)"""
     _steady(hotpath)
-    res = run_mpi(3, [program("steady_path.py"), "late"],
-                  env={"HVDCORE_HOTPATH": hotpath, "HVDCORE_PROGRESS": progress}, timeout=240)
+    if progress == "auto":  # (shared with test_steady_batch.py's late batches)
+        res = steady_launch(3, hotpath, "late")
+    else:
+        res = run_mpi(3, [program("steady_path.py"), "late"],
+                      env={"HVDCORE_HOTPATH": hotpath, "HVDCORE_PROGRESS": progress},
+                      timeout=240)
     _ok(res, 3, "late")
 
 
@@ -60,18 +65,14 @@ def test_a_late_rank_leaves_the_results_exact(hotpath: str, progress: str) -> No
 def test_on_the_hierarchical_plane_sizes_it_takes_over_skip_the_steady_call(
         hotpath: str) -> None:
     want = _steady(hotpath)
-    res = run_mpi(3, [program("steady_path.py"), "exact"],
-                  env={"HVDCORE_HIERARCHICAL_ALLREDUCE": "1", "HVDCORE_HOTPATH": hotpath},
-                  timeout=240)
-    lines = _ok(res, 3, "exact")
+    lines = _ok(steady_launch(3, hotpath, "hierarchical"), 3, "exact")
     assert all(ln.endswith(f"steady={want}") for ln in lines), lines
 
 
 def test_both_implementations_agree_when_called_directly(world_size: int) -> None:
     """Where the compiled module does not run, the mpi4py one still makes every check."""
     usable, why = compiled_status()
-    res = run_mpi(world_size, [program("steady_path.py"), "direct"], timeout=120)
-    lines = _ok(res, world_size, "direct")
+    lines = _ok(steady_launch(world_size, "0"), world_size, "direct")
     want = "direct ok: PythonSteady" + (" CompiledSteady" if usable else " (compiled: ")
     assert all(want in ln for ln in lines), (lines, why)
 

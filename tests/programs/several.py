@@ -4,7 +4,8 @@ import and ``init()`` are paid once per launch: ``several.py ARG PROGRAM [PROGRA
 Each PROGRAM (a file name under tests/programs) runs as ``__main__`` with ``sys.argv`` set to
 ``[PROGRAM, ARG/<program name>]`` (its own directory under ARG, created here). A program that
 fails ends the launch with its exception or exit status, as it would alone; one that ends with
-``sys.exit(0)`` hands over to the next.
+``sys.exit(0)`` hands over to the next. ``PROGRAM:A,B`` runs PROGRAM with ``sys.argv``
+``[PROGRAM, A, B]`` instead (programs that take modes; tests/steady_runs.py).
 """
 
 from __future__ import annotations
@@ -19,14 +20,18 @@ HERE = Path(__file__).resolve().parent
 if len(sys.argv) < 3:
     sys.exit("usage: several.py ARG PROGRAM [PROGRAM ...]")
 base, programs = sys.argv[1], sys.argv[2:]
-missing = [p for p in programs if not (HERE / p).is_file()]
+missing = [p for p in programs if not (HERE / p.split(":", 1)[0]).is_file()]
 if missing:
     sys.exit(f"several.py: no such program under {HERE}: {missing}")
 for name in programs:
+    name, _, modes = name.partition(":")
     path = HERE / name
-    arg = os.path.join(base, path.stem)
-    os.makedirs(arg, exist_ok=True)
-    sys.argv = [str(path), arg]
+    if modes:
+        sys.argv = [str(path), *modes.split(",")]
+    else:
+        arg = os.path.join(base, path.stem)
+        os.makedirs(arg, exist_ok=True)
+        sys.argv = [str(path), arg]
     try:
         runpy.run_path(str(path), run_name="__main__")
     except SystemExit as exc:

@@ -16,7 +16,7 @@ Modes:
   direct  both SteadyCalls implementations' batch calls on a round communicator of their
           own, called directly: every rank offers the batch (the data runs, with gaps and
           scaling), a tail that differs (nothing touched), and the data call alone.
-          Prints ``rank R direct ok: <implementations>`` (and why the compiled one is not
+          Prints ``rank R direct-batch ok: <implementations>`` (and why the compiled one is not
           there, where it is not).
 """
 
@@ -38,8 +38,9 @@ from hvdcore.engine.cache import RoundVector
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 HVDCORE = os.path.dirname(hvd.__file__)  # which install this run imported
-mode = sys.argv[1]
-late = "late" in sys.argv[2:]
+# several modes run one after the other (tests/steady_runs.py); "late" applies to "engine"
+modes = [m for m in sys.argv[1:] if m != "late"]
+late = "late" in sys.argv[1:]
 
 SHAPES = [(3,), (5, 7), (1,), (0,), (1000,), (2, 3, 4)]  # odd sizes: gaps between them
 checks = 0
@@ -199,11 +200,14 @@ def direct() -> list[str]:
     return [type(c).__name__ for c in impls] + ([] if module else [f"(compiled: {why})"])
 
 
-if mode == "engine":
-    steady = engine()
-    print(f"rank {R} engine ok: {checks} checks, hvdcore={HVDCORE}, steady={steady}", flush=True)
-elif mode == "direct":
-    print(f"rank {R} direct ok: {' '.join(direct())}", flush=True)
-else:
-    raise SystemExit(f"unknown mode {mode}")
+for mode in modes:
+    if mode == "engine":
+        steady = engine()
+        print(f"rank {R} engine ok: {checks} checks, hvdcore={HVDCORE}, steady={steady}",
+              flush=True)
+    elif mode == "direct":
+        # (not "direct ok": steady_path.py's direct mode prints that in the same launch)
+        print(f"rank {R} direct-batch ok: {' '.join(direct())}", flush=True)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
 hvd.shutdown()

@@ -35,7 +35,7 @@ from hvdcore.engine.cache import RoundVector
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 HVDCORE = os.path.dirname(hvd.__file__)  # which install this run imported
-mode = sys.argv[1]
+modes = sys.argv[1:]  # several modes run one after the other (tests/steady_runs.py)
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.float16, np.bool_]
 OPS = {hvd.Sum: "sum", hvd.Average: "average", hvd.Min: "min", hvd.Max: "max",
@@ -214,16 +214,17 @@ def direct() -> list[str]:
     return [type(c).__name__ for c in impls] + ([] if module else [f"(compiled: {why})"])
 
 
-if mode == "exact":
-    sweep(4, late=False)
-    steady = basics.state().engine.rounds.channel.calls
-    print(f"rank {R} exact ok: {checks} checks, hvdcore={HVDCORE}, steady={type(steady).__name__}",
-          flush=True)
-elif mode == "late":
-    sweep(4, late=True)
-    print(f"rank {R} late ok: {checks} checks", flush=True)
-elif mode == "direct":
-    print(f"rank {R} direct ok: {' '.join(direct())}", flush=True)
-else:
-    raise SystemExit(f"unknown mode {mode}")
+for mode in modes:
+    if mode == "exact":
+        sweep(4, late=False)
+        steady = basics.state().engine.rounds.channel.calls
+        print(f"rank {R} exact ok: {checks} checks, hvdcore={HVDCORE}, "
+              f"steady={type(steady).__name__}", flush=True)
+    elif mode == "late":
+        sweep(4, late=True)
+        print(f"rank {R} late ok: {checks} checks", flush=True)
+    elif mode == "direct":
+        print(f"rank {R} direct ok: {' '.join(direct())}", flush=True)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
 hvd.shutdown()
