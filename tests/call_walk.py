@@ -122,7 +122,14 @@ def _engine_thread_held() -> Any:
 
 
 def walk(label: str, call: Callable[[], Any], warmup: int = WARMUP) -> Walk:
-    """Run ``call`` ``warmup`` times, then once more under a profiler: its :class:`Walk`."""
+    """Run ``call`` ``warmup`` times, then once more under a profiler: its :class:`Walk`.
+    All of them run with the engine thread held, so the caller drives every one: no idle
+    cycle of the thread comes between the warm-up and the walked call."""
+    with _engine_thread_held():
+        return _walk(label, call, warmup)
+
+
+def _walk(label: str, call: Callable[[], Any], warmup: int) -> Walk:
     for _ in range(warmup):
         call()
     result = Walk(label)
@@ -150,12 +157,11 @@ def walk(label: str, call: Callable[[], Any], warmup: int = WARMUP) -> Walk:
                 entries.append(Entry(here, getattr(arg, "__qualname__", repr(arg)),
                                      depth(frame)))
 
-    with _engine_thread_held():
-        sys.setprofile(profile)
-        try:
-            call()
-        finally:
-            sys.setprofile(None)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
     # depth(frame) - 1 counts from the walked function's caller (this frame): the call itself
     # is at depth 1, shifted to 0 here
     shift = min((e.depth for e in entries), default=0)

@@ -91,8 +91,13 @@ def _wait_running(workdir: Path, job: Job, timeout: float = 180.0
 
 
 def _job_processes(job_id: str) -> dict[int, str]:
-    """Live processes whose environment says they belong to Slurm job ``job_id``."""
+    """Live processes whose environment says they belong to Slurm job ``job_id`` of this
+    test's cluster (``$SLURM_CONF``): job ids start at 1 in every localhost cluster, and
+    another test module's cluster may run its own job of that id at the same time (a CI
+    run counted such a job's srun as this trial's leftover)."""
     needle = f"\0SLURM_JOB_ID={job_id}\0".encode()
+    conf = os.environ.get("SLURM_CONF")
+    cluster = f"\0SLURM_CONF={conf}\0".encode() if conf else b""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -101,7 +106,7 @@ def _job_processes(job_id: str) -> dict[int, str]:
             env = b"\0" + Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue
-        if needle in env:
+        if needle in env and cluster in env:
             found[int(entry)] = ""
     return live_processes(set(found), None)
 
