@@ -51,12 +51,14 @@ UNGUARDED_EFFICIENCY = ["-S", "HvdcoreMnistCheck.max_valid_efficiency=1000",
 QUICK_TORCH_MNIST = ["-S", "max_steps_per_epoch=200", "-S", "epochs=1",
                      "-S", "min_window_s=0.5"]
 
-#: For runs whose subject is not how hvdcore and its peer alternate (Slurm, modules, installs):
+#: For runs whose subject is not how hvdcore and its peer alternate (the local suite, Slurm,
+#: modules, installs):
 #: the torch scaling check trains hvdcore and its DDP peer once each (2 launches) instead of in 3
 #: alternating pairs (6 launches; with QUICK_TORCH_MNIST's 200 steps every chunk is raised to
 #: 110, so 330 steps a side). The peer still runs and ``ddp_ratio`` is still reported; the
-#: alternation is tested by the local suite (test_reframe_local.py, default chunks) and
-#: test_reframe_verdicts.py (chunk order and lengths).
+#: alternation runs for real in test_reframe_degraded.py's ddp_ratio run (default chunks) and
+#: is unit-tested in test_reframe_verdicts.py (chunk order and lengths). Each TensorFlow 2-rank
+#: launch saved is ~35 CPU s (imports, data, model) before it trains.
 ONE_CHUNK_MNIST = ["-S", "HvdcoreMnistCheck.chunks=1"]
 
 #: For runs that train both frameworks: one epoch each. That halves the torch example (its default

@@ -18,6 +18,7 @@ from reframe_helpers import (
     CHECKS,
     CONFIGS,
     MNIST_EXAMPLE,
+    ONE_CHUNK_MNIST,
     ONE_EPOCH_MNIST,
     ROOT,
     TOOLS,
@@ -44,11 +45,6 @@ ELASTIC_REFERENCE = 0.86
 ELASTIC_EPOCHS = ["-S", "HvdcoreElasticCheck.epochs=2",
                   "-S", f"HvdcoreElasticCheck.reference_accuracy={ELASTIC_REFERENCE}"]
 FRAMEWORKS = ["torch", "tensorflow"] if HAVE_TF else ["torch"]
-#: One pair of launches (hvdcore, then its peer) instead of the frameworks' 3 (torch) and 2
-#: (TensorFlow): each TensorFlow launch of 2 ranks costs ~35 CPU seconds before it trains
-#: (imports, data, model), which the verdicts here do not need. The alternating pairs and
-#: their median are exercised by test_reframe_degraded.py's torch run (3 pairs).
-ONE_CHUNK = ["-S", "HvdcoreMnistCheck.chunks=1"]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +64,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     res = run_reframe(["-C", str(CONFIGS / "local.py"), "-c", str(CHECKS), "-r",
                        "-x", "HvdcoreSyntheticCheck", "-x", "HvdcoreDataPlanesCheck",
                        "-x", "HvdcoreFabricCheck", *UNGUARDED_EFFICIENCY, *ONE_EPOCH_MNIST,
-                       *ELASTIC_EPOCHS, *ONE_CHUNK,
+                       *ELASTIC_EPOCHS, *ONE_CHUNK_MNIST,
                        "--report-file", str(report)], work,
                       timeout=1200)
     return {"work": work, "report": report, "res": res, "seconds": time.monotonic() - t0}
