@@ -30,10 +30,15 @@ def _assert_ok(proc, marker: str, np: int) -> None:  # type: ignore[no-untyped-d
     assert proc.stdout.count(marker) == np, out[-6000:]
 
 
+#: the shared launch of each world size (SHARED_LAUNCHES in conftest.py), TensorFlow and torch
+#: imported once in each: at 2 ranks with the Keras 3 fit, at 3 with the semantics and parity
+#: programs (tests below)
+GROUP = {2: "tf_collectives_keras_fit", 3: "tf"}
+
+
 @pytest.mark.parametrize("np", [2, 3])
 def test_tf_collectives_on_the_gloo_plane(np: int, shared_launch) -> None:
-    # one launch with tensorflow_semantics.py (SHARED_LAUNCHES in conftest.py)
-    proc = shared_launch("tf", np, GLOO, controller="gloo")
+    proc = shared_launch(GROUP[np], np, GLOO, controller="gloo")
     _assert_ok(proc, "TF-COLLECTIVES-OK", np)
     assert proc.stdout.count("CPU tensors: dlpack->gloo") == np, proc.stdout[-3000:]
 
@@ -52,12 +57,13 @@ def test_tf_parity_on_the_gloo_plane(shared_launch) -> None:
 
 
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
-def test_keras_fit_on_the_gloo_plane_matches_single_process(flavour: str, tmp_path) -> None:
-    env = dict(GLOO)
-    if flavour == "tf_keras":
+def test_keras_fit_on_the_gloo_plane_matches_single_process(flavour: str, tmp_path,
+                                                            shared_launch) -> None:
+    if flavour == "keras3":  # after the collectives: test_tf_collectives_on_the_gloo_plane[2]'s
+        proc = shared_launch(GROUP[2], 2, GLOO, controller="gloo")
+    else:  # TF_USE_LEGACY_KERAS must be set before TensorFlow's import: a launch of its own
         if importlib.util.find_spec("tf_keras") is None:
             pytest.skip("tf-keras is not installed (pip install --no-deps tf-keras)")
-        env["TF_USE_LEGACY_KERAS"] = "1"
-    proc = launch("gloo", 2, [program("tensorflow_keras_fit.py"), str(tmp_path)], env=env,
-                  timeout=400)
+        proc = launch("gloo", 2, [program("tensorflow_keras_fit.py"), str(tmp_path)],
+                      env={**GLOO, "TF_USE_LEGACY_KERAS": "1"}, timeout=400)
     _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", 2)
