@@ -30,9 +30,13 @@ def _assert_ok(proc, marker: str, np: int) -> None:
     assert proc.stdout.count(marker) == np, out[-6000:]
 
 
+# the first test to ask for its world size's joined launch (the TF and Keras programs:
+# JOINED_LAUNCHES in conftest.py) waits for both: pytest's 600 s per test doubled, as the launch's
+@pytest.mark.timeout(1200)
 def test_collectives_tape_and_broadcast(world_size: int, shared_launch) -> None:
     """Every TF collective vs NumPy (eager + tf.function), tape gradients, process sets, errors.
-    (One launch with tensorflow_semantics.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    (One launch with tensorflow_semantics.py and the Keras programs: ``SHARED_LAUNCHES`` and
+    ``JOINED_LAUNCHES`` in conftest.py.)"""
     proc = shared_launch("tf", world_size)
     _assert_ok(proc, "TF-COLLECTIVES-OK", world_size)
     assert "CHECK gradient_tape.allgather_sparse.graph ok" in proc.stdout
@@ -41,7 +45,8 @@ def test_collectives_tape_and_broadcast(world_size: int, shared_launch) -> None:
 @pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
 def test_keras_fit_matches_single_process(world_size: int, flavour: str, shared_launch) -> None:
     """Compiled model.fit with DistributedOptimizer + callbacks equals one-process training.
-    (One launch with tensorflow_keras_semantics.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    (One launch with tensorflow_keras_semantics.py, and for Keras 3 / Keras 2 with the TF
+    programs of test_collectives_tape_and_broadcast: ``JOINED_LAUNCHES`` in conftest.py.)"""
     proc = shared_launch("keras", world_size, flavour_env(flavour))
     _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", world_size)
     assert f"CHECK {flavour}.sgd_warmup_sparse.epoch1.matches_reference ok" in proc.stdout
