@@ -35,7 +35,7 @@ MATRIX = {
 }
 
 #: the inner pytest's selection (scripts/tf_matrix.sh's default adds tf-keras and the dead rank)
-SELECT = ["-k", "(np2 or host_arrays) and not tf_keras",
+SELECT = ["-k", "(np2 or eager_results_share) and not tf_keras",
           "tests/test_tensorflow.py", "tests/test_tensorflow_semantics.py"]
 
 
