@@ -13,7 +13,8 @@ tensorflow_keras_semantics.py. One compiled-fit SGD step of a two-layer model ha
 - ``LearningRateScheduleCallback`` (staircase) sets initial_lr * multiplier(epoch);
 - ``ModelCheckpoint`` .keras -> ``hvd.load_model``: weights, optimizer state (iterations and
   slots) and the DistributedOptimizer come back, and the loaded model trains on in sync.
-Prints ``CHECK <backend>.<name> ok`` (rank 0) and ``KERAS-BACKEND-SEMANTICS-OK backend=B rank=R``.
+Prints ``CHECK <backend>.<name> ok`` (rank 0) and
+``KERAS-BACKEND-SEMANTICS-OK backend=B rank=R size=N``.
 """
 
 from __future__ import annotations
@@ -207,4 +208,4 @@ check("save.keras.trains_on_in_sync",
                                                            for w in everyone))
 
 hvd.barrier()
-print(f"KERAS-BACKEND-SEMANTICS-OK backend={BACKEND} rank={R}", flush=True)
+print(f"KERAS-BACKEND-SEMANTICS-OK backend={BACKEND} rank={R} size={N}", flush=True)
