@@ -116,7 +116,11 @@ SHARED_LAUNCHES = {
     "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py", "tensorflow_model_parallel.py",
            "tensorflow_parity.py"),
     "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py"),
-    "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py"),
+    "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py",
+              "torch_semantics.py:all", "torch_mpi_plane.py"),
+    # the Gloo launches of test_torch_gloo.py: the first three only (semantics on Gloo and the
+    # CUDA-aware MPI plane are tests of their own there / MPI only)
+    "torch_gloo": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py"),
     "keras_backend": ("keras_backend_fit.py", "keras_backend_semantics.py"),
     # test_tensorflow_dlpack.py at 2 ranks on the Gloo plane (what its tests there judge)
     "tf_collectives_keras_fit": ("tensorflow_collectives.py", "tensorflow_keras_fit.py"),
@@ -163,6 +167,8 @@ XDIST_GROUPS = {
     "test_reframe_slurm": "slurm", "test_faults_slurm": "slurm", "test_faults_reframe": "slurm",
     "test_core_hierarchical_slurm": "slurm", "test_torch_rendezvous_slurm": "slurm",
     "test_steady_path": "steady", "test_steady_batch": "steady",  # tests/steady_runs.py
+    "test_torch_binding": "torch", "test_torch_semantics": "torch",  # SHARED_LAUNCHES["torch"]
+    "test_torch_dataplanes": "torch",
 }
 
 #: Rough seconds per group on the 2-core CI machine (junit of a serial run): the longest
@@ -177,7 +183,7 @@ GROUP_SECONDS = {
     "test_container_rootfs": 180, "test_reframe_degraded": 150, "test_reframe_modules": 150,
     "test_reframe_configs": 140, "test_torch_gloo": 140, "test_synthetic_benchmark": 125,
     "test_faults_scenarios": 120, "test_easyconfigs": 105, "test_easybuild_install": 100,
-    "test_torch_semantics": 95, "test_torch_binding": 90, "test_core_hierarchical": 80,
+    "torch": 185, "test_core_hierarchical": 80,
     # elastic jobs (issue 58): 10 torch jobs, 3 TF jobs (the launcher-only scenarios run with
     # torch only), serially
     "test_elastic_torch": 370, "test_elastic_tensorflow": 250, "test_elastic_units": 60,

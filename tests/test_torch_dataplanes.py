@@ -8,7 +8,7 @@ tensors (mpi4py takes their NumPy views where it would take CUDA tensors' device
 from __future__ import annotations
 
 import pytest
-from conftest import program, run_mpi
+from conftest import run_mpi
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch]
@@ -43,8 +43,9 @@ def test_gpu_path_choice(setting: str, votes: list, path: str) -> None:
 
 
 @pytest.mark.mpi
-def test_cuda_aware_mpi_plane_code_on_cpu_tensors(world_size: int) -> None:
-    res = run_mpi(world_size, [program("torch_mpi_plane.py")], timeout=120)
+def test_cuda_aware_mpi_plane_code_on_cpu_tensors(world_size: int, shared_launch) -> None:
+    # one launch with test_torch_binding.py's programs (SHARED_LAUNCHES["torch"] in conftest.py)
+    res = shared_launch("torch", world_size)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-5000:]
     assert out.count("torch-mpi-plane") == world_size and "checks=13 OK" in out, out[-3000:]

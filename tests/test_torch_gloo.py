@@ -61,17 +61,17 @@ def test_shutdown_then_init_starts_the_planes_clean(world_size: int) -> None:
 
 def test_collectives_on_gloo_match_torch_reference(world_size: int, shared_launch) -> None:
     # one launch with the optimizer and errors programs (SHARED_LAUNCHES in conftest.py)
-    lines = ok_lines(shared_launch("torch", world_size, GLOO), world_size, "torch-collectives")
+    lines = ok_lines(shared_launch("torch_gloo", world_size, GLOO), world_size, "torch-collectives")
     assert all(int(re.search(r"checks=(\d+)", ln).group(1)) > 120 for ln in lines)
 
 
 def test_distributed_optimizer_on_gloo_matches_single_process(world_size: int,
                                                               shared_launch) -> None:
-    ok_lines(shared_launch("torch", world_size, GLOO), world_size, "torch-optimizer")
+    ok_lines(shared_launch("torch_gloo", world_size, GLOO), world_size, "torch-optimizer")
 
 
 def test_errors_on_gloo_are_clear_and_catchable(world_size: int, shared_launch) -> None:
-    lines = ok_lines(shared_launch("torch", world_size, GLOO), world_size, "torch-errors")
+    lines = ok_lines(shared_launch("torch_gloo", world_size, GLOO), world_size, "torch-errors")
     if world_size > 1:
         assert all("shape-mismatch,model-mismatch,zero-grad-in-flight" in ln for ln in lines), lines
 
@@ -98,7 +98,7 @@ def test_blocking_calls_on_gloo_with_thread_progress(world_size: int, shared_lau
     (``hvdcore.torch.handles.blocking``): the collectives, the optimizer and the errors
     programs give their in-process references and errors at every world size. Launched with
     ``hvdcorerun --gloo``: the whole job on the Gloo controller (issue 62), no MPI in it."""
-    res = shared_launch("torch", world_size, THREAD, controller="gloo")
+    res = shared_launch("torch_gloo", world_size, THREAD, controller="gloo")
     for marker in ("torch-collectives", "torch-optimizer", "torch-errors"):
         ok_lines(res, world_size, marker)
 

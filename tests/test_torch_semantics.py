@@ -1,7 +1,8 @@
 """Horovod 0.28.1 semantics of hvdcore.torch (issue 18, items 3, 5, 6, 7, 9) under real mpirun at
 1, 2 and 3 ranks; program: tests/programs/torch_semantics.py, one section per test. The five
-sections share one launch per world size (three launches, not fifteen); each test judges its
-own section's lines."""
+sections share one launch per world size with test_torch_binding.py's programs and
+test_torch_dataplanes.py's (SHARED_LAUNCHES["torch"] in conftest.py); each test judges its own
+section's lines."""
 
 from __future__ import annotations
 
@@ -9,22 +10,16 @@ import subprocess
 from collections.abc import Callable
 
 import pytest
-from conftest import program, run_mpi
-from torch_semantics_runs import SECTIONS, check_section
+from torch_semantics_runs import check_section
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.mpi]
 
-@pytest.fixture(scope="module")
-def semantics_run() -> Callable[[int], subprocess.CompletedProcess[str]]:
-    """``np -> the launch of every section at np ranks``, each launched once per module."""
-    runs: dict[int, subprocess.CompletedProcess[str]] = {}
-
-    def get(np: int) -> subprocess.CompletedProcess[str]:
-        if np not in runs:
-            runs[np] = run_mpi(np, [program("torch_semantics.py"), *SECTIONS], timeout=400)
-        return runs[np]
-    return get
+@pytest.fixture
+def semantics_run(shared_launch) -> Callable[[int], subprocess.CompletedProcess[str]]:
+    """``np -> the launch of every section at np ranks``: SHARED_LAUNCHES["torch"] (with
+    test_torch_binding.py's programs; one launch per world size and pytest worker)."""
+    return lambda np: shared_launch("torch", np)
 
 
 def _run(np: int, section: str, semantics_run: Callable) -> None:
