@@ -121,7 +121,6 @@ SHARED_LAUNCHES = {
     # the Gloo launches of test_torch_gloo.py: the first three only (semantics on Gloo and the
     # CUDA-aware MPI plane are tests of their own there / MPI only)
     "torch_gloo": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py"),
-    "keras_backend": ("keras_backend_fit.py", "keras_backend_semantics.py"),
     # test_tensorflow_dlpack.py at 2 ranks on the Gloo plane (what its tests there judge)
     "tf_collectives_keras_fit": ("tensorflow_collectives.py", "tensorflow_keras_fit.py"),
 }
@@ -175,15 +174,16 @@ XDIST_GROUPS = {
 #: groups are handed out first so that no worker starts a long one at the end. Only the order
 #: depends on these figures; a group not named here counts as short.
 GROUP_SECONDS = {
-    # (test_reframe_local and test_tf_matrix: their call and setup times in the log of a
-    # 2-worker CI run; the others from a serial run)
-    "tf": 560, "test_keras_backends": 500, "slurm": 330, "test_tf_matrix": 520,
+    # (test_reframe_local: its setup time in the log of a 2-worker CI run; tf, torch,
+    # test_tf_matrix and test_keras_backends from 2-worker runs of their files alone (s68);
+    # the others from a serial run)
+    "tf": 400, "test_keras_backends": 220, "slurm": 330, "test_tf_matrix": 240,
     "test_reframe_local": 650,
     "test_docs_journeys": 90, "test_docs": 60,
     "test_container_rootfs": 180, "test_reframe_degraded": 150, "test_reframe_modules": 150,
     "test_reframe_configs": 140, "test_torch_gloo": 140, "test_synthetic_benchmark": 125,
     "test_faults_scenarios": 120, "test_easyconfigs": 105, "test_easybuild_install": 100,
-    "torch": 185, "test_core_hierarchical": 80,
+    "torch": 230, "test_core_hierarchical": 80,
     # elastic jobs (issue 58): 10 torch jobs, 3 TF jobs (the launcher-only scenarios run with
     # torch only), serially
     "test_elastic_torch": 370, "test_elastic_tensorflow": 250, "test_elastic_units": 60,
