@@ -13,13 +13,11 @@ ranks >= n are done and exit (they take part in no later section).
 from __future__ import annotations
 
 import os
-import runpy
 import sys
-from pathlib import Path
+
+from several import run_programs  # this directory is sys.path[0]
 
 import hvdcore.keras as hvd
-
-HERE = Path(__file__).resolve().parent
 
 if len(sys.argv) < 3:
     sys.exit("usage: keras_backend_sizes.py OUTDIR PROGRAM [PROGRAM ...]")
@@ -35,14 +33,5 @@ for n in sizes:
     assert hvd.size() == n and hvd.rank() == world_rank, (hvd.size(), hvd.rank())
     if world_rank == 0:
         print(f"SECTION size={n}", flush=True)
-    for name in programs:
-        path = HERE / name
-        arg = os.path.join(base, f"size{n}", path.stem)
-        os.makedirs(arg, exist_ok=True)
-        sys.argv = [str(path), arg]
-        try:
-            runpy.run_path(str(path), run_name="__main__")
-        except SystemExit as exc:
-            if exc.code not in (None, 0):
-                raise
+    run_programs(os.path.join(base, f"size{n}"), programs)
     hvd.shutdown()

@@ -17,23 +17,30 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-if len(sys.argv) < 3:
-    sys.exit("usage: several.py ARG PROGRAM [PROGRAM ...]")
-base, programs = sys.argv[1], sys.argv[2:]
-missing = [p for p in programs if not (HERE / p.split(":", 1)[0]).is_file()]
-if missing:
-    sys.exit(f"several.py: no such program under {HERE}: {missing}")
-for name in programs:
-    name, _, modes = name.partition(":")
-    path = HERE / name
-    if modes:
-        sys.argv = [str(path), *modes.split(",")]
-    else:
-        arg = os.path.join(base, path.stem)
-        os.makedirs(arg, exist_ok=True)
-        sys.argv = [str(path), arg]
-    try:
-        runpy.run_path(str(path), run_name="__main__")
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            raise
+
+def run_programs(base: str, programs: list[str]) -> None:
+    """Run each of ``programs`` (``NAME`` or ``NAME:A,B``) as ``__main__``, in order, with the
+    ``sys.argv`` the module docstring gives; a failing one raises."""
+    missing = [p for p in programs if not (HERE / p.split(":", 1)[0]).is_file()]
+    if missing:
+        sys.exit(f"several.py: no such program under {HERE}: {missing}")
+    for name in programs:
+        name, _, modes = name.partition(":")
+        path = HERE / name
+        if modes:
+            sys.argv = [str(path), *modes.split(",")]
+        else:
+            arg = os.path.join(base, path.stem)
+            os.makedirs(arg, exist_ok=True)
+            sys.argv = [str(path), arg]
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                raise
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: several.py ARG PROGRAM [PROGRAM ...]")
+    run_programs(sys.argv[1], sys.argv[2:])
