@@ -52,9 +52,9 @@ def sections(tmp_path_factory):
 
     def get(backend: str):
         if backend not in runs:
-            work = tmp_path_factory.mktemp(f"keras-{backend}")
             if backend in failed:  # a launch that timed out is not started again per test
                 pytest.fail(failed[backend])
+            work = tmp_path_factory.mktemp(f"keras-{backend}")
             try:
                 # timeout: the 3 sections of before's 2-3 launches (550 s each), 969 s wall
                 # seen for JAX at load 29 on 2 cores

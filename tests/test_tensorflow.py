@@ -31,7 +31,8 @@ def _assert_ok(proc, marker: str, np: int) -> None:
 
 
 # the first test to ask for its world size's joined launch (the TF and Keras programs:
-# JOINED_LAUNCHES in conftest.py) waits for both: pytest's 600 s per test doubled, as the launch's
+# JOINED_LAUNCHES in conftest.py) waits for both: pytest's 600 s per test doubled, as the
+# launch's own timeout is (the sum of the two groups')
 @pytest.mark.timeout(1200)
 def test_collectives_tape_and_broadcast(world_size: int, shared_launch) -> None:
     """Every TF collective vs NumPy (eager + tf.function), tape gradients, process sets, errors.
