@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks, for a machine with a GPU (CI has none): the device tests
-# (tests/test_torch_gpu.py) and the allreduce benchmark's NCCL tables at one rank per GPU.
+# (tests/test_torch_gpu.py), the allreduce benchmark's NCCL tables at one rank per GPU, and,
+# where a `reframe` is on PATH, the GPU-site checks through ReFrame (checks/config/local_gpu.py:
+# capabilities, device/host-plane collectives per size, fabric).
 # Logs go to DIR (default gpu-check/): env.txt, check_build.txt, test_torch_gpu.log,
-# allreduce_gpu.log and allreduce_gpu.json.
+# allreduce_gpu.log, allreduce_gpu.json and reframe/ (summary.md, planes.png, reframe.out).
 #
 #   scripts/gpu_check.sh [DIR]        PYTHON=... picks the interpreter (default python3)
 #
@@ -37,6 +39,15 @@ np=$(( gpus > 0 ? gpus : 1 ))
 mpirun -np "$np" --oversubscribe "$PY" benchmarks/allreduce.py --sizes 4KiB,1MiB,16MiB \
   --max-reps 200 --json "$out/allreduce_gpu.json" 2>&1 | tee "$out/allreduce_gpu.log"
 brc=${PIPESTATUS[0]}
-echo "gpu_check: tests rc=$rc, benchmark rc=$brc (np $np, $gpus GPU(s)); logs in $out/"
+frc=skipped
+if command -v reframe >/dev/null; then
+  CONFIG=checks/config/local_gpu.py VENV=/nonexistent checks/run_suite.sh "$out/reframe" \
+    -n 'HvdcoreCapabilitiesCheck|HvdcoreDataPlanesCheck|HvdcoreFabricCheck'
+  frc=$?
+else
+  echo "gpu_check: no reframe on PATH: the GPU-site checks did not run"
+fi
+echo "gpu_check: tests rc=$rc, benchmark rc=$brc, checks rc=$frc (np $np, $gpus GPU(s)); logs in $out/"
 [ "$rc" -ne 0 ] && exit "$rc"
-exit "$brc"
+[ "$brc" -ne 0 ] && exit "$brc"
+[ "$frc" = skipped ] || exit "$frc"

@@ -167,7 +167,8 @@ def test_local_gpu_config(tmp_path: Path) -> None:
     """checks/config/local_gpu.py (run on a GPU host for real: see checks/README.md): one rank
     per GPU (CHECKS_LOCAL_GPUS here, where no GPU exists), features gpu + vendor + mpi; on one
     GPU the scaling checks have nothing to compare and are not listed, and the collectives
-    job still runs 2 ranks; with no GPU at all the config refuses and says what to set."""
+    job still runs 2 ranks; the data-plane job sweeps the device plane to 1 GiB and the host
+    plane to 64 MiB; with no GPU at all the config refuses and says what to set."""
     base = ["-C", str(CONFIGS / "local_gpu.py"), "--system", "localgpu"]
     one = reframe_env({"CHECKS_LOCAL_GPUS": "1"})
     shown = run_reframe([*base, "--show-config"], tmp_path, one)
@@ -182,11 +183,16 @@ def test_local_gpu_config(tmp_path: Path) -> None:
                       reframe_env({"CHECKS_LOCAL_GPUS": "2"}))
     assert "HvdcoreMnistCheck %scale=1_node" in two.stdout, two.stdout + two.stderr
 
-    dry = run_reframe([*base, "-c", str(CHECKS), "-n", "HvdcoreCollectivesCheck", "--dry-run"],
+    dry = run_reframe([*base, "-c", str(CHECKS), "-n",
+                       "HvdcoreCollectivesCheck|HvdcoreDataPlanesCheck", "--dry-run"],
                       tmp_path, one)
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-5000:]
-    script = next((tmp_path / "rfm" / "stage").rglob("rfm_job.sh")).read_text()
+    stage = tmp_path / "rfm" / "stage"
+    script = next(stage.rglob("HvdcoreCollectivesCheck*/rfm_job.sh")).read_text()
     assert "-np 2" in script and "hvdcore_collectives.py" in script, script
+    planes = next(stage.rglob("HvdcoreDataPlanesCheck*/rfm_job.sh")).read_text()
+    assert "--plane=device --max-bytes=1073741824" in planes, planes
+    assert "--plane=host --max-bytes=67108864" in planes, planes
 
     none = run_reframe([*base, "--show-config"], tmp_path, reframe_env({"CHECKS_LOCAL_GPUS": "0"}))
     assert none.returncode != 0
