@@ -23,6 +23,11 @@ import numpy as np
 from hvdcore import errors
 from hvdcore.elastic import HorovodInternalError, HostsUpdatedInterrupt, State, run_fn
 from hvdcore.elastic import ObjectState as _ObjectState
+from hvdcore.elastic.progress_callbacks import (
+    CommitStateLogic,
+    UpdateBatchStateLogic,
+    UpdateEpochStateLogic,
+)
 from hvdcore.errors import ArgumentError
 from hvdcore.keras.portable_callbacks import model_and_optimizer_variables
 from hvdcore.keras.routing import broadcast_variables
@@ -140,66 +145,13 @@ class KerasState(ObjectState):
         super().sync()
 
 
-class CommitStateCallback(keras.callbacks.Callback):
-    """Commit ``state`` every ``batches_per_commit`` batches and at each epoch's end (the
-    count restarts with every ``fit``, so all ranks commit at the same batches)."""
-
-    def __init__(self, state: State, batches_per_commit: int = 1) -> None:
-        super().__init__()
-        if int(batches_per_commit) < 1:
-            raise ValueError(f"batches_per_commit must be >= 1, got {batches_per_commit}")
-        self.state = state
-        self.batches_per_commit = int(batches_per_commit)
-        self.batches_remaining = self.batches_per_commit
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self.batches_remaining = self.batches_per_commit
-
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        self.batches_remaining -= 1
-        if self.batches_remaining == 0:
-            self.state.commit()
-            self.batches_remaining = self.batches_per_commit
-
-    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        self.state.commit()
+class CommitStateCallback(CommitStateLogic, keras.callbacks.Callback):
+    __doc__ = CommitStateLogic.__doc__
 
 
-class UpdateBatchStateCallback(keras.callbacks.Callback):
-    """Keep ``state.batch`` = the batches of the current epoch done (a resumed epoch counts
-    from the ``state.batch`` it resumed at); 0 at each epoch's end."""
-
-    def __init__(self, state: State) -> None:
-        super().__init__()
-        self.state = state
-        self._start = 0
-
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self._start = int(self.state.batch)
-
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        self.state.batch = self._start + batch + 1
-
-    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        self.state.batch = 0
+class UpdateBatchStateCallback(UpdateBatchStateLogic, keras.callbacks.Callback):
+    __doc__ = UpdateBatchStateLogic.__doc__
 
 
-class UpdateEpochStateCallback(keras.callbacks.Callback):
-    """Keep ``state.epoch`` = the epochs done, across resets: Keras' epoch number is taken as
-    absolute when ``fit`` started at ``initial_epoch=state.epoch``, else as counted from
-    ``state.epoch``."""
-
-    def __init__(self, state: State) -> None:
-        super().__init__()
-        self.state = state
-        self._offset: int | None = None
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self._offset = None
-
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        if self._offset is None:
-            self._offset = int(self.state.epoch) - epoch
-
-    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        self.state.epoch = (self._offset or 0) + epoch + 1
+class UpdateEpochStateCallback(UpdateEpochStateLogic, keras.callbacks.Callback):
+    __doc__ = UpdateEpochStateLogic.__doc__

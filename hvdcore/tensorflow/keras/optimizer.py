@@ -13,6 +13,7 @@ from typing import Any
 
 from hvdcore import Average, global_process_set
 from hvdcore.errors import ArgumentError, UnsupportedError
+from hvdcore.keras_partial import partial_optimizer
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.keras.flavours import optimizer_flavour
 
@@ -99,23 +100,10 @@ def PartialDistributedOptimizer(optimizer: Any, name: str | None = None,
         opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1),
                                               local_layers=[model.layers[-1]])
     """
-    if local_layers is None:
-        layers: list[Any] = []
-    elif isinstance(local_layers, (list, tuple, set)):
-        layers = list(local_layers)
-    else:
-        layers = [local_layers]
-    for layer in layers:
-        if not hasattr(layer, "trainable_weights") or not hasattr(layer, "built"):
-            raise ArgumentError(f"local_layers must be Keras layers, got {type(layer).__name__}")
-    opt = DistributedOptimizer(
-        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
-        compression=compression, sparse_as_dense=sparse_as_dense,
-        gradient_predivide_factor=gradient_predivide_factor, op=op,
-        backward_passes_per_step=backward_passes_per_step,
-        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-        process_set=process_set, scale_local_gradients=scale_local_gradients)
-    for layer in layers:
-        for var in layer.trainable_weights:
-            opt.register_local_var(var)
-    return opt
+    return partial_optimizer(lambda: DistributedOptimizer(
+            optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
+            compression=compression, sparse_as_dense=sparse_as_dense,
+            gradient_predivide_factor=gradient_predivide_factor, op=op,
+            backward_passes_per_step=backward_passes_per_step,
+            average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+            process_set=process_set, scale_local_gradients=scale_local_gradients), local_layers)

@@ -10,14 +10,13 @@ It works in compiled ``model.fit`` (the collectives are ``tf.numpy_function`` op
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import keras
-import numpy as np
 
 from hvdcore import Average, global_process_set
 from hvdcore.errors import UnsupportedError
+from hvdcore.keras3_wrapper import WrapsKeras3Optimizer
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.gradients import GradientReducer
 from hvdcore.tensorflow.keras.aggregation import (
@@ -44,7 +43,7 @@ class _State:
 
 
 @keras.saving.register_keras_serializable(package="hvdcore", name="DistributedOptimizer")
-class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
+class Keras3DistributedOptimizer(WrapsKeras3Optimizer, keras.optimizers.Optimizer):
     """Keras 3 optimizer that averages gradients over hvdcore ranks, then applies ``optimizer``.
 
     Create it with :func:`hvdcore.tensorflow.keras.DistributedOptimizer`.
@@ -70,16 +69,6 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
                             process_set),
             self.backward_passes_per_step, self.average_aggregated_gradients)
 
-    @property
-    def reducer(self) -> GradientReducer:
-        """The gradient reducer (op, compression, process set)."""
-        return self._hvd.reducer
-
-    def register_local_var(self, var: Any) -> None:
-        """Keep ``var``'s gradient local to this rank (not reduced; divided by the set size
-        when ``scale_local_gradients``), e.g. for model-parallel layers."""
-        self._hvd.local.add(var)
-
     def build(self, var_list: list[Any]) -> None:
         """Create the wrapped optimizer's variables (and the accumulators, if any)."""
         if not var_list:
@@ -97,50 +86,9 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
             self.inner_optimizer.build(var_list)
         super().build(var_list)
 
-    @property
-    def variables(self) -> list[Any]:
-        return self._variables + self.inner_optimizer.variables
-
-    def set_weights(self, weights: Any) -> None:
-        """Assign ``weights`` in the order of :attr:`variables`, as far as both go.
-
-        The base class would fill only this wrapper's own variables. Keras 3's .h5 loader
-        builds the optimizer before the model's variables are known, so, as for a plain Keras
-        optimizer, only the leading variables (iterations, learning rates) are restored then.
-        """
-        for variable, weight in zip(self.variables, weights, strict=False):
-            if tuple(variable.shape) != tuple(np.shape(weight)):
-                raise ValueError(f"optimizer variable {variable.path} has shape "
-                                 f"{tuple(variable.shape)}, the saved weight {np.shape(weight)}")
-            variable.assign(weight)
-
-    @property
-    def learning_rate(self) -> Any:
-        return self.inner_optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, value: Any) -> None:
-        self.inner_optimizer.learning_rate = value
-
-    @property
-    def iterations(self) -> Any:
-        return self.inner_optimizer.iterations
-
-    def scale_loss(self, loss: Any) -> Any:
-        return self.inner_optimizer.scale_loss(loss)
-
     def apply(self, grads: Any, trainable_variables: Any = None) -> None:
         """Reduce ``grads`` over ranks and apply them with the wrapped optimizer."""
-        grads = list(grads)
-        if trainable_variables is None:
-            if not self.built:  # type: ignore[has-type]
-                raise ValueError("call optimizer.build(trainable_variables) before apply(grads)")
-            trainable_variables = self._trainable_variables
-        trainable_variables = list(trainable_variables)
-        if not self.built:  # type: ignore[has-type]
-            with keras.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
-            self.built = True
+        grads, trainable_variables = self._built_for(grads, trainable_variables)
 
         def apply_fn(gs: list[Any], vs: list[Any]) -> None:
             self.inner_optimizer.apply(gs, vs)
@@ -149,20 +97,5 @@ class Keras3DistributedOptimizer(keras.optimizers.Optimizer):
                           self._hvd.accumulation, self._var_key, self._hvd.local,
                           self.scale_local_gradients)
 
-    def apply_gradients(self, grads_and_vars: Any) -> Any:
-        grads, variables = zip(*grads_and_vars, strict=False)
-        self.apply(grads, variables)
-        return self.iterations
-
-    def finalize_variable_values(self, var_list: Any) -> None:
-        self.inner_optimizer.finalize_variable_values(var_list)
-
     def get_config(self) -> dict[str, Any]:
         return options_config(self, keras.saving.serialize_keras_object(self.inner_optimizer))
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Any:
-        config = copy.deepcopy(config)  # deserializing may edit the nested dict in place
-        inner = keras.saving.deserialize_keras_object(config.pop("optimizer"),
-                                                      custom_objects=custom_objects)
-        return cls(inner, **config)
