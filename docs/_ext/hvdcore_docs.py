@@ -133,13 +133,18 @@ def own_init_signature(app: Sphinx, what: str, name: str, obj: Any, options: Any
                        signature: str | None, return_annotation: str | None) -> Any:
     """A class whose base autodoc stands in for (``autodoc_mock_imports``: TensorFlow on a docs
     host without it) shows ``(*args, **kwargs)``, the stand-in's own ``__new__``; give it the
-    signature of the class's own ``__init__``, defaults as written, as with the real base."""
-    if what != "class" or signature != "(*args, **kwargs)" or "__init__" not in vars(obj):
+    signature of the ``__init__`` it would take with the real base (its own, or a mixin's before
+    the stand-in in its MRO), defaults as written."""
+    if what != "class" or signature != "(*args, **kwargs)":
+        return None
+    # the first class that defines __init__; the stand-in's own (Sphinx's) has nothing to say
+    owner = next((c for c in obj.__mro__ if "__init__" in vars(c)), object)
+    init = vars(owner)["__init__"]
+    if owner is object or getattr(init, "__module__", "").startswith("sphinx."):
         return None
     from sphinx.util.inspect import signature as sphinx_signature
     from sphinx.util.inspect import stringify_signature
 
-    init = obj.__init__
     if app.config.autodoc_preserve_defaults:
         from sphinx.ext.autodoc.preserve_defaults import update_defvalue
 
