@@ -12,12 +12,13 @@ run the examples the module installed under ``$EBROOTHVDCORE/share/hvdcore/examp
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from discovered_runs import assert_ran_the_module, mnist_cases, run_discovered
 from lmod_shell import install_hvdcore_tree
-from reframe_helpers import QUICK_TORCH_MNIST, ROOT
+from reframe_helpers import QUICK_TORCH_MNIST, ROOT, job_stdout
 
 pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.slow]
 
@@ -74,12 +75,14 @@ def test_mnist_check_runs_with_a_discovered_module(tree: Path, tmp_path: Path) -
 @pytest.mark.tensorflow
 def test_tensorflow_module_through_discovery(tf_tree: Path, tmp_path: Path) -> None:
     """Capability and MNIST checks with the TensorFlow-flavoured module: tensorflow variants
-    only (its name says so, although the environment declares torch)."""
-    # The raw-mpi4py peer is left out: this test is about discovery and the module's examples,
-    # not the measurement (the main job's test trains it), and it halves the MNIST job.
+    only (its name says so, although the environment declares torch). The Keras example's
+    check (the main job's test leaves it to this one): sanity (both ranks, accuracy), its raw
+    mpi4py peer in the same job (``mpi_ratio``, judged) and efficiency against its own 1-rank
+    baseline (information: no bounds)."""
+    # One chunk pair: hvdcore, then its peer, once.
     run = run_discovered(["hvdcore_capabilities.py", "hvdcore_mnist.py"],
                          [tf_tree / "modules" / "all"], tmp_path,
-                         options=["-S", "HvdcoreMnistCheck.peer="])
+                         options=["-S", "HvdcoreMnistCheck.chunks=1"])
     assert sorted(run.cases) == sorted([
         f"HvdcoreCapabilitiesCheck %framework=tensorflow %hvdcore_module={TF_MODULE}",
         *mnist_cases(TF_MODULE, "tensorflow"),
@@ -88,7 +91,26 @@ def test_tensorflow_module_through_discovery(tf_tree: Path, tmp_path: Path) -> N
     capability = run.case("HvdcoreCapabilitiesCheck")
     assert capability["result"] == "pass", capability["fail_reason"]
     assert "--require=mpi,tensorflow" in " ".join(capability["executable_opts"])
-    check = run.case("HvdcoreMnistCheck")
-    assert check["num_tasks"] == 2
+    check, base = run.case("HvdcoreMnistCheck"), run.case("MnistBaseline")
+    for tc in (check, base):
+        assert tc["result"] == "pass" or tc["fail_phase"] == "performance", tc["fail_reason"]
+    assert (check["num_tasks"], base["num_tasks"]) == (2, 1)
     assert any("keras_mnist.py" in opt for opt in check["executable_opts"])
-    assert not any(k.endswith(":mpi_ratio") for k in check["perfvalues"] or {})  # no peer ran
+    perf = {k.split(":")[-1]: v for k, v in check["perfvalues"].items()}
+    assert "ddp_ratio" not in perf and perf["mpi_ratio"][0] > 0  # Keras' peer: raw mpi4py
+    assert perf["mpi_ratio"][2] is not None  # judged: a lower bound
+    assert perf["efficiency"][2:4] == [None, None]  # information: no bounds
+    base_ips = next(v[0] for k, v in base["perfvalues"].items() if k.endswith(":images_per_sec"))
+    assert perf["efficiency"][0] == pytest.approx(
+        100 * perf["images_per_sec_per_rank"][0] / base_ips, abs=0.01)
+    text = job_stdout(check)
+    match = re.search(r"hvdcore-mnist: ranks=2 epochs=\d+ test_accuracy=([0-9.]+) ", text)
+    assert match and float(match[1]) > 0.5, text[-2000:]
+    peers = re.findall(r"mpi-mnist: backend=mpi4py ranks=2 test_accuracy=([0-9.]+) "
+                       r"images_per_sec=([0-9.]+) ", text)
+    assert peers and all(float(acc) > 0.5 for acc, _ in peers), text[-2000:]
+    # with one chunk pair the ratio is that pair's: hvdcore's images/s over its peer's
+    ours = [float(x) for x in re.findall(r"hvdcore-mnist: ranks=2 .*?images_per_sec=([0-9.]+) ",
+                                         text)]
+    assert len(ours) == len(peers) == 1, (ours, peers)
+    assert perf["mpi_ratio"][0] == pytest.approx(ours[0] / float(peers[0][1]), rel=1e-3)
