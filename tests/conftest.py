@@ -178,7 +178,7 @@ GROUP_SECONDS = {
     # test_tf_matrix and test_keras_backends from 2-worker runs of their files alone (s68);
     # the others from a serial run)
     "tf": 400, "test_keras_backends": 220, "slurm": 330, "test_tf_matrix": 240,
-    "test_reframe_local": 650,
+    "test_reframe_local": 250,  # s70: 165 s setup without the TF MNIST variant (was 650)
     "test_docs_journeys": 90, "test_docs": 60,
     "test_container_rootfs": 180, "test_reframe_degraded": 150, "test_reframe_modules": 150,
     "test_reframe_configs": 140, "test_torch_gloo": 140, "test_synthetic_benchmark": 125,

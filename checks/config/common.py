@@ -9,7 +9,9 @@ partition ``extras``
     ``ranks_per_node`` (ranks a full node runs: cores or GPUs), ``gpus_per_node``,
     ``max_nodes`` (largest scale the MNIST check may use), ``launcher_options``
     (e.g. ``["--mpi=pmix"]``), optional ``hvdcore_require`` (more capability names),
-    the data-plane check's ``planes_max_bytes`` and ``planes_link_GBps`` (the link its
+    the data-plane check's ``planes_max_bytes``, ``planes_host_max_bytes`` (the host
+    plane's largest message, default the smaller of the former and 64 MiB) and
+    ``planes_link_GBps`` (the link its
     collectives cross, GB/s one way: a number for the device plane, or ``{"device": ...,
     "host": ...}``), ``references``: the partition's recorded performance references,
     ``{"<key>": {"<variable>": [reference, lower, upper, "unit"]}}`` with keys
