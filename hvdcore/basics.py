@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -337,6 +338,10 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
         + "\n".join(label + line for line in text.splitlines()) + "\n")
     sys.stderr.flush()
     _close_timeline()
+    if liveness.victim_of_a_dead_peer(tb):
+        # the watchdog's abort_job ends this rank after its grace, so that the launcher sees
+        # the dead rank's exit first and reports its exit code; abort here only if it did not
+        time.sleep(liveness.GRACE_S + liveness.ABORT_TIMEOUT_S)
     st.world.Abort(1)
 
 

@@ -226,8 +226,35 @@ def start(world: Any, rank: int, size: int, on_dead: Callable[[str], None]) -> W
     return dog
 
 
+#: Set when this process's watchdog saw a peer's process end (a non-elastic job is ending).
+peer_lost = threading.Event()
+
+
+def raised_by_hvdcore(tb: Any) -> bool:
+    """Whether a traceback passes through hvdcore's code (a call into hvdcore raised)."""
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").startswith("hvdcore."):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def victim_of_a_dead_peer(tb: Any) -> bool:
+    """An uncaught error on a rank of a multi-rank job: is it the echo of a peer's death?
+
+    When a peer's process dies, the transport fails this rank's pending call (Gloo: "Connection
+    reset by peer") about when the watchdog notices; aborting at once could end this rank
+    before the dead one is reaped, and the launcher would name this rank and its exit code 1
+    instead of the culprit's. So an error raised inside an hvdcore call waits up to
+    :data:`GRACE_S` for the watchdog's verdict; True when a peer was lost (then the watchdog's
+    :func:`abort_job` ends the job after its grace). An error raised outside hvdcore (the
+    script's own bug) is not waited for."""
+    return raised_by_hvdcore(tb) and peer_lost.wait(GRACE_S)
+
+
 def abort_job(world: Any, message: str, before_abort: Callable[[], None]) -> None:
     """What a rank does when its watchdog fires: log, let the launcher act, then MPI_Abort."""
+    peer_lost.set()
     log.error("%s; ending the job (MPI_Abort in %.0f s unless the launcher ends it first)",
               message, GRACE_S)
     time.sleep(GRACE_S)
