@@ -122,7 +122,10 @@ def reset_limit(tmp_path: Path, program: Program, added_last: bool = False) -> J
     expect = {"1": 2, "2": 1}
     if added_last:
         schedule = [[0, [f"{A}:1", f"{B}:1"]], [1, [f"{A}:1"]], [2, [f"{A}:1", f"{B}:1"]]]
-        expect = {"0": 2, "1": 1}
+        # epoch 2 waits for the size the launcher must refuse: without the wait a quick epoch
+        # could finish the job before discovery saw B come back (a race, seen once in CI);
+        # a launcher that let the job go on would end it by the wait's timeout, another message
+        expect = {"0": 2, "1": 1, "2": 2}
     proc, out = job(tmp_path, program, schedule, {"expect": expect}, "--min-np", "1",
                     "--reset-limit", "1")
     assert proc.returncode != 0
