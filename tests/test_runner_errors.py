@@ -192,3 +192,15 @@ def test_launcher_does_not_initialize_mpi() -> None:
                           cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--gloo", "-np", "2", "--ssh-args", "-o 'unclosed", "python", "x.py"],
+     "--ssh-args \"-o 'unclosed\": No closing quotation"),
+    (["--gloo", "-np", "2", "--ssh-port", "70000", "python", "x.py"],
+     "--ssh-port 70000: not a TCP port (1-65535)"),
+    (["-np", "2", "-i", "/k", "python", "x.py"],
+     "--ssh-port, --ssh-identity-file and --ssh-args go with --gloo or an elastic job"),
+], ids=["bad-quoting", "port", "with-mpi"])
+def test_ssh_flags(capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
+    assert says in usage_error(capsys, argv)

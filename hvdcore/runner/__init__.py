@@ -51,6 +51,16 @@ Environment every rank receives
     (``MPI_COMM_WORLD`` and ``MPI_Comm_split_type(SHARED)``), not from the variables above, so
     any launcher that starts an MPI job works (``mpirun python train.py`` too).
 
+Gloo jobs (``--gloo``) and other hosts
+    No MPI: hvdcorerun starts every rank itself and hosts their rendezvous. A host that names
+    this machine (``localhost``, ``127.*``, its own name or address) runs its ranks as local
+    processes; any other over ``ssh -o BatchMode=yes -o StrictHostKeyChecking=no`` with
+    ``-p``/``--ssh-port``, ``-i``/``--ssh-identity-file`` and ``--ssh-args '...'`` (more ssh
+    options, e.g. ``-J login1``). A remote rank gets the launcher's working directory and whole
+    environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*_SECRET_KEY``) and ends when the
+    launcher stops it or ends. ``--network-interfaces IFACE``: the interface of the rendezvous
+    and of Gloo on every host.
+
 Elastic jobs (``--min-np``, ``--max-np``, ``--host-discovery-script``)
     The Gloo controller, no MPI: hvdcorerun starts one worker per slot of the usable hosts,
     hosts their rendezvous and decides who is in the job. A worker that fails blacklists its

@@ -18,6 +18,7 @@ from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_sl
 from hvdcore.runner.knob_flags import add_knob_flags, knob_exports, validate_environment
 from hvdcore.runner.launch import run_job
 from hvdcore.runner.mpi_command import build_mpirun_command, detect_flavor, query_version
+from hvdcore.runner.remote import SshOptions
 from hvdcore.runner.slurm_command import build_srun_command, in_allocation
 
 __all__ = ["main", "build_parser", "build_command", "allocator_exports", "UsageError",
@@ -84,6 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--gloo", action="store_true",
                      help="the Gloo controller, no MPI: hvdcorerun starts the ranks itself "
                           "(local processes; ssh for other hosts) and hosts their rendezvous")
+    p.add_argument("-p", "--ssh-port", type=int, metavar="PORT",
+                   help="with --gloo or an elastic job: the ssh port of the other hosts "
+                        "(default: ssh's configuration)")
+    p.add_argument("-i", "--ssh-identity-file", metavar="FILE",
+                   help="with --gloo or an elastic job: the private key ssh logs in with")
+    p.add_argument("--ssh-args", metavar="'ARGS'", default="",
+                   help="with --gloo or an elastic job: more ssh arguments, one shell-quoted "
+                        "string (as Open MPI's plm_rsh_args), e.g. '-J login1' or "
+                        "'-F ~/.ssh/cluster'")
     p.add_argument("--network-interfaces", "--network-interface", dest="network_interfaces",
                    metavar="IFACE", help="with --gloo: the interface the ranks' Gloo and "
                    "rendezvous use (sets GLOO_SOCKET_IFNAME; default: HVDCORE_GLOO_IFACE, "
@@ -240,6 +250,9 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         return _run_gloo(args, environ, exports)
     if args.network_interfaces:
         raise UsageError("--network-interfaces goes with --gloo (MPI: --mpi-args)")
+    if ssh_options(args) != SshOptions():
+        raise UsageError("--ssh-port, --ssh-identity-file and --ssh-args go with --gloo or an "
+                         "elastic job (Open MPI: --mpi-args '--mca plm_rsh_args ...')")
     cmd, name = build_command(args, environ, exports, which=which,
                               mpi_version_output=mpi_version_output, uid=uid)
     if args.dry_run:
@@ -270,6 +283,7 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
         raise UsageError(f"-np {np} is more than the {total_slots(hosts)} slot(s) given; add "
                          "slots (-H host:N) or lower -np")
     places = gloo_launch.plan(hosts, np)
+    ssh = ssh_options(args)
     cfg = load({**environ, **exports})
     iface = args.network_interfaces or cfg.gloo_iface or None
     if args.dry_run or args.verbose:
@@ -279,7 +293,18 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
         if args.dry_run:
             return 0
     return gloo_launch.run_gloo_job(places, args.command, environ, exports,
-                                    cfg.rendezvous_timeout, iface)
+                                    cfg.rendezvous_timeout, iface, ssh)
+
+
+def ssh_options(args: argparse.Namespace) -> SshOptions:
+    """How the Gloo launches reach other hosts (``-p``, ``-i``, ``--ssh-args``)."""
+    try:
+        extra = tuple(shlex.split(args.ssh_args))
+    except ValueError as exc:
+        raise UsageError(f"--ssh-args {args.ssh_args!r}: {exc}") from None
+    if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
+        raise UsageError(f"--ssh-port {args.ssh_port}: not a TCP port (1-65535)")
+    return SshOptions(args.ssh_port, args.ssh_identity_file, extra)
 
 
 def main(

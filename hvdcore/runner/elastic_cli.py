@@ -23,6 +23,7 @@ def _usage(message: str) -> LaunchError:
 def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
                 exports: Mapping[str, str], hosts: list[Host] | None) -> int:
     """Check the elastic flags and run the job (:mod:`hvdcore.runner.elastic_driver`)."""
+    from hvdcore.runner.cli import ssh_options
     from hvdcore.runner.elastic_driver import ElasticSettings, run_elastic_job
     from hvdcore.runner.elastic_hosts import Discovery, FixedHosts, SlurmNodes
 
@@ -67,5 +68,7 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
         discover = FixedHosts(hosts)
     cfg = load({**environ, **exports})
     settings = ElasticSettings(min_np, args.max_np, args.np, discover, cfg.elastic_timeout,
-                               args.reset_limit, cooldown, cfg.rendezvous_timeout, srun)
+                               args.reset_limit, cooldown, cfg.rendezvous_timeout, srun,
+                               args.network_interfaces or cfg.gloo_iface or None,
+                               ssh_options(args))
     return run_elastic_job(settings, args.command, environ, exports)

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 import queue
-import shlex
 import signal
 import subprocess
 import sys
@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 from hvdcore.elastic_wire import Assignment, Keys, encode
 from hvdcore.runner.elastic_hosts import Blacklist, DiscoveryError
-from hvdcore.runner.gloo_launch import _own_names, _pump, is_local
+from hvdcore.runner.gloo_launch import _own_names, _pump, iface_address, is_local
 from hvdcore.runner.hosts import Host
+from hvdcore.runner.remote import SshOptions, ssh_command
 
 __all__ = ["ElasticSettings", "run_elastic_job"]
 
@@ -63,6 +64,8 @@ class ElasticSettings:
     cooldown: tuple[float, float] | None
     store_timeout: float
     srun: str | None = None  # start workers as steps of this Slurm allocation (srun's path)
+    iface: str | None = None  # --network-interfaces: the store's address and the workers' Gloo
+    ssh: SshOptions = SshOptions()  # how workers on other hosts start
 
 
 @dataclass
@@ -88,11 +91,13 @@ class _Driver:
         self.command = list(command)
         self.environ, self.exports = environ, exports
         self.own = _own_names()
-        self.store = dist.TCPStore("127.0.0.1" if self._all_local_hint() else "0.0.0.0", 0,
+        local = self._all_local_hint() and not settings.iface
+        self.store = dist.TCPStore("127.0.0.1" if local else "0.0.0.0", 0,
                                    None, True,
                                    datetime.timedelta(seconds=settings.store_timeout),
                                    wait_for_workers=False)
-        self.addr = "127.0.0.1" if self._all_local_hint() else _my_address()
+        self.addr = (iface_address(settings.iface) if settings.iface
+                     else "127.0.0.1" if self._all_local_hint() else _my_address())
         self.store.add(Keys.UPDATES, 0)
         self.store.add(Keys.FAILURES, 0)
         self.blacklist = Blacklist(settings.cooldown)
@@ -127,6 +132,9 @@ class _Driver:
                "HVDCORE_ELASTIC_RENDEZVOUS": f"{self.addr}:{self.store.port}",
                "HVDCORE_ELASTIC_WORKER": wid, "HOROVOD_HOSTNAME": host,
                "HVDCORE_CONTROLLER": "gloo", "HOROVOD_CONTROLLER": "gloo"}
+        if self.s.iface:
+            env.setdefault("GLOO_SOCKET_IFNAME", self.s.iface)
+        stdin = None
         if self.s.srun:
             # one step per worker: a node's workers can die and be replaced alone
             cmd = [self.s.srun, "--nodes=1", "--ntasks=1", f"--nodelist={host}",
@@ -135,11 +143,11 @@ class _Driver:
         elif is_local(host, self.own):
             cmd = self.command
         else:
-            sent = {k: v for k, v in env.items() if self.environ.get(k) != v}
-            remote = " ".join(f"{k}={shlex.quote(v)}" for k, v in sent.items())
-            cmd = ["ssh", "-o", "BatchMode=yes", host, f"env {remote} {shlex.join(self.command)}"]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+            cmd = ssh_command(host, self.command, env, os.getcwd(), self.s.ssh)
+            # it runs while this stdin is open (closed when the worker is stopped or we end)
+            stdin = subprocess.PIPE
+        proc = subprocess.Popen(cmd, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
         worker = _Worker(wid, host, slot, proc)
         self.workers.append(worker)
         for stream, kind, out in ((proc.stdout, "stdout", sys.stdout.buffer),
@@ -150,8 +158,6 @@ class _Driver:
                          daemon=True).start()
 
     def _stop(self, workers: Sequence[_Worker], sig: int) -> None:
-        import os
-
         for w in workers:
             if w.proc.poll() is None:
                 try:

@@ -4,7 +4,7 @@ The launcher hosts the job's rendezvous (a torch.distributed ``TCPStore``), give
 Horovod's variables (``HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE/HOSTNAME``,
 ``HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT``, ``HOROVOD_CONTROLLER=gloo``), starts each rank on its host
 (a host that names this machine, such as ``localhost``, ``127.0.0.1`` or its own name, as a
-local process; any other over ``ssh``), prefixes each output line with ``[rank]<stdout>:`` /
+local process; any other over ``ssh``: :mod:`hvdcore.runner.remote`), prefixes each output line with ``[rank]<stdout>:`` /
 ``[rank]<stderr>:``, and ends the job when a rank fails: the others get SIGTERM, then SIGKILL,
 and one line names the rank and its exit code.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -24,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hvdcore.runner.hosts import Host
+from hvdcore.runner.remote import SshOptions, ssh_command
 
-__all__ = ["RankPlace", "plan", "is_local", "run_gloo_job"]
+__all__ = ["RankPlace", "plan", "is_local", "iface_address", "run_gloo_job"]
 
 _GRACE_S = 5.0
 
@@ -81,7 +81,8 @@ def _address(places: Sequence[RankPlace], iface_addr: str | None) -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
-def _iface_address(iface: str) -> str:
+def iface_address(iface: str) -> str:
+    """The IPv4 address of this machine's interface ``iface`` (OSError if it has none)."""
     from hvdcore.netaddr import local_interfaces
 
     for item in local_interfaces():
@@ -102,11 +103,12 @@ def _pump(stream: object, rank: int, kind: str, out: object, lock: threading.Loc
 
 
 def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: Mapping[str, str],
-                 exports: Mapping[str, str], timeout_s: float, iface: str | None) -> int:
+                 exports: Mapping[str, str], timeout_s: float, iface: str | None,
+                 ssh: SshOptions | None = None) -> int:
     """Run ``command`` on every rank of ``places`` (see the module docstring); the exit code."""
     import torch.distributed as dist  # the store the ranks meet at
 
-    addr = _address(places, _iface_address(iface) if iface else None)
+    addr = _address(places, iface_address(iface) if iface else None)
     bind = addr if addr.startswith("127.") else "0.0.0.0"
     store = dist.TCPStore(bind, 0, len(places), True, datetime.timedelta(seconds=timeout_s),
                           wait_for_workers=False)
@@ -124,16 +126,14 @@ def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: M
                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(store.port)}
         if iface:
             env.setdefault("GLOO_SOCKET_IFNAME", iface)
-        if is_local(p.host, own):
-            cmd = list(command)
-        else:
-            sent = {k: v for k, v in env.items() if k not in environ or environ[k] != v}
-            remote = " ".join(f"{k}={shlex.quote(v)}" for k, v in sent.items())
-            cmd = ["ssh", "-o", "BatchMode=yes", p.host,
-                   f"cd {shlex.quote(os.getcwd())} && env {remote} {shlex.join(command)}"]
+        local = is_local(p.host, own)
+        cmd = list(command) if local else ssh_command(p.host, command, env, os.getcwd(),
+                                                            ssh)
         try:
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
+            # a remote rank runs while its ssh's stdin is open (closed when this process ends)
+            proc = subprocess.Popen(cmd, env=env, stdin=None if local else subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
         except OSError as exc:  # a program that is not there: one line, the others stopped
             print(f"hvdcorerun: cannot start rank {p.rank} ({cmd[0]}): {exc}", file=sys.stderr,
                   flush=True)
