@@ -72,6 +72,9 @@ class Engine:
         self.plane = plane
         self.sets = sets
         self.run = RunState()
+        # what a framework binding keeps for this engine's life (the torch binding's data
+        # planes, by the binding's name): gone with the engine, so a new init() starts clean
+        self.bindings: dict[str, Any] = {}
         self.timeline: Timeline | None = None
         coordinator = None
         if self.rank == 0:

@@ -19,6 +19,7 @@ NCCL itself runs without host synchronisation). bool tensors always stay on the 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,9 +30,25 @@ from hvdcore.tensorflow.host_arrays import host_view, to_eager
 
 __all__ = ["init", "shutdown", "path", "to_core", "to_tf", "active"]
 
-_PLANES: Any = None  # hvdcore.torch.dataplanes once the torch planes are up
-_WHY = "not initialised"
-_DECIDED_FOR: Any = None  # the engine the path was decided for (a second init() is local)
+_KEY = "tensorflow"  # this binding's entry in Engine.bindings
+
+
+@dataclass
+class _Decision:
+    """What :func:`init` decided for one engine (``Engine.bindings["tensorflow"]``)."""
+
+    planes: Any = None  # hvdcore.torch.dataplanes once the torch planes are up for TF tensors
+    why: str = "not initialised"
+
+
+_UNDECIDED = _Decision()  # before init() and after shutdown()
+
+
+def _decision() -> _Decision:
+    from hvdcore import basics
+
+    st = basics.current()
+    return st.engine.bindings.get(_KEY, _UNDECIDED) if st is not None else _UNDECIDED
 
 
 def _local_wish() -> tuple[bool, bool, str]:
@@ -51,68 +68,68 @@ def _local_wish() -> tuple[bool, bool, str]:
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Start hvdcore and, where asked for, the torch data planes for TF tensors (collective
     the first time; on an initialised process a local no-op, as Horovod's ``init()`` is)."""
-    global _PLANES, _WHY, _DECIDED_FOR
     _core.init(comm=comm, process_sets=process_sets)
     from hvdcore import basics
 
     engine = basics.state().engine
     # Horovod's init() on an initialised process is a local no-op: the vote below is a
     # collective, so it runs once per engine (one rank's stray second init() must not start it)
-    if _PLANES is not None or _DECIDED_FOR is engine:
+    if _KEY in engine.bindings:
         return
-    _DECIDED_FOR = engine
+    decided = engine.bindings[_KEY] = _Decision()
     votes = _core.allgather_object(_local_wish())
     wanted = [w for w, _, _ in votes]
     if not any(wanted):
-        _WHY = "no GPU visible to TensorFlow and HVDCORE_CPU_OPERATIONS is not gloo"
+        decided.why = "no GPU visible to TensorFlow and HVDCORE_CPU_OPERATIONS is not gloo"
         return
     missing = [r for r, (_, t, _) in enumerate(votes) if not t]
     if missing:
-        _WHY = f"ranks {missing} cannot import torch, which the device path needs"
+        decided.why = f"ranks {missing} cannot import torch, which the device path needs"
         return
     from hvdcore.torch import dataplanes
 
     dataplanes.setup()
-    _PLANES = dataplanes
-    _WHY = "; ".join(dict.fromkeys(why for w, _, why in votes if w))
+    decided.planes = dataplanes
+    decided.why = "; ".join(dict.fromkeys(why for w, _, why in votes if w))
 
 
 def shutdown() -> None:
     """Stop hvdcore (and the torch planes :func:`init` started)."""
-    global _PLANES, _DECIDED_FOR
-    _DECIDED_FOR = None
+    planes = _decision().planes
+    torch_planes = planes.current() if planes is not None else None
     try:
         _core.shutdown()
     finally:
-        if _PLANES is not None:
-            _PLANES.shutdown()
-            _PLANES = None
+        if torch_planes is not None:
+            planes.shutdown(torch_planes)
 
 
 def active() -> bool:
     """True when some TF tensors go to a torch plane."""
-    return _PLANES is not None
+    return _decision().planes is not None
 
 
 def path() -> str:
     """Which path TF tensors take, with why: e.g. ``dlpack->nccl (GPU tensors), host (CPU
     tensors)`` or ``host staging through MPI (<why>)``."""
-    if _PLANES is None:
-        return f"host staging through MPI ({_WHY})"
-    gpu = _PLANES.backend_for_device("cuda")
-    cpu = _PLANES.backend_for_device("cpu")
+    decided = _decision()
+    if decided.planes is None:
+        return f"host staging through MPI ({decided.why})"
+    gpu = decided.planes.backend_for_device("cuda")
+    cpu = decided.planes.backend_for_device("cpu")
     parts = [f"GPU tensors: dlpack->{gpu.key}" if gpu else "GPU tensors: host staging",
              f"CPU tensors: dlpack->{cpu.key}" if cpu else "CPU tensors: host (MPI)"]
-    return f"{'; '.join(parts)} ({_WHY})"
+    return f"{'; '.join(parts)} ({decided.why})"
 
 
 def _plane_of(t: tf.Tensor) -> Any:
-    if _PLANES is None or t.dtype == tf.bool:
+    planes = _decision().planes
+    if planes is None or t.dtype == tf.bool:
         return None
     kind = "cuda" if "GPU" in (t.device or "").upper() else "cpu"
     if kind == "cuda":
-        _PLANES.refuse_device_tensors(t.device)  # ranks share a GPU: as the torch binding does
-    return _PLANES.backend_for_device(kind)
+        planes.refuse_device_tensors(t.device)  # ranks share a GPU: as the torch binding does
+    return planes.backend_for_device(kind)
 
 
 def to_core(t: tf.Tensor) -> Any:
@@ -126,7 +143,9 @@ def to_core(t: tf.Tensor) -> Any:
     if plane.device.type == "cuda":
         _sync_tf_devices()  # TF's stream must have written t before torch's stream reads it
     tt = torch.utils.dlpack.from_dlpack(tf.experimental.dlpack.to_dlpack(t))
-    return _PLANES.wrap(plane, tt.contiguous())
+    from hvdcore.torch import dataplanes
+
+    return dataplanes.wrap(plane, tt.contiguous())
 
 
 def to_tf(result: Any, dtype: tf.DType) -> tf.Tensor:
@@ -136,7 +155,11 @@ def to_tf(result: Any, dtype: tf.DType) -> tf.Tensor:
         return to_eager(np.asarray(result, dtype=dtype.as_numpy_dtype))
     import torch
 
-    t = _PLANES.backend_for_device(result.device.type).deliver(result).contiguous()
+    from hvdcore.torch import dataplanes
+
+    plane = dataplanes.backend_for_device(result.device.type)
+    assert plane is not None, "a torch result comes from a live plane"
+    t = plane.deliver(result).contiguous()
     if t.device.type == "cuda":
         torch.cuda.current_stream(t.device).synchronize()  # before TF's stream reads it
     if t.data_ptr() % 64:  # TF wants aligned buffers; a view into a fusion result may not be

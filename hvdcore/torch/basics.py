@@ -58,10 +58,11 @@ def init(comm: Any = None, process_sets: Sequence[Any] | None = None) -> None:
 
 def shutdown() -> None:
     """Stop hvdcore (and the torch.distributed group it created)."""
+    planes = dataplanes.current()  # (the engine's: gone from view once it is shut down)
     try:
         _core.shutdown()
     finally:
-        dataplanes.shutdown()
+        dataplanes.shutdown(planes)
 
 
 @documented(returns="The registered set.", raises=PROCESS_SET_RAISES,

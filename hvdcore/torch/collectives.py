@@ -124,7 +124,7 @@ def host_view(tensor: torch.Tensor) -> np.ndarray | None:
     negative bit; detached when it requires grad); else None (the tensor needs staging or
     another plane)."""
     arr = plain_view(tensor)
-    if arr is not None or not tensor.requires_grad or dataplanes.CPU is not None:
+    if arr is not None or not tensor.requires_grad or dataplanes.current().cpu is not None:
         return arr
     try:
         arr = tensor.detach().numpy()
@@ -138,7 +138,7 @@ def plain_view(tensor: torch.Tensor) -> np.ndarray | None:
     a view also means that no autograd is needed). It runs for every gradient of every step:
     ``numpy()`` alone checks the device, layout, bits and grad (each torch attribute read
     costs 1-3 us right after an MPI call)."""
-    if dataplanes.CPU is not None:
+    if dataplanes.current().cpu is not None:
         return None
     try:
         arr = tensor.numpy()
@@ -157,7 +157,7 @@ def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
     in its own memory (Gloo, NCCL), take the core's blocking call (and its cached paths); the
     others (staged tensors) wait on :func:`allreduce_async_impl`.
 
-    A named plane tensor keeps its core buffer (``dataplanes.inplace_buffers``) while it is
+    A named plane tensor keeps its core buffer (``TorchPlanes.inplace_buffers``) while it is
     the same tensor with the same memory, dtype and shape: the next call reuses it, and the
     core then reuses its checked request too (one check per call, none repeated per step)."""
     check_tensor(tensor, "allreduce")
@@ -177,17 +177,17 @@ def allreduce_inplace_impl(tensor: torch.Tensor, op: Any, name: str | None,
     return tensor
 
 
-_PLANE_BUFFERS = dataplanes.inplace_buffers  # (one dict: emptied, never replaced)
 _PLANE_NAMES = 4096  # names whose plane buffer is remembered
 
 
 def _plane_input(tensor: torch.Tensor, op: Any, name: str | None) -> tuple[Any, Any] | None:
     """(plane, core buffer) of a tensor a data plane reduces in its own memory (Gloo, NCCL:
     contiguous, a core dtype), made ready for the plane's stream; None when it needs staging
-    or no plane takes it. A named tensor keeps its buffer (``dataplanes.inplace_buffers``)
+    or no plane takes it. A named tensor keeps its buffer (``TorchPlanes.inplace_buffers``)
     while it is the same tensor with the same memory, dtype and shape: the next call reuses
     it, and the core then reuses its checked request too (one check per call)."""
-    last = _PLANE_BUFFERS.get(name) if type(name) is str else None
+    buffers = dataplanes.current().inplace_buffers
+    last = buffers.get(name) if type(name) is str else None
     if (last is not None and last[0]() is tensor and tensor.dtype is last[1]
             and tensor.data_ptr() == last[2] and tensor.shape == last[3]
             and tensor.is_contiguous()):
@@ -201,10 +201,9 @@ def _plane_input(tensor: torch.Tensor, op: Any, name: str | None) -> tuple[Any, 
         return None
     buf = dataplanes.wrap(plane, staged.work)  # (prepares the plane's stream)
     if type(name) is str:
-        if len(_PLANE_BUFFERS) >= _PLANE_NAMES:
-            _PLANE_BUFFERS.clear()
-        _PLANE_BUFFERS[name] = (weakref.ref(tensor), tensor.dtype, buf.ptr, tensor.shape,
-                                plane, buf)
+        if len(buffers) >= _PLANE_NAMES:
+            buffers.clear()
+        buffers[name] = (weakref.ref(tensor), tensor.dtype, buf.ptr, tensor.shape, plane, buf)
     return plane, buf
 
 
@@ -287,7 +286,7 @@ def reduced_plain(tensor: torch.Tensor, op: Any, name: str | None, prescale_fact
     if arr is not None:
         return torch.from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
                                                 postscale_factor, process_set))
-    if (dataplanes.CPU is None and tensor.is_cpu) or tensor.requires_grad:
+    if (tensor.is_cpu and dataplanes.current().cpu is None) or tensor.requires_grad:
         return None  # (a host tensor that needs staging, or autograd)
     return _reduced_on_plane(tensor, op, name, prescale_factor, postscale_factor, process_set)
 

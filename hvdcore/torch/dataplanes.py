@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,27 +39,43 @@ from hvdcore.gpu_path import choose_gpu_path  # the one rule (the capability rep
 from hvdcore.torch import rendezvous
 from hvdcore.torch.backends import TORCH_DTYPES, CudaAwareMPIBackend, TorchBackend
 
-__all__ = ["setup", "shutdown", "plane_for", "refuse_device_tensors", "wrap", "backend",
-           "backend_for_device", "gpu_path", "cpu_path",
-           "choose_gpu_path"]
+__all__ = ["TorchPlanes", "current", "setup", "shutdown", "plane_for",
+           "refuse_device_tensors", "wrap", "backend", "backend_for_device", "gpu_path",
+           "cpu_path", "choose_gpu_path"]
 
 _log = logging.getLogger("hvdcore")
 _NP_DTYPES = {t: d for d, t in TORCH_DTYPES.items()}
-CPU: TorchBackend | None = None
-"""The torch.distributed plane of CPU tensors (Gloo), or None when they take the host MPI
-plane; set by :func:`setup` and :func:`shutdown`, so read it as ``dataplanes.CPU`` (the
-per-call host path reads it without a call; :func:`cpu_plane` is the same for others)."""
-_GPU: TorchBackend | None = None
-inplace_buffers: dict[str, tuple] = {}
-"""Name -> the last in-place plane allreduce of that name: (a weak reference to the tensor,
-its dtype, data address and shape, its plane, the core's buffer for it); see
-:func:`hvdcore.torch.collectives.allreduce_inplace_impl`. Emptied by :func:`shutdown`: an
-entry's plane is always a live one."""
-_OWN_PG = False
-_GPU_WHY = "not initialised"
-_CPU_WHY = "not initialised"
-_GPU_REFUSED: str | None = None  # why device tensors are refused (ranks share a GPU), else None
-_DECIDED_FOR: Any = None  # the engine the planes were decided for (a second init() is local)
+_KEY = "torch"  # this binding's entry in Engine.bindings
+
+
+@dataclass
+class TorchPlanes:
+    """The torch binding's data planes of one engine (``Engine.bindings["torch"]``), decided
+    by :func:`setup` on every rank together; a new engine (``shutdown()`` + ``init()``, an
+    elastic reset) starts without any."""
+
+    cpu: TorchBackend | None = None
+    """The torch.distributed plane of CPU tensors (Gloo), or None when they take the host MPI
+    plane."""
+    gpu: TorchBackend | None = None
+    gpu_why: str = "not initialised"
+    cpu_why: str = "not initialised"
+    gpu_refused: str | None = None  # why device tensors are refused (ranks share a GPU)
+    own_pg: bool = False  # hvdcore created torch.distributed's default group (destroy it)
+    inplace_buffers: dict[str, tuple] = field(default_factory=dict)
+    """Name -> the last in-place plane allreduce of that name: (a weak reference to the tensor,
+    its dtype, data address and shape, its plane, the core's buffer for it); see
+    :func:`hvdcore.torch.collectives.allreduce_inplace_impl`. Its planes are always these."""
+
+
+_NO_PLANES = TorchPlanes()  # what every call sees before init() and after shutdown()
+
+
+def current() -> TorchPlanes:
+    """The planes of the running engine (none before ``init()`` and after ``shutdown()``).
+    Read on every call: one dictionary lookup on the engine."""
+    st = _basics._state  # (not basics.current(): every host call reads this, ~30 ns less)
+    return st.engine.bindings.get(_KEY, _NO_PLANES) if st is not None else _NO_PLANES
 
 
 def _gpu_local_status(setting: str) -> tuple[bool, str, bool]:
@@ -86,13 +103,12 @@ def setup() -> None:
     Collective (every rank calls it, from ``hvdcore.torch.init()``) the first time after the
     core's init; a local no-op afterwards (planes up or not), as Horovod's second ``init()`` is.
     """
-    global CPU, _GPU, _OWN_PG, _GPU_WHY, _CPU_WHY, _GPU_REFUSED, _DECIDED_FOR
     engine = _basics.state().engine
     # Horovod's init() on an initialised process is a local no-op: the vote below is a
     # collective, so it runs once per engine (one rank's stray second init() must not start it)
-    if _DECIDED_FOR is engine or CPU is not None or _GPU is not None:
+    if _KEY in engine.bindings:
         return
-    _DECIDED_FOR = engine
+    planes = engine.bindings[_KEY] = TorchPlanes()
     from hvdcore.config import load
 
     cfg = load()
@@ -104,17 +120,16 @@ def setup() -> None:
         raise CapabilityError("HVDCORE_CPU_OPERATIONS=gloo but this torch build has no Gloo "
                               "backend; unset it to reduce CPU tensors with MPI")
     votes = _core.allgather_object(_gpu_local_status(cfg.gpu_operations))
-    path, _GPU_WHY = choose_gpu_path(cfg.gpu_operations, votes)
-    _GPU_REFUSED = None
+    path, planes.gpu_why = choose_gpu_path(cfg.gpu_operations, votes)
     if path == "error":
         raise CapabilityError(
-            f"HVDCORE_GPU_OPERATIONS=nccl but NCCL cannot be used ({_GPU_WHY}); unset it "
+            f"HVDCORE_GPU_OPERATIONS=nccl but NCCL cannot be used ({planes.gpu_why}); unset it "
             "(auto) to stage device tensors through host memory, or fix those ranks")
     nccl = path == "nccl"
-    _CPU_WHY = "HVDCORE_CPU_OPERATIONS=gloo" if want_gloo else "default (MPI)"
+    planes.cpu_why = "HVDCORE_CPU_OPERATIONS=gloo" if want_gloo else "default (MPI)"
     if path == "mpi-cuda-aware":
-        _GPU = CudaAwareMPIBackend("mpi", _pick_device())
-        engine.register_backend(_GPU.key, _GPU)
+        planes.gpu = CudaAwareMPIBackend("mpi", _pick_device())
+        engine.register_backend(planes.gpu.key, planes.gpu)
     device = None
     if nccl:
         device = _pick_device()
@@ -124,7 +139,7 @@ def setup() -> None:
                 raise CapabilityError(clash)
             # auto: CPU work must still run (Horovod inits fine here); device tensors are
             # refused when submitted (plane_for), on every rank alike
-            _GPU_REFUSED = _GPU_WHY = clash
+            planes.gpu_refused = planes.gpu_why = clash
             nccl, device = False, None
     if not want_gloo and not nccl:
         return
@@ -134,20 +149,21 @@ def setup() -> None:
         _adopt_user_group(dist, spec)
     else:
         rendezvous.init_process_group(spec)
-        _OWN_PG = True
+        planes.own_pg = True
         if _core.rank() == 0:
             _log.info("%s", rendezvous.describe())
     # (FAULTS_DATA_PATH=...,plane=device slows the engine's view of a plane: tests only)
     from hvdcore.backends.degraded import wrap_from_env
 
     if want_gloo:
-        CPU = TorchBackend("gloo", torch.device("cpu"), spec)
-        engine.register_backend(CPU.key, wrap_from_env(CPU, os.environ, _core.rank(), "device"))
+        planes.cpu = TorchBackend("gloo", torch.device("cpu"), spec)
+        engine.register_backend(planes.cpu.key,
+                                wrap_from_env(planes.cpu, os.environ, _core.rank(), "device"))
     if nccl:
         name = "rccl" if torch.version.hip else "nccl"
-        _GPU = TorchBackend(name, device, spec)  # type: ignore[arg-type]
-        engine.register_backend(_GPU.key,
-                                wrap_from_env(_GPU, os.environ, _core.rank(), "device"))
+        planes.gpu = TorchBackend(name, device, spec)  # type: ignore[arg-type]
+        engine.register_backend(planes.gpu.key,
+                                wrap_from_env(planes.gpu, os.environ, _core.rank(), "device"))
 
 
 def _pick_device() -> torch.device:
@@ -172,32 +188,37 @@ def _adopt_user_group(dist: Any, spec: str) -> None:
             "HVDCORE_GPU_OPERATIONS=mpi")
 
 
-def shutdown() -> None:
-    """Forget the planes (after the engine stopped) and destroy the group hvdcore created."""
-    global CPU, _GPU, _OWN_PG, _GPU_REFUSED, _DECIDED_FOR
-    CPU = _GPU = _GPU_REFUSED = _DECIDED_FOR = None
-    inplace_buffers.clear()
-    if _OWN_PG:
-        _OWN_PG = False
+def shutdown(planes: TorchPlanes | None = None) -> None:
+    """Forget ``planes`` (default: the running engine's; hand them over when the engine is
+    already shut down) and destroy the group hvdcore created for them."""
+    planes = planes if planes is not None else current()
+    if planes is _NO_PLANES:
+        return
+    planes.cpu = planes.gpu = planes.gpu_refused = None
+    planes.inplace_buffers.clear()
+    if planes.own_pg:
+        planes.own_pg = False
         rendezvous.destroy()
 
 
 def cpu_plane() -> TorchBackend | None:
     """The torch.distributed plane of CPU tensors, or None when they take the host (MPI) path."""
-    return CPU
+    return current().cpu
 
 
 def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
     """The torch.distributed plane ``tensor`` goes to, or None for the host (MPI) path."""
     if tensor.layout != torch.strided:
         return None
+    planes = current()
     if tensor.is_cpu:  # (is_cpu is ~10x cheaper than building tensor.device)
-        return CPU
-    if _GPU is not None:
-        if tensor.device == _GPU.device:
-            return _GPU
-        _warn_other_device(tensor.device)
-    elif _GPU_REFUSED is not None and tensor.is_cuda:
+        return planes.cpu
+    gpu = planes.gpu
+    if gpu is not None:
+        if tensor.device == gpu.device:
+            return gpu
+        _warn_other_device(tensor.device, gpu)
+    elif planes.gpu_refused is not None and tensor.is_cuda:
         refuse_device_tensors(str(tensor.device))
     return None
 
@@ -205,22 +226,23 @@ def plane_for(tensor: torch.Tensor) -> TorchBackend | None:
 def refuse_device_tensors(device: str) -> None:
     """Raise CapabilityError for a tensor on ``device`` when init found ranks sharing a GPU
     (HVDCORE_GPU_OPERATIONS auto); return otherwise."""
-    if _GPU_REFUSED is not None:
+    refused = current().gpu_refused
+    if refused is not None:
         raise CapabilityError(f"rank {_core.rank()}: cannot take a tensor on {device}: "
-                              f"{_GPU_REFUSED}")
+                              f"{refused}")
 
 
 _WARNED: set[str] = set()
 
 
-def _warn_other_device(device: torch.device) -> None:
+def _warn_other_device(device: torch.device, gpu: TorchBackend) -> None:
     if str(device) not in _WARNED:
         _WARNED.add(str(device))
         _log.warning(
             "rank %d: a tensor on %s, but this rank's %s plane drives %s (chosen at init: "
             "torch.cuda.set_device before hvd.init(), else local_rank %% GPUs); tensors on "
-            "%s are staged through host memory", _core.rank(), device,
-            _GPU.name if _GPU else "device", _GPU.device if _GPU else "?", device)
+            "%s are staged through host memory", _core.rank(), device, gpu.name, gpu.device,
+            device)
 
 
 def wrap(plane: TorchBackend, work: torch.Tensor) -> DeviceBuffer:
@@ -233,7 +255,8 @@ def wrap(plane: TorchBackend, work: torch.Tensor) -> DeviceBuffer:
 
 def backend(name: str) -> TorchBackend | None:
     """The registered plane called ``name`` ("gloo", "nccl", "rccl", "mpi-cuda"), or None."""
-    for plane in (CPU, _GPU):
+    planes = current()
+    for plane in (planes.cpu, planes.gpu):
         if plane is not None and plane.key == name:
             return plane
     return None
@@ -241,25 +264,27 @@ def backend(name: str) -> TorchBackend | None:
 
 def backend_for_device(kind: str) -> TorchBackend | None:
     """The plane of tensors on device type ``kind`` ("cpu" or "cuda"), or None (host path)."""
-    plane = CPU if kind == "cpu" else _GPU
-    return plane
+    planes = current()
+    return planes.cpu if kind == "cpu" else planes.gpu
 
 
 def gpu_path() -> str:
     """Which path device tensors take: ``nccl``, ``rccl``, ``mpi-cuda-aware (<why>)``,
     ``mpi-host-staging (<why>)``, or ``refused (<why>)`` when ranks share a GPU."""
-    if _GPU_REFUSED is not None:
-        return f"refused ({_GPU_REFUSED})"
-    if isinstance(_GPU, CudaAwareMPIBackend):
-        return f"mpi-cuda-aware ({_GPU_WHY})"
-    if _GPU is not None:
-        return _GPU.name
-    return f"mpi-host-staging ({_GPU_WHY})"
+    planes = current()
+    if planes.gpu_refused is not None:
+        return f"refused ({planes.gpu_refused})"
+    if isinstance(planes.gpu, CudaAwareMPIBackend):
+        return f"mpi-cuda-aware ({planes.gpu_why})"
+    if planes.gpu is not None:
+        return planes.gpu.name
+    return f"mpi-host-staging ({planes.gpu_why})"
 
 
 def cpu_path() -> str:
     """Which path CPU tensors take: ``gloo`` or ``mpi``, with why."""
-    return f"{'gloo' if CPU is not None else 'mpi'} ({_CPU_WHY})"
+    planes = current()
+    return f"{'gloo' if planes.cpu is not None else 'mpi'} ({planes.cpu_why})"
 
 
 def dtype_of(tensor: torch.Tensor) -> np.dtype:

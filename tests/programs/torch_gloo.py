@@ -183,10 +183,11 @@ def section_reinit() -> None:
     names of the first engine (plain and in place, whose plane buffers were remembered) give
     the reference again from their first call, fusion is one call on the new plane, and a
     process set gets a group of the new process group."""
-    old = dataplanes.backend("gloo")
+    old, planes = dataplanes.backend("gloo"), dataplanes.current()
+    check(planes.inplace_buffers != {}, "no in-place plane buffer was remembered before")
     hvd.shutdown()
-    check(dataplanes.backend("gloo") is None and not dataplanes.inplace_buffers,
-          "the planes outlived shutdown()")
+    check(dataplanes.backend("gloo") is None and planes.cpu is None
+          and not planes.inplace_buffers, "the planes outlived shutdown()")
     hvd.init()
     new = dataplanes.backend("gloo")
     check(new is not None and new is not old, "init() after shutdown() reused the old plane")
