@@ -185,8 +185,8 @@ class GlooController:
         import torch
         import torch.distributed as dist
 
+        from hvdcore.backends import registry
         from hvdcore.controllers.gloo_control import GlooComm, GlooControlPlane
-        from hvdcore.controllers.gloo_host import GlooHostBackend
 
         ok, why = self.available()
         if not ok:
@@ -250,7 +250,7 @@ class GlooController:
 
         return Formed(
             "gloo", reason, world, info.rank, info.size, *layout,
-            GlooComm(data, tuple(everyone), info.rank), plane, GlooHostBackend(),
+            GlooComm(data, tuple(everyone), info.rank), plane, registry.create("gloo-host"),
             close=close, elastic=elastic, cut=socks.cut,
             describe=f"Gloo (torch {torch.__version__}; store {info.addr}:{root.port} from "
                      f"{info.source}, started by {info.launcher})")

@@ -38,7 +38,7 @@ def _world_from(comm: Any) -> Any:
 
 def host_plane(cfg: Any, world: Any, rank: int) -> Any:
     """The MPI data plane: hierarchical when a knob asks for it (decided on every rank alike)."""
-    from hvdcore.backends.mpi import MPIBackend
+    from hvdcore.backends import registry
 
     wanted = (bool(cfg.hierarchical_allreduce), bool(cfg.hierarchical_allgather))
     # The hierarchical plane is built collectively: a rank with other settings would hang.
@@ -50,11 +50,9 @@ def host_plane(cfg: Any, world: Any, rank: int) -> Any:
             f"has (allreduce, allgather) = {seen[0]}, ranks {differ} have "
             f"{[seen[r] for r in differ]}; export the same values to every rank")
     if not any(wanted):
-        return MPIBackend()
-    from hvdcore.backends.hierarchical import HierarchicalBackend
-
-    plane = HierarchicalBackend(world, allreduce=wanted[0], allgather=wanted[1],
-                                node_id=os.environ.get("SLURM_NODEID"))
+        return registry.create("mpi")
+    plane = registry.create("mpi-hierarchical", world, allreduce=wanted[0],
+                            allgather=wanted[1], node_id=os.environ.get("SLURM_NODEID"))
     if rank == 0:
         log.info("%s", plane.describe())
     return plane

@@ -33,6 +33,7 @@ import torch
 
 import hvdcore as _core
 from hvdcore import basics as _basics
+from hvdcore.backends import registry
 from hvdcore.backends.base import DeviceBuffer
 from hvdcore.errors import CapabilityError
 from hvdcore.gpu_path import choose_gpu_path  # the one rule (the capability report's too)
@@ -128,7 +129,7 @@ def setup() -> None:
     nccl = path == "nccl"
     planes.cpu_why = "HVDCORE_CPU_OPERATIONS=gloo" if want_gloo else "default (MPI)"
     if path == "mpi-cuda-aware":
-        planes.gpu = CudaAwareMPIBackend("mpi", _pick_device())
+        planes.gpu = registry.create("mpi-cuda", "mpi", _pick_device())
         engine.register_backend(planes.gpu.key, planes.gpu)
     device = None
     if nccl:
@@ -156,12 +157,12 @@ def setup() -> None:
     from hvdcore.backends.degraded import wrap_from_env
 
     if want_gloo:
-        planes.cpu = TorchBackend("gloo", torch.device("cpu"), spec)
+        planes.cpu = registry.create("gloo", "gloo", torch.device("cpu"), spec)
         engine.register_backend(planes.cpu.key,
                                 wrap_from_env(planes.cpu, os.environ, _core.rank(), "device"))
     if nccl:
         name = "rccl" if torch.version.hip else "nccl"
-        planes.gpu = TorchBackend(name, device, spec)  # type: ignore[arg-type]
+        planes.gpu = registry.create(name, name, device, spec)
         engine.register_backend(planes.gpu.key,
                                 wrap_from_env(planes.gpu, os.environ, _core.rank(), "device"))
 
