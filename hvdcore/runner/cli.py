@@ -18,7 +18,7 @@ from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_sl
 from hvdcore.runner.knob_flags import add_knob_flags, knob_exports, validate_environment
 from hvdcore.runner.launch import run_job
 from hvdcore.runner.mpi_command import build_mpirun_command, detect_flavor, query_version
-from hvdcore.runner.remote import SshOptions
+from hvdcore.runner.remote import SshOptions, options_from
 from hvdcore.runner.slurm_command import build_srun_command, in_allocation
 
 __all__ = ["main", "build_parser", "build_command", "allocator_exports", "UsageError",
@@ -299,12 +299,9 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
 def ssh_options(args: argparse.Namespace) -> SshOptions:
     """How the Gloo launches reach other hosts (``-p``, ``-i``, ``--ssh-args``)."""
     try:
-        extra = tuple(shlex.split(args.ssh_args))
+        return options_from(args.ssh_port, args.ssh_identity_file, args.ssh_args)
     except ValueError as exc:
-        raise UsageError(f"--ssh-args {args.ssh_args!r}: {exc}") from None
-    if args.ssh_port is not None and not 0 < args.ssh_port < 65536:
-        raise UsageError(f"--ssh-port {args.ssh_port}: not a TCP port (1-65535)")
-    return SshOptions(args.ssh_port, args.ssh_identity_file, extra)
+        raise UsageError(str(exc)) from None
 
 
 def main(

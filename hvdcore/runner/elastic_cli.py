@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from hvdcore.config import load
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host, total_slots
+from hvdcore.runner.remote import options_from
 from hvdcore.runner.slurm_command import in_allocation
 
 __all__ = ["run_elastic"]
@@ -23,7 +24,6 @@ def _usage(message: str) -> LaunchError:
 def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
                 exports: Mapping[str, str], hosts: list[Host] | None) -> int:
     """Check the elastic flags and run the job (:mod:`hvdcore.runner.elastic_driver`)."""
-    from hvdcore.runner.cli import ssh_options
     from hvdcore.runner.elastic_driver import ElasticSettings, run_elastic_job
     from hvdcore.runner.elastic_hosts import Discovery, FixedHosts, SlurmNodes
 
@@ -66,9 +66,13 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
             raise _usage(f"--min-np {min_np} is more than the {total_slots(hosts)} slot(s) "
                          "given; add hosts or lower --min-np")
         discover = FixedHosts(hosts)
+    try:
+        ssh = options_from(args.ssh_port, args.ssh_identity_file, args.ssh_args)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
     cfg = load({**environ, **exports})
     settings = ElasticSettings(min_np, args.max_np, args.np, discover, cfg.elastic_timeout,
                                args.reset_limit, cooldown, cfg.rendezvous_timeout, srun,
                                args.network_interfaces or cfg.gloo_iface or None,
-                               ssh_options(args))
+                               ssh)
     return run_elastic_job(settings, args.command, environ, exports)

@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["SshOptions", "exportable", "ssh_command"]
+__all__ = ["SshOptions", "options_from", "exportable", "ssh_command"]
 
 _NOT_EXPORTED = re.compile(r"BASH_FUNC_.*|OLDPWD$|.*_SECRET_KEY$")
 # the shell's own, and the ssh session's, belong to the remote side
@@ -44,6 +44,18 @@ class SshOptions:
     port: int | None = None
     identity_file: str | None = None
     extra: tuple[str, ...] = ()
+
+
+def options_from(port: int | None, identity_file: str | None, ssh_args: str) -> SshOptions:
+    """The options of ``--ssh-port``, ``--ssh-identity-file`` and ``--ssh-args`` (one
+    shell-quoted string); ValueError naming the flag when one is bad."""
+    try:
+        extra = tuple(shlex.split(ssh_args))
+    except ValueError as exc:
+        raise ValueError(f"--ssh-args {ssh_args!r}: {exc}") from None
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"--ssh-port {port}: not a TCP port (1-65535)")
+    return SshOptions(port, identity_file, extra)
 
 
 def exportable(environ: Mapping[str, str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 import hvdcore as _core
+from hvdcore import basics as _basics
 from hvdcore.arguments import splits_vector
 from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.ops import allreduce as _core_allreduce
@@ -118,13 +119,21 @@ def _moved(buf: HostBuffer, plane: TorchBackend | None, raw: Any) -> torch.Tenso
     return result_tensor(buf, t, first_dim=raw.shape[0] if raw.ndim else 1)
 
 
+def _planes() -> dataplanes.TorchPlanes:
+    """:func:`dataplanes.current`, here: a cached call reads the engine's planes without a call
+    into another file (tests/test_call_walk.py: no data-plane lookup on a cached call)."""
+    st = _basics._state
+    return (st.engine.bindings.get(dataplanes.KEY, dataplanes.NO_PLANES) if st is not None
+            else dataplanes.NO_PLANES)
+
+
 def host_view(tensor: torch.Tensor) -> np.ndarray | None:
     """The tensor's own NumPy view when the host MPI plane reduces it as it is (a CPU tensor
     of a core dtype, CPU tensors on MPI, a view ``numpy()`` gives: strided, no conjugate or
     negative bit; detached when it requires grad); else None (the tensor needs staging or
     another plane)."""
     arr = plain_view(tensor)
-    if arr is not None or not tensor.requires_grad or dataplanes.current().cpu is not None:
+    if arr is not None or not tensor.requires_grad or _planes().cpu is not None:
         return arr
     try:
         arr = tensor.detach().numpy()
@@ -138,7 +147,7 @@ def plain_view(tensor: torch.Tensor) -> np.ndarray | None:
     a view also means that no autograd is needed). It runs for every gradient of every step:
     ``numpy()`` alone checks the device, layout, bits and grad (each torch attribute read
     costs 1-3 us right after an MPI call)."""
-    if dataplanes.current().cpu is not None:
+    if _planes().cpu is not None:
         return None
     try:
         arr = tensor.numpy()
@@ -186,7 +195,7 @@ def _plane_input(tensor: torch.Tensor, op: Any, name: str | None) -> tuple[Any, 
     or no plane takes it. A named tensor keeps its buffer (``TorchPlanes.inplace_buffers``)
     while it is the same tensor with the same memory, dtype and shape: the next call reuses
     it, and the core then reuses its checked request too (one check per call)."""
-    buffers = dataplanes.current().inplace_buffers
+    buffers = _planes().inplace_buffers
     last = buffers.get(name) if type(name) is str else None
     if (last is not None and last[0]() is tensor and tensor.dtype is last[1]
             and tensor.data_ptr() == last[2] and tensor.shape == last[3]
@@ -286,7 +295,7 @@ def reduced_plain(tensor: torch.Tensor, op: Any, name: str | None, prescale_fact
     if arr is not None:
         return torch.from_numpy(_core_allreduce(arr, None, name, op, prescale_factor,
                                                 postscale_factor, process_set))
-    if (tensor.is_cpu and dataplanes.current().cpu is None) or tensor.requires_grad:
+    if (tensor.is_cpu and _planes().cpu is None) or tensor.requires_grad:
         return None  # (a host tensor that needs staging, or autograd)
     return _reduced_on_plane(tensor, op, name, prescale_factor, postscale_factor, process_set)
 

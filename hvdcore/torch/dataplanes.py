@@ -40,13 +40,14 @@ from hvdcore.gpu_path import choose_gpu_path  # the one rule (the capability rep
 from hvdcore.torch import rendezvous
 from hvdcore.torch.backends import TORCH_DTYPES, CudaAwareMPIBackend, TorchBackend
 
-__all__ = ["TorchPlanes", "current", "setup", "shutdown", "plane_for",
+__all__ = ["TorchPlanes", "KEY", "NO_PLANES", "current", "setup", "shutdown", "plane_for",
            "refuse_device_tensors", "wrap", "backend", "backend_for_device", "gpu_path",
            "cpu_path", "choose_gpu_path"]
 
 _log = logging.getLogger("hvdcore")
 _NP_DTYPES = {t: d for d, t in TORCH_DTYPES.items()}
-_KEY = "torch"  # this binding's entry in Engine.bindings
+KEY = "torch"
+"""This binding's entry in ``Engine.bindings``."""
 
 
 @dataclass
@@ -69,14 +70,15 @@ class TorchPlanes:
     :func:`hvdcore.torch.collectives.allreduce_inplace_impl`. Its planes are always these."""
 
 
-_NO_PLANES = TorchPlanes()  # what every call sees before init() and after shutdown()
+NO_PLANES = TorchPlanes()
+"""What every call sees before ``init()`` and after ``shutdown()``: no planes."""
 
 
 def current() -> TorchPlanes:
     """The planes of the running engine (none before ``init()`` and after ``shutdown()``).
     Read on every call: one dictionary lookup on the engine."""
-    st = _basics._state  # (not basics.current(): every host call reads this, ~30 ns less)
-    return st.engine.bindings.get(_KEY, _NO_PLANES) if st is not None else _NO_PLANES
+    st = _basics._state  # (not basics.current(): a function call less)
+    return st.engine.bindings.get(KEY, NO_PLANES) if st is not None else NO_PLANES
 
 
 def _gpu_local_status(setting: str) -> tuple[bool, str, bool]:
@@ -107,9 +109,9 @@ def setup() -> None:
     engine = _basics.state().engine
     # Horovod's init() on an initialised process is a local no-op: the vote below is a
     # collective, so it runs once per engine (one rank's stray second init() must not start it)
-    if _KEY in engine.bindings:
+    if KEY in engine.bindings:
         return
-    planes = engine.bindings[_KEY] = TorchPlanes()
+    planes = engine.bindings[KEY] = TorchPlanes()
     from hvdcore.config import load
 
     cfg = load()
@@ -193,7 +195,7 @@ def shutdown(planes: TorchPlanes | None = None) -> None:
     """Forget ``planes`` (default: the running engine's; hand them over when the engine is
     already shut down) and destroy the group hvdcore created for them."""
     planes = planes if planes is not None else current()
-    if planes is _NO_PLANES:
+    if planes is NO_PLANES:
         return
     planes.cpu = planes.gpu = planes.gpu_refused = None
     planes.inplace_buffers.clear()
