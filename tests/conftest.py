@@ -189,6 +189,7 @@ GROUP_SECONDS = {
     "test_elastic_torch": 370, "test_elastic_tensorflow": 250, "test_elastic_units": 60,
     "test_elastic_keras_backends": 110,
     "test_ssh_hosts": 50,  # 3 jobs over ssh to a network namespace (s71)
+    "test_round_mesh": 40,  # 6 jobs of 1-4 processes, each imports torch (s72)
 }
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from hvdcore import config
 from hvdcore.backends import steady_python
-from hvdcore.backends.base import HOST_MPI, PLAIN
+from hvdcore.backends.base import HOST_DIRECT, PLAIN, spin_round
 from hvdcore.backends.steady_calls import BoundSteady
 from hvdcore.engine.executor import SetState
 
@@ -180,6 +180,7 @@ class OneRankPlane:
 
     rank = 0
     size = 1
+    round_wait_s = 30e-6
 
     def __init__(self) -> None:
         self.split_calls: list[tuple[bool, int]] = []
@@ -200,6 +201,9 @@ class OneRankPlane:
         recv[:] = send  # the bitwise or of one contribution
         self.rounds += 1
         return _DoneRound()
+
+    def wait_round(self, request: Any, timeout_s: float) -> bool:
+        return spin_round(request, timeout_s)
 
     def steady_calls(self, spin_s: float, compiled: bool) -> None:
         return None  # no steady path: that is MPI's (tests/test_steady_path.py)
@@ -286,7 +290,7 @@ class DirectBackend(FakeBackend):
     ``direct = False`` (then ``routes += 1``) makes it say no, as the hierarchical plane does
     for a size it takes."""
 
-    capabilities = HOST_MPI
+    capabilities = HOST_DIRECT
     routes = 0
 
     def __init__(self, **kw: Any) -> None:

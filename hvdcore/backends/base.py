@@ -9,6 +9,7 @@ mpi4py nor a framework: everything it does between ranks goes through these two.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,7 +61,8 @@ class PlaneCapabilities:
     engine asks these, never ``getattr``.
 
     ``direct_allreduce``: the plane has ``direct_allreduce(pset, nbytes) -> (comm, ops) | None``
-    (its allreduce of ``nbytes`` is one MPI call the steady path may make itself) and
+    (its allreduce of ``nbytes`` is one call, MPI's or Gloo's, that the control plane's steady
+    calls may make themselves) and
     ``pooled(nbytes)`` (whether :meth:`Backend.result_block` of that size is pooled memory);
     its ``routes`` counter changes whenever the first answer may change.
     ``bound_allreduce``: the plane has ``bound_allreduce(pset, op, post, dtype, shape)``, the
@@ -71,8 +73,9 @@ class PlaneCapabilities:
     bound_allreduce: bool = False
 
 
-HOST_MPI = PlaneCapabilities(direct_allreduce=True)
-"""The MPI host plane's: the steady path may make its allreduce itself."""
+HOST_DIRECT = PlaneCapabilities(direct_allreduce=True)
+"""A host plane's (MPI's, the Gloo controller's) whose allreduce is one call of the control
+plane's transport: the steady path may make it itself."""
 PLAIN = PlaneCapabilities()
 """A plane with the protocol's collectives only."""
 
@@ -182,6 +185,10 @@ class ControlPlane(Protocol):
 
     rank: int
     size: int
+    round_wait_s: float
+    """How long a caller that posted a round waits for it (:meth:`wait_round`) before the
+    engine cycle takes it over (what a round costs when every rank is there: a few MPI
+    polls, a few TCP round trips)."""
 
     def send(self, payload: bytes, dest: int, tag: int) -> None:
         """Start sending ``payload`` to rank ``dest``; it is kept alive until delivered."""
@@ -195,6 +202,11 @@ class ControlPlane(Protocol):
 
     def start_round(self, send: bytearray, recv: bytearray) -> RoundRequest:
         """Start a bitwise-or allreduce of ``send`` (uint64 words) into ``recv``."""
+
+    def wait_round(self, request: RoundRequest, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a round this plane started; True once it completed
+        (MPI: polls ``Test()``, :func:`spin_round`; a plane whose round can be waited on
+        without a core spinning waits so)."""
 
     def steady_calls(self, spin_s: float, compiled: bool) -> Any:
         """A round and a data allreduce as one call, for the steady path
@@ -213,6 +225,16 @@ class ControlPlane(Protocol):
 
     def abort(self, code: int) -> None:
         """End every process of the job with exit status ``code``."""
+
+
+def spin_round(request: RoundRequest, timeout_s: float) -> bool:
+    """Poll ``request.Test()`` in a tight loop for up to ``timeout_s``: an MPI request only
+    advances inside MPI calls, and the peers are usually microseconds behind."""
+    end = time.perf_counter() + timeout_s
+    while not request.Test():
+        if time.perf_counter() > end:
+            return False
+    return True
 
 
 def displacements(counts: list[int]) -> list[int]:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hvdcore.backends.base import HOST_MPI, displacements
+from hvdcore.backends.base import HOST_DIRECT, displacements
 from hvdcore.backends.host_buffers import HostBuffers
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
@@ -24,7 +24,7 @@ class MPIBackend(HostBuffers):
 
     name = "mpi"
     reduces_float16 = False  # MPI has no half type: float16 is reduced in float32
-    capabilities = HOST_MPI
+    capabilities = HOST_DIRECT
     #: Changes whenever what :meth:`direct_allreduce` answers may change: a caller that kept
     #: its answer for a tensor checks this number instead of asking again on every call.
     routes = 0

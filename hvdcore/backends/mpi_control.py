@@ -12,11 +12,17 @@ from typing import Any
 
 from mpi4py import MPI
 
+from hvdcore.backends.base import spin_round
+
 __all__ = ["MPIControlPlane"]
 
 
 class MPIControlPlane:
     """:class:`~hvdcore.backends.base.ControlPlane` over duplicates of an mpi4py communicator."""
+
+    #: How long a caller polls a round it posted (a few polls: the peers are usually
+    #: microseconds behind, and an MPI round then takes about as long).
+    round_wait_s = 30e-6
 
     def __init__(self, world: Any, rounds: bool) -> None:
         self.rank: int = world.Get_rank()
@@ -59,6 +65,10 @@ class MPIControlPlane:
             self._round_msgs = ([send, MPI.UINT64_T], [recv, MPI.UINT64_T])
         assert self._round_msgs is not None
         return self._rounds.Iallreduce(self._round_msgs[0], self._round_msgs[1], op=MPI.BOR)
+
+    def wait_round(self, request: Any, timeout_s: float) -> bool:
+        """See :meth:`ControlPlane.wait_round`: polls the MPI request."""
+        return spin_round(request, timeout_s)
 
     def steady_calls(self, spin_s: float, compiled: bool) -> Any:
         """The round-then-data calls of the steady path on this plane's round communicator

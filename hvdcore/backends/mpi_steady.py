@@ -26,6 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hvdcore.backends import hotpath, steady_python
+from hvdcore.backends.base import spin_round
 from hvdcore.backends.round_wire import DONE, NOT_READY, PENDING
 from hvdcore.backends.steady_calls import BoundSteady, SteadyCalls
 
@@ -50,6 +51,11 @@ class MPIRounds:
     def start_round(self, send: bytearray, recv: bytearray) -> Any:
         """``MPI_Iallreduce`` with ``MPI_BOR`` of the uint64 words of ``send`` into ``recv``."""
         return self.comm.Iallreduce([send, MPI.UINT64_T], [recv, MPI.UINT64_T], op=MPI.BOR)
+
+    @staticmethod
+    def wait_round(request: Any, timeout_s: float) -> bool:
+        """Poll the round's MPI request for up to ``timeout_s``."""
+        return spin_round(request, timeout_s)
 
 
 class MPIData:

@@ -7,8 +7,9 @@ either implementation's function bound to one tensor's constants
 handles, these take transport objects:
 
 - ``rounds``: posts the round, ``rounds.start_round(send, recv)``, a bitwise-or allreduce of
-  the uint64 words of ``send`` into ``recv``, returning a request with ``Test()`` (a control
-  plane's ``start_round``, or :class:`hvdcore.backends.mpi_steady.MPIRounds`);
+  the uint64 words of ``send`` into ``recv``, returning a request with ``Test()``, and waits
+  for it, ``rounds.wait_round(request, seconds)`` (a control plane, or
+  :class:`hvdcore.backends.mpi_steady.MPIRounds`);
 - ``data``: makes the data call, ``data.allreduce(src, dst, op)`` (in place when ``src is
   dst``).
 
@@ -19,7 +20,6 @@ the compiled module's are. No MPI import: the engine's tests run this module on 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -28,21 +28,16 @@ from hvdcore.backends.round_wire import DONE, NOT_READY, PENDING, data_may_run, 
 
 __all__ = ["steady", "steady_batch", "round_only", "batch_data"]
 
-_now_ns = time.perf_counter_ns
-
 
 def round_only(rounds: Any, send: bytearray, recv: bytearray, tail: bytes, spin_ns: int,
                lists: int, lists_done: int) -> Any:
-    """Write the steady header and ``tail`` into ``send``, post the round and poll it for up to
-    ``spin_ns``: DONE (the data may run), NOT_READY (it completed, ``recv`` holds a result that
-    does not let it run) or ``(PENDING, request)``."""
+    """Write the steady header and ``tail`` into ``send``, post the round and wait for it up to
+    ``spin_ns`` (``rounds.wait_round``): DONE (the data may run), NOT_READY (it completed,
+    ``recv`` holds a result that does not let it run) or ``(PENDING, request)``."""
     pack_steady(send, tail, lists)
     req = rounds.start_round(send, recv)
-    if not req.Test():
-        end = _now_ns() + spin_ns
-        while not req.Test():
-            if _now_ns() > end:
-                return PENDING, req
+    if not req.Test() and not rounds.wait_round(req, spin_ns * 1e-9):
+        return PENDING, req
     return DONE if data_may_run(recv, tail, lists_done) else NOT_READY
 
 

@@ -4,8 +4,9 @@ The job is formed at a TCPStore (see :mod:`hvdcore.controllers.gloo_env` for whe
 launcher puts it); every rank checks in there, so a rank that disagrees on the job's size or
 claims a taken rank fails at once with both sides named, and an unreachable store fails within
 ``HVDCORE_RENDEZVOUS_TIMEOUT`` naming the address and where it came from. Then a Gloo default
-group (with NCCL/RCCL beside it where GPUs are) and private Gloo groups: one for the response
-cache's rounds, one for the global set's host data, one for the controller's own collectives.
+group (with NCCL/RCCL beside it where GPUs are), private Gloo groups (one for the global set's
+host data, one for the controller's own collectives) and the response cache's round mesh
+(:mod:`hvdcore.controllers.round_mesh`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from hvdcore.controllers import elastic_env, gloo_env
 from hvdcore.controllers.base import Formed
 from hvdcore.controllers.gloo_sockets import GlooSockets
+from hvdcore.controllers.round_mesh import RoundMesh, advertised_address
 from hvdcore.errors import CapabilityError, ConfigError, RendezvousError
 
 __all__ = ["GlooController", "GlooWorld"]
@@ -224,9 +226,9 @@ class GlooController:
             dist.init_process_group(spec, store=dist.PrefixStore("pg/", store),
                                     rank=info.rank, world_size=info.size,
                                     timeout=datetime.timedelta(seconds=timeout))
-            rounds = dist.new_group(everyone, backend="gloo")
             data = dist.new_group(everyone, backend="gloo")
             misc = dist.new_group(everyone, backend="gloo")
+            listener = RoundMesh.listener()
         world = GlooWorld(info.rank, info.size, misc)
         elastic = elastic_env.enabled(os.environ)
         if elastic:
@@ -241,8 +243,10 @@ class GlooController:
                                   datetime.timedelta(seconds=timeout))
             return dist.PrefixStore(prefix, again)
 
-        plane = GlooControlPlane(info.rank, info.size, dist.PrefixStore(prefix, root), rounds,
-                                 misc, connect)
+        ctl = dist.PrefixStore(prefix, root)
+        mesh = RoundMesh(info.rank, info.size, ctl, advertised_address(info.addr), timeout,
+                         listen=listener)
+        plane = GlooControlPlane(info.rank, info.size, ctl, mesh, misc, connect)
 
         def close() -> None:
             if dist.is_initialized():

@@ -7,8 +7,10 @@ block. So announcements and response lists go through the job's TCPStore, one qu
 writes ``sender rank + payload`` there. On the receiving rank one thread per tag waits for its
 next slot (``store.wait`` on a connection of its own) and hands each message to a local queue,
 so the engine's poll costs no round trip. ``close`` wakes the threads by writing their next slot
-itself. The response cache's rounds, the hot path, are a non-blocking bitwise-or allreduce on a
-private Gloo group, polled with ``Work.is_completed()``.
+itself. The response cache's rounds, the hot path, go over connections of their own
+(:mod:`hvdcore.controllers.round_mesh`: a Gloo collective costs several times a TCP round
+trip); a steady call makes its round there and its data call on the set's Gloo group
+(:class:`GlooSteady`, the Python steady calls of :mod:`hvdcore.backends.steady_python`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["GlooComm", "GlooControlPlane"]
+from hvdcore.backends import steady_python
+from hvdcore.backends.steady_calls import BoundSteady
+from hvdcore.controllers.round_mesh import RoundMesh
+
+__all__ = ["GlooComm", "GlooControlPlane", "GlooData", "GlooSteady"]
 
 _SRC = struct.Struct("!i")
 _CLOSE = b"\xff\xff\xff\xff"  # a slot written by close(): the waiter ends
@@ -51,38 +57,81 @@ class GlooComm:
         return len(self.ranks)
 
 
-class _Round:
-    """An outstanding round: mpi4py's ``Request.Test`` over a Gloo ``Work``."""
+class GlooData:
+    """The steady path's data call on a set's Gloo group (``data`` of
+    :mod:`~hvdcore.backends.steady_python`)."""
 
-    __slots__ = ("_work",)
+    __slots__ = ("group", "_opts")
 
-    def __init__(self, work: Any) -> None:
-        self._work = work
+    def __init__(self, comm: GlooComm) -> None:
+        self.group = comm.group
+        self._opts: dict[Any, Any] = {}
 
-    def Test(self) -> bool:  # noqa: N802 - RoundRequest's name
-        """True once the round completed (raises the round's error, if any)."""
-        if self._work.is_completed():
-            self._work.wait()
-            return True
-        return False
+    def allreduce(self, src: Any, dst: Any, op: Any) -> None:
+        """Allreduce ``src`` into ``dst`` (NumPy arrays; in place when they are one array)
+        with the ``torch.distributed`` op ``op``: the process group's call, as
+        ``dist.all_reduce`` makes it once its per-call checks pass (the engine checked the
+        tensor when it cached it)."""
+        if src is not dst:
+            dst[...] = src
+        flat = dst.reshape(-1)
+        opts = self._opts.get(op)
+        if opts is None:
+            opts = self._opts[op] = dist.AllreduceOptions()
+            opts.reduceOp = op
+        tensor = torch.from_numpy(flat.view("uint8") if flat.dtype == bool else flat)
+        self.group.allreduce([tensor], opts).wait()
+
+
+class _Transport:
+    """:class:`~hvdcore.backends.steady_calls.Transport` of the Python steady calls on the
+    Gloo controller: the round mesh, and :class:`GlooData` on the host plane's groups."""
+
+    def __init__(self, rounds: Any) -> None:
+        self.rounds = rounds
+
+    @staticmethod
+    def comm(comm: GlooComm) -> GlooData:
+        return GlooData(comm)
+
+    @staticmethod
+    def dtype(dtype: Any) -> Any:
+        return dtype
+
+    @staticmethod
+    def op(op: Any) -> Any:
+        return op
+
+    @staticmethod
+    def pending(token: Any) -> Any:
+        return token
+
+
+class GlooSteady(BoundSteady):
+    """The Gloo controller's steady calls: round on the mesh, data on a Gloo group."""
+
+    def __init__(self, rounds: Any, spin_s: float) -> None:
+        super().__init__(steady_python, _Transport(rounds), spin_s)
 
 
 class GlooControlPlane:
     """:class:`~hvdcore.backends.base.ControlPlane` over a TCPStore and Gloo groups."""
 
-    def __init__(self, rank: int, size: int, store: Any, rounds: Any, sets: Any,
+    #: How long a caller polls a round it posted before the engine cycle takes it over: a
+    #: round here is a TCP round trip per step (tens of microseconds, more on a loaded host).
+    round_wait_s = 2e-3
+
+    def __init__(self, rank: int, size: int, store: Any, mesh: RoundMesh, sets: Any,
                  connect: Callable[[], Any]) -> None:
         self.rank = rank
         self.size = size
         self._store = store
         self._connect = connect  # a new connection to the store (for a waiter thread)
-        self._rounds_group = rounds
+        self._mesh = mesh
         self._sets_group = sets
         self._inbox: dict[int, collections.deque[tuple[int, bytes]]] = {}
         self._waiters: dict[int, tuple[threading.Thread, list[int]]] = {}
         self._held: dict[int, list[tuple[int, bytes]]] = {}  # tag -> read, not yet asked for
-        self._round_key: tuple[int, int] | None = None
-        self._round_tensors: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def send(self, payload: bytes, dest: int, tag: int) -> None:
         """See :meth:`ControlPlane.send` (done when it returns: the store holds it)."""
@@ -131,22 +180,17 @@ class GlooControlPlane:
             self._held.setdefault(tag, []).append((src, body))
         return None
 
-    def start_round(self, send: bytearray, recv: bytearray) -> _Round:
-        """See :meth:`ControlPlane.start_round` (the uint64 words as int64: same bits)."""
-        key = (id(send), id(recv))
-        if self._round_key != key:  # the engine reuses one pair of buffers
-            self._round_key = key
-            self._round_tensors = (torch.frombuffer(send, dtype=torch.int64),
-                                   torch.frombuffer(recv, dtype=torch.int64))
-        assert self._round_tensors is not None
-        src, dst = self._round_tensors
-        dst.copy_(src)
-        return _Round(dist.all_reduce(dst, op=dist.ReduceOp.BOR, group=self._rounds_group,
-                                      async_op=True))
+    def start_round(self, send: bytearray, recv: bytearray) -> Any:
+        """See :meth:`ControlPlane.start_round` (on the round mesh)."""
+        return self._mesh.start(send, recv)
 
-    def steady_calls(self, spin_s: float, compiled: bool) -> None:
-        """None: the compiled round-and-data call is MPI's."""
-        return None
+    def wait_round(self, request: Any, timeout_s: float) -> bool:
+        """See :meth:`ControlPlane.wait_round`: asleep until the round's next message."""
+        return request.wait(timeout_s)
+
+    def steady_calls(self, spin_s: float, compiled: bool) -> GlooSteady:
+        """See :meth:`ControlPlane.steady_calls` (Python: the compiled call is MPI's)."""
+        return GlooSteady(self, spin_s)
 
     def split(self, parent: GlooComm, member: bool, key: int) -> GlooComm | None:
         """See :meth:`ControlPlane.split` (collective over the job, as ``new_group`` is)."""
@@ -171,8 +215,7 @@ class GlooControlPlane:
             self._store.set(f"q/{self.rank}/{tag}/{slot[0]}", _CLOSE)
             thread.join(timeout=10)
         self._waiters.clear()
-        self._round_tensors = None
-        self._round_key = None
+        self._mesh.close()
 
     def abort(self, code: int) -> None:
         """See :meth:`ControlPlane.abort`: this process ends; the liveness watchdog and the

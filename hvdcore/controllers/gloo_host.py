@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from hvdcore.backends.base import PLAIN
+from hvdcore.backends.base import HOST_DIRECT
 from hvdcore.backends.host_buffers import HostBuffers
 
 __all__ = ["GlooHostBackend"]
@@ -45,14 +45,20 @@ class GlooHostBackend(HostBuffers):
 
     name = "gloo"
     reduces_float16 = False  # as the MPI host plane: float16 sums in float32, rounded once
-    capabilities = PLAIN  # no direct call for the steady path (that is MPI's compiled call)
-    routes = 0
+    capabilities = HOST_DIRECT
+    routes = 0  # what direct_allreduce answers never changes
 
     def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
         """See :meth:`Backend.allreduce`."""
         if out is not buf:
             np.copyto(out, buf)
         dist.all_reduce(_t(out), op=_OPS[op], group=pset.comm.group)
+
+    def direct_allreduce(self, pset: Any, nbytes: int) -> tuple[Any, Any]:
+        """``(pset.comm, op table)``: :meth:`allreduce` is one Gloo allreduce on the set's
+        group, which the Gloo controller's steady call
+        (:class:`~hvdcore.controllers.gloo_control.GlooSteady`) may make itself."""
+        return pset.comm, _OPS
 
     def allgatherv(self, pset: Any, buf: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
         """See :meth:`Backend.allgatherv` (byte counts; Gloo gathers equal blocks, so each

@@ -44,7 +44,6 @@ from hvdcore.engine.progress import RunState
 __all__ = ["RoundScheduler", "RoundChannel", "RoundResult", "Stage", "SKIPPED", "WAITING",
            "READY", "RAN"]
 
-_ROUND_SPIN_S = 30e-6
 _NO_HEADER = Header()  # every rank but 0 posts it in every round: made once
 
 RoundResult = tuple[Header, list[int], list[int]]
@@ -82,7 +81,8 @@ class RoundChannel:
         self.request: Any = None  # the round in flight (an object with ``Test()``), or None
         #: The control plane's steady calls (compiled where they can be: HVDCORE_HOTPATH), or
         #: None where the plane has none (the Gloo controller's).
-        self.calls = plane.steady_calls(_ROUND_SPIN_S, hotpath)
+        self._wait_s = plane.round_wait_s
+        self.calls = plane.steady_calls(self._wait_s, hotpath)
 
     def post(self, header: Header, hits: list[int], invalid: Iterable[int]) -> None:
         """Post a round with ``header`` offering ``hits`` (and dropping ``invalid``)."""
@@ -93,13 +93,11 @@ class RoundChannel:
     def test(self) -> RoundResult | None:
         """The outstanding round's result once it completed, else None. The peers are
         usually microseconds behind, and a non-blocking collective only advances inside MPI
-        calls: it is polled in a tight loop for a moment before giving up for now."""
+        calls: the plane waits for it a moment (its ``wait_round`` for ``round_wait_s``)
+        before giving up for now."""
         req = self.request
-        if not req.Test():
-            t_end = time.perf_counter() + _ROUND_SPIN_S
-            while not req.Test():
-                if time.perf_counter() > t_end:
-                    return None
+        if not req.Test() and not self._plane.wait_round(req, self._wait_s):
+            return None
         self.request = None
         return self.result()
 
