@@ -246,11 +246,12 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
             raise UsageError("elastic jobs (--min-np/--max-np/--host-discovery-script) run on "
                              "the Gloo controller: drop --mpi")
         return run_elastic(args, environ, exports, _hosts(args))
+    ssh = ssh_options(args)
     if args.gloo:
-        return _run_gloo(args, environ, exports)
+        return _run_gloo(args, environ, exports, ssh)
     if args.network_interfaces:
         raise UsageError("--network-interfaces goes with --gloo (MPI: --mpi-args)")
-    if ssh_options(args) != SshOptions():
+    if ssh != SshOptions():
         raise UsageError("--ssh-port, --ssh-identity-file and --ssh-args go with --gloo or an "
                          "elastic job (Open MPI: --mpi-args '--mca plm_rsh_args ...')")
     cmd, name = build_command(args, environ, exports, which=which,
@@ -269,7 +270,7 @@ def _elastic_asked(args: argparse.Namespace) -> bool:
 
 
 def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
-              exports: Mapping[str, str]) -> int:
+              exports: Mapping[str, str], ssh: SshOptions) -> int:
     from hvdcore.config import load
     from hvdcore.runner import gloo_launch
 
@@ -283,7 +284,6 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
         raise UsageError(f"-np {np} is more than the {total_slots(hosts)} slot(s) given; add "
                          "slots (-H host:N) or lower -np")
     places = gloo_launch.plan(hosts, np)
-    ssh = ssh_options(args)
     cfg = load({**environ, **exports})
     iface = args.network_interfaces or cfg.gloo_iface or None
     if args.dry_run or args.verbose:

@@ -4,8 +4,8 @@ The launcher hosts the job's rendezvous (a torch.distributed ``TCPStore``), give
 Horovod's variables (``HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE/HOSTNAME``,
 ``HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT``, ``HOROVOD_CONTROLLER=gloo``), starts each rank on its host
 (a host that names this machine, such as ``localhost``, ``127.0.0.1`` or its own name, as a
-local process; any other over ``ssh``: :mod:`hvdcore.runner.remote`), prefixes each output line with ``[rank]<stdout>:`` /
-``[rank]<stderr>:``, and ends the job when a rank fails: the others get SIGTERM, then SIGKILL,
+local process; any other over ``ssh``: :mod:`hvdcore.runner.remote`), prefixes each output
+line with ``[rank]<stdout>:`` / ``[rank]<stderr>:``, and ends the job when a rank fails: the others get SIGTERM, then SIGKILL,
 and one line names the rank and its exit code.
 """
 
@@ -127,8 +127,8 @@ def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: M
         if iface:
             env.setdefault("GLOO_SOCKET_IFNAME", iface)
         local = is_local(p.host, own)
-        cmd = list(command) if local else ssh_command(p.host, command, env, os.getcwd(),
-                                                            ssh)
+        cmd = (list(command) if local
+               else ssh_command(p.host, command, env, os.getcwd(), ssh))
         try:
             # a remote rank runs while its ssh's stdin is open (closed when this process ends)
             proc = subprocess.Popen(cmd, env=env, stdin=None if local else subprocess.PIPE,
