@@ -21,6 +21,7 @@ from reframe_helpers import (
     run_reframe,
 )
 
+from harness import slurm_fixtures
 from harness.slurm_localhost import SlurmCluster, missing_requirements
 
 pytestmark = [pytest.mark.slurm, pytest.mark.reframe, pytest.mark.mpi]
@@ -29,12 +30,13 @@ _missing = missing_requirements()
 if _missing:
     pytestmark.append(pytest.mark.skip(reason="no local Slurm: missing " + ", ".join(_missing)))
 
-# Both fake nodes share this host's name: Open MPI must use TCP between them.
 needs_example = pytest.mark.skipif(
     not MNIST_EXAMPLE.exists(), reason="examples/pytorch_mnist.py (the PyTorch example) is missing"
 )
 
-FAKE_NODES_ENV = {"OMPI_MCA_btl": "self,tcp", "CHECKS_SLURM_ONE_HOST": "1"}
+# Both fake nodes share this host's name: Open MPI uses TCP on loopback between them (and the
+# configuration knows it is one host: CHECKS_SLURM_ONE_HOST)
+FAKE_NODES_ENV = {**slurm_fixtures.FAKE_NODES_ENV, "CHECKS_SLURM_ONE_HOST": "1"}
 
 
 @pytest.fixture(scope="module")

@@ -68,3 +68,17 @@ def test_a_rank_that_never_comes_fails_formation_naming_it() -> None:
     assert all(code == 0 for code, _ in out), texts
     assert "FORM 1" in texts and "rank 2 did not publish" in texts, texts
     assert "FORM 0" in texts, texts
+
+
+def test_the_advertised_address_is_on_the_route_to_the_store() -> None:
+    """The store on this host: loopback for a job on this host alone; for a job on several
+    hosts, an address of this host that is not loopback (when it has one)."""
+    from hvdcore.controllers.round_mesh import advertised_address
+    from hvdcore.netaddr import local_interfaces
+
+    assert advertised_address("127.0.0.1") == "127.0.0.1"
+    outside = [i.address for i in local_interfaces() if not i.loopback]
+    if not outside:
+        pytest.skip("this machine has no address but loopback")
+    assert advertised_address("127.0.0.1", several_hosts=True) == outside[0]
+    assert advertised_address(outside[0]) == outside[0]

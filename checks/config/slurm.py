@@ -11,7 +11,8 @@ Adapt it with environment variables instead of editing (all optional):
 ``CHECKS_SLURM_GPUS_PER_NODE``  GPUs (= ranks) per GPU node (default 4)
 ``CHECKS_SLURM_MAX_NODES``     largest MNIST scale in nodes (default 2)
 ``CHECKS_SLURM_ONE_HOST``      ``1`` when the "nodes" share one host (the CI harness):
-                               Open MPI then uses TCP between them (``btl=self,tcp``), and
+                               Open MPI then uses TCP on loopback between them
+                               (``btl=self,tcp``, ``btl_tcp_if_include=lo``), and
                                every performance variable is reported but not judged (its
                                references are unbounded: the ranks share the host's cores)
 ``CHECKS_VENV``                venv the jobs activate (default: the one running ReFrame;
@@ -44,8 +45,11 @@ GPUS = int(_env("CHECKS_SLURM_GPUS_PER_NODE", "4"))
 MAX_NODES = int(_env("CHECKS_SLURM_MAX_NODES", "2"))
 ONE_HOST = _env("CHECKS_SLURM_ONE_HOST", "0") == "1"
 # Both fake nodes of the CI harness have one hostname: Open MPI's shared memory would then
-# connect ranks of different "nodes" and crash, so use TCP (never needed on a real cluster).
-NET_ENV = [["OMPI_MCA_btl", "self,tcp"]] if ONE_HOST else []
+# connect ranks of different "nodes" and crash, so use TCP (never needed on a real cluster),
+# on the loopback interface only: the nodes are one host, and a 2-node MNIST job once died in
+# a segfault right after a TCP connect to the VM's other address failed.
+NET_ENV = ([["OMPI_MCA_btl", "self,tcp"], ["OMPI_MCA_btl_tcp_if_include", "lo"]]
+           if ONE_HOST else [])
 
 
 def _references(partition: str) -> dict:

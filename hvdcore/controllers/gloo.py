@@ -235,7 +235,8 @@ class GlooController:
             socks.peers = {p for ports in world.allgather(sorted(socks.mine)) for p in ports}
         # a node is a host name and, under Slurm, a node id (as the MPI controller's layout)
         node = (socket.gethostname(), os.environ.get("SLURM_NODEID", ""))
-        layout = _layout(info, world.allgather(node))
+        nodes = world.allgather(node)
+        layout = _layout(info, nodes)
         prefix = base + "ctl/"
 
         def connect() -> Any:  # a waiter thread's own connection to the same store
@@ -244,7 +245,8 @@ class GlooController:
             return dist.PrefixStore(prefix, again)
 
         ctl = dist.PrefixStore(prefix, root)
-        mesh = RoundMesh(info.rank, info.size, ctl, advertised_address(info.addr), timeout,
+        mesh = RoundMesh(info.rank, info.size, ctl,
+                         advertised_address(info.addr, len(set(nodes)) > 1), timeout,
                          listen=listener)
         plane = GlooControlPlane(info.rank, info.size, ctl, mesh, misc, connect)
 

@@ -18,6 +18,7 @@ job closes its connections: the round raises :class:`RoundMeshError` naming it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import select
 import socket
@@ -37,23 +38,31 @@ class RoundMeshError(ConnectionError):
     """A round's connection failed: a peer ended, or left the job."""
 
 
-def advertised_address(store_addr: str) -> str:
+def advertised_address(store_addr: str, several_hosts: bool = False) -> str:
     """The address peers reach this rank's round listener at: the address of Gloo's interface
     (``GLOO_SOCKET_IFNAME``, its first name) when set, else this host's address on the route
-    to the rendezvous store (the store is reachable from every rank, so is that route)."""
+    to the rendezvous store (the store is reachable from every rank, so is that route). When
+    that is a loopback address (the store is on this host, or its name resolves to 127.0.1.1
+    as Debian's ``/etc/hosts`` has it) and the job has ranks on ``several_hosts``, this host's
+    first address that is not loopback."""
+    from hvdcore.netaddr import local_interfaces
+
     names = [n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n]
     if names:
-        from hvdcore.netaddr import local_interfaces
-
         for item in local_interfaces():
             if item.name == names[0]:
                 return str(item.address)
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         probe.connect((socket.gethostbyname(store_addr), 9))  # no packet: UDP only routes
-        return probe.getsockname()[0]
+        address: str = probe.getsockname()[0]
     finally:
         probe.close()
+    if several_hosts and ipaddress.ip_address(address).is_loopback:
+        outside = [i.address for i in local_interfaces() if not i.loopback]
+        if outside:
+            return outside[0]
+    return address
 
 
 def _steps(size: int) -> int:

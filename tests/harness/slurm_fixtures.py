@@ -16,8 +16,9 @@ import pytest
 
 from harness.slurm_localhost import SlurmCluster, missing_requirements
 
-#: Both fake nodes share this host's name: Open MPI must use TCP between them.
-FAKE_NODES_ENV = {"OMPI_MCA_btl": "self,tcp"}
+#: Both fake nodes share this host's name: Open MPI must use TCP between them, and since they
+#: are one host, on loopback only (as ``checks/config/slurm.py`` sets it for one host).
+FAKE_NODES_ENV = {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo"}
 
 
 def slurm_marks(*extra: pytest.MarkDecorator) -> list[pytest.MarkDecorator]:
