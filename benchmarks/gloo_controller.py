@@ -15,12 +15,15 @@ order each time (load that lands on one lands on all):
   of 34 int64 words on the controller's round connections, ``hvdcore.controllers.round_mesh``,
   waited for as the engine waits);
 - ``floor: round + data``: that round, then the raw data allreduce: the two calls a cached
-  hvdcore call makes, without hvdcore's bookkeeping;
+  call makes where its data goes to Gloo (above ``hvdcore.controllers.mesh_data.MESH_BYTES``
+  received per rank), without hvdcore's bookkeeping; below it hvdcore's data call is an
+  allgather on the round's connections instead, and the call can cost less than the floor;
 - ``hvd.allreduce(t)``, ``hvd.allreduce_(t)``, ``hvd.allreduce_async(t)`` + ``synchronize``:
   what users call, each under its own name (so the response cache serves them).
 
 Medians in microseconds, ``vs raw`` (time / raw's; 1.00x = as fast), ``+floor`` (time over
-the floor's: what hvdcore's bookkeeping costs), busbw in GB/s (2(n-1)/n x bytes / time).
+the floor's: what hvdcore's bookkeeping costs where its data goes to Gloo), busbw in GB/s
+(2(n-1)/n x bytes / time).
 Every peer's result is checked against the sum of the ranks' inputs after the timings. The
 header prints the load average: numbers taken while other jobs share the cores are noise.
 """

@@ -256,7 +256,8 @@ class GlooController:
 
         return Formed(
             "gloo", reason, world, info.rank, info.size, *layout,
-            GlooComm(data, tuple(everyone), info.rank), plane, registry.create("gloo-host"),
+            GlooComm(data, tuple(everyone), info.rank, mesh), plane,
+            registry.create("gloo-host"),
             close=close, elastic=elastic, cut=socks.cut,
             describe=f"Gloo (torch {torch.__version__}; store {info.addr}:{root.port} from "
                      f"{info.source}, started by {info.launcher})")

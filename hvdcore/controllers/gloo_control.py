@@ -29,11 +29,14 @@ import torch.distributed as dist
 
 from hvdcore.backends import steady_python
 from hvdcore.backends.steady_calls import BoundSteady
+from hvdcore.controllers.mesh_data import mesh_allreduce, mesh_fits
 from hvdcore.controllers.round_mesh import RoundMesh
 
 __all__ = ["GlooComm", "GlooControlPlane", "GlooData", "GlooSteady"]
 
 _SRC = struct.Struct("!i")
+_NP_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max",
+           dist.ReduceOp.PRODUCT: "prod"}
 _CLOSE = b"\xff\xff\xff\xff"  # a slot written by close(): the waiter ends
 _FOREVER = datetime.timedelta(days=365)
 
@@ -41,12 +44,14 @@ _FOREVER = datetime.timedelta(days=365)
 class GlooComm:
     """A process set's communicator on the Gloo controller: its Gloo group and ranks."""
 
-    __slots__ = ("group", "ranks", "index")
+    __slots__ = ("group", "ranks", "index", "mesh")
 
-    def __init__(self, group: Any, ranks: tuple[int, ...], index: int) -> None:
+    def __init__(self, group: Any, ranks: tuple[int, ...], index: int,
+                 mesh: RoundMesh | None = None) -> None:
         self.group = group
         self.ranks = ranks
         self.index = index
+        self.mesh = mesh  # the job's round connections (the global set's only): small data
 
     def Get_rank(self) -> int:  # noqa: N802 - the name SetState.index calls
         """This rank's index in the set."""
@@ -61,10 +66,11 @@ class GlooData:
     """The steady path's data call on a set's Gloo group (``data`` of
     :mod:`~hvdcore.backends.steady_python`)."""
 
-    __slots__ = ("group", "_opts")
+    __slots__ = ("group", "mesh", "_opts")
 
     def __init__(self, comm: GlooComm) -> None:
         self.group = comm.group
+        self.mesh = comm.mesh
         self._opts: dict[Any, Any] = {}
 
     def allreduce(self, src: Any, dst: Any, op: Any) -> None:
@@ -72,6 +78,9 @@ class GlooData:
         with the ``torch.distributed`` op ``op``: the process group's call, as
         ``dist.all_reduce`` makes it once its per-call checks pass (the engine checked the
         tensor when it cached it)."""
+        if self.mesh is not None and mesh_fits(self.mesh, dst):
+            mesh_allreduce(self.mesh, src, dst, _NP_OPS[op])
+            return
         if src is not dst:
             dst[...] = src
         flat = dst.reshape(-1)

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from hvdcore.backends.base import HOST_DIRECT
 from hvdcore.backends.host_buffers import HostBuffers
+from hvdcore.controllers.mesh_data import mesh_allreduce, mesh_fits
 
 __all__ = ["GlooHostBackend"]
 
@@ -49,7 +50,12 @@ class GlooHostBackend(HostBuffers):
     routes = 0  # what direct_allreduce answers never changes
 
     def allreduce(self, pset: Any, buf: np.ndarray, out: np.ndarray, op: str) -> None:
-        """See :meth:`Backend.allreduce`."""
+        """See :meth:`Backend.allreduce` (a small one of the global set on the round
+        connections: :mod:`hvdcore.controllers.mesh_data`)."""
+        mesh = pset.comm.mesh
+        if mesh is not None and mesh_fits(mesh, out):
+            mesh_allreduce(mesh, buf, out, op)
+            return
         if out is not buf:
             np.copyto(out, buf)
         dist.all_reduce(_t(out), op=_OPS[op], group=pset.comm.group)

@@ -8,7 +8,9 @@ trip), and a Gloo ``Work`` cannot be waited on with a timeout. Here the round is
 dissemination allreduce: in step ``k`` (``k < ceil(log2 n)``) rank ``r`` sends what it has
 so far to ``r + 2**k`` and ors in what ``r - 2**k`` sent; bitwise or is idempotent, so after
 the last step every rank holds the or of all. Each step has its own connection per direction,
-made once when the job forms; each message is a 4-byte length and the words.
+made once when the job forms; each message is a 4-byte length, a kind (a round, or data) and
+the body. :meth:`RoundMesh.allgather` uses the same connections for small host allreduces
+(:mod:`hvdcore.controllers.gloo_host`).
 
 The sends are a few hundred bytes into an empty socket buffer (a peer is at most one round
 ahead), so they never block; the receives are non-blocking, so :meth:`RoundRequest.Test
@@ -18,6 +20,7 @@ job closes its connections: the round raises :class:`RoundMeshError` naming it.
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import os
 import select
@@ -30,7 +33,8 @@ import numpy as np
 
 __all__ = ["RoundMesh", "RoundMeshError", "advertised_address"]
 
-_LEN = struct.Struct("!I")
+_HEAD = struct.Struct("!IB")  # (body length, kind)
+_ROUND, _DATA = 0, 1  # a round's words; an allgather's blocks
 _HELLO = struct.Struct("!ii")  # (sender rank, step)
 
 
@@ -83,6 +87,11 @@ class RoundMesh:
         self._out: list[socket.socket] = []
         self._in: list[socket.socket] = [None] * steps  # type: ignore[list-item]
         self._pending: list[bytearray] = [bytearray() for _ in range(steps)]
+        # messages read but not asked for yet, by step and kind (rounds and data calls keep
+        # each their own order on every rank, not necessarily their order between the two)
+        self._queued: list[tuple[collections.deque, collections.deque]] = [
+            (collections.deque(), collections.deque()) for _ in range(steps)]
+        self.timeout_s = timeout_s
         self._sources = [(rank - (1 << k)) % size for k in range(steps)]
         if steps == 0:
             return
@@ -148,27 +157,33 @@ class RoundMesh:
         """Start a bitwise-or allreduce of the uint64 words of ``send`` into ``recv``."""
         return _MeshRound(self, send, recv)
 
-    def _send(self, step: int, words: np.ndarray) -> None:
-        body = words.tobytes()
+    def _send(self, step: int, body: bytes, kind: int = _ROUND) -> None:
         try:
-            self._out[step].sendall(_LEN.pack(len(body)) + body)
+            self._out[step].sendall(_HEAD.pack(len(body), kind) + body)
         except OSError as exc:
             dest = (self.rank + (1 << step)) % self.size
             raise RoundMeshError(f"rank {self.rank}: the cache round's connection to rank "
                                  f"{dest} failed ({exc}): it ended or left the job") from exc
 
-    def _take(self, step: int) -> bytes | None:
-        """Step ``step``'s next message, or None when it has not arrived yet."""
+    def _take(self, step: int, kind: int = _ROUND) -> bytes | None:
+        """Step ``step``'s next message of ``kind``, or None when it has not arrived yet."""
+        queued = self._queued[step]
+        if queued[kind]:
+            return queued[kind].popleft()
         buf = self._pending[step]
         while True:
-            if len(buf) >= _LEN.size:
-                need = _LEN.size + _LEN.unpack_from(buf)[0]
-                if len(buf) >= need:
-                    msg = bytes(buf[_LEN.size:need])
-                    del buf[:need]
+            while len(buf) >= _HEAD.size:
+                size, got = _HEAD.unpack_from(buf)
+                need = _HEAD.size + size
+                if len(buf) < need:
+                    break
+                msg = bytes(buf[_HEAD.size:need])
+                del buf[:need]
+                if got == kind:
                     return msg
+                queued[got].append(msg)
             try:
-                chunk = self._in[step].recv(65536)
+                chunk = self._in[step].recv(1 << 20)
             except (BlockingIOError, InterruptedError):
                 return None
             except OSError as exc:
@@ -176,6 +191,28 @@ class RoundMesh:
             if not chunk:
                 raise self._lost(step, "end of stream")
             buf += chunk
+
+    def allgather(self, block: bytes) -> list[bytes]:
+        """Every rank's ``block`` (all of one length), in rank order: Bruck's allgather on the
+        round's connections, in ``ceil(log2 n)`` steps (in step ``k`` this rank sends the
+        blocks it has, of ranks ``r, r-1, ...``, to ``r + 2**k``). Blocks until done; a peer
+        that ends raises RoundMeshError, one that sends nothing for ``timeout_s`` too."""
+        n, width = self.size, len(block)
+        have = bytearray(block)  # blocks of ranks r, r-1, r-2, ... (mod n)
+        for k in range(len(self._in)):
+            count = min(1 << k, n - (1 << k))
+            self._send(k, bytes(have[:count * width]), _DATA)
+            end = time.monotonic() + self.timeout_s
+            while (msg := self._take(k, _DATA)) is None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise RoundMeshError(
+                        f"rank {self.rank}: rank {self._sources[k]} sent no data within "
+                        f"{self.timeout_s:g} s (HVDCORE_RENDEZVOUS_TIMEOUT)")
+                select.select([self._in[k]], [], [], left)
+            have += msg
+        blocks = [bytes(have[i * width:(i + 1) * width]) for i in range(n)]
+        return [blocks[(self.rank - q) % n] for q in range(n)]
 
     def _lost(self, step: int, why: str) -> RoundMeshError:
         return RoundMeshError(f"rank {self.rank}: the cache round's connection from rank "
@@ -201,7 +238,7 @@ class _MeshRound:
         self._recv = recv
         self._step = 0
         if mesh._in:
-            mesh._send(0, self._acc)
+            mesh._send(0, self._acc.tobytes())
 
     def Test(self) -> bool:  # noqa: N802 - RoundRequest's name
         """True once every step arrived (``recv`` then holds the result); never blocks."""
@@ -213,7 +250,7 @@ class _MeshRound:
             np.bitwise_or(self._acc, np.frombuffer(msg, dtype=np.uint64), out=self._acc)
             self._step += 1
             if self._step < steps:
-                mesh._send(self._step, self._acc)
+                mesh._send(self._step, self._acc.tobytes())
         if self._step == steps:
             self._recv[:] = self._acc.tobytes()
             self._step += 1

@@ -3,10 +3,12 @@
 ``python round_mesh_rank.py RANK SIZE PORT MODE``. Every rank makes 60 rounds of bitwise-or
 allreduces of random words (the word count changes from round to round, as it does on every
 rank alike) and checks each against the or of every rank's words, computed here from the
-same seeds. MODE ``ok``: prints ``OK <rank>``; ``missing``: the same with a 4 s formation
-timeout (a rank of the job is not started). MODE ``die``: the last rank exits in round 30;
-the others must raise RoundMeshError: they print ``LOST <rank> <message>``, close their mesh
-(as a rank leaving the job does) and exit 0.
+same seeds; every fourth round is followed by an allgather of random blocks, and another by a
+small host allreduce (:mod:`hvdcore.controllers.mesh_data`: float32, sum/min/max/prod), checked
+bit for bit against the reduction in rank order. MODE ``ok``: prints ``OK <rank>``;
+``missing``: the same with a 4 s formation timeout (a rank of the job is not started);
+``die``: the last rank exits in round 30, and the others must raise RoundMeshError: they print
+``LOST <rank> <message>``, close their mesh (as a rank leaving the job does) and exit 0.
 """
 
 import datetime
@@ -16,9 +18,15 @@ import struct
 import sys
 import time
 
+import numpy as np
 import torch.distributed as dist
 
+from hvdcore.controllers.mesh_data import _UFUNCS, mesh_allreduce
 from hvdcore.controllers.round_mesh import RoundMesh, RoundMeshError
+
+
+def arrays(rnd: int, rank: int) -> np.ndarray:
+    return np.random.default_rng([rnd, rank]).standard_normal(257).astype(np.float32)
 
 
 def words(rnd: int, rank: int) -> list[int]:
@@ -65,6 +73,23 @@ def main() -> int:
         if got != want:
             os.write(1, f"WRONG {rank} round {rnd}\n".encode())
             return 1
+        if rnd % 4 == 3:  # a small host allreduce: rank order, the same bits on every rank
+            op = ("sum", "min", "max", "prod")[rnd // 4 % 4]
+            src = arrays(rnd, rank)
+            out = np.empty_like(src)
+            mesh_allreduce(mesh, src, out, op)
+            want_arr = arrays(rnd, 0)
+            for q in range(1, size):
+                _UFUNCS[op](want_arr, arrays(rnd, q), out=want_arr)
+            if out.tobytes() != want_arr.tobytes():
+                os.write(1, f"WRONG {rank} allreduce {op} {rnd}\n".encode())
+                return 1
+        if rnd % 4 == 1:  # the data calls share the connections: an allgather between rounds
+            width = 1 + rnd * 37 % 3000
+            blocks = mesh.allgather(random.Random(f"b{rnd}-{rank}").randbytes(width))
+            if blocks != [random.Random(f"b{rnd}-{q}").randbytes(width) for q in range(size)]:
+                os.write(1, f"WRONG {rank} allgather {rnd}\n".encode())
+                return 1
     os.write(1, f"OK {rank}\n".encode())
     mesh.close()
     return 0
