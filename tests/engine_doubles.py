@@ -29,7 +29,7 @@ import numpy as np
 from hvdcore import config
 from hvdcore.backends import steady_python
 from hvdcore.backends.base import HOST_DIRECT, PLAIN, spin_round
-from hvdcore.backends.steady_calls import BoundSteady
+from hvdcore.backends.steady_calls import BoundSteady, ObjectTransport
 from hvdcore.engine.executor import SetState
 
 _NP_OPS = {"sum": np.add, "min": np.minimum, "max": np.maximum, "prod": np.multiply}
@@ -314,39 +314,14 @@ class _DoubleData:
         self.backend.allreduce(self.pset, src, dst, op)
 
 
-class _DoubleTransport:
-    """The transport arguments of the real Python steady calls
-    (:mod:`hvdcore.backends.steady_python`) on the doubles: the round through the one-rank
-    plane's ``start_round``, the data call through the backend."""
-
-    def __init__(self, plane: OneRankPlane, backend: DirectBackend, pset: SetState) -> None:
-        self.rounds = plane
-        self._data = _DoubleData(backend, pset)
-
-    def comm(self, comm: Any) -> _DoubleData:
-        return self._data
-
-    @staticmethod
-    def dtype(dtype: Any) -> Any:
-        return dtype
-
-    @staticmethod
-    def op(op: Any) -> Any:
-        return op
-
-    @staticmethod
-    def pending(token: Any) -> Any:
-        return token
-
-
 class SteadyPlane(OneRankPlane):
     """A one-rank control plane with steady calls: the real Python implementation
-    (:mod:`hvdcore.backends.steady_python`) over :class:`_DoubleTransport`."""
+    (:mod:`hvdcore.backends.steady_python`) over an ObjectTransport of the doubles."""
 
     def __init__(self, backend: DirectBackend) -> None:
         super().__init__()
         self.backend = backend
 
     def steady_calls(self, spin_s: float, compiled: bool) -> BoundSteady:  # type: ignore[override]
-        return BoundSteady(steady_python, _DoubleTransport(self, self.backend, world(1)),
-                           spin_s)
+        data = _DoubleData(self.backend, world(1))
+        return BoundSteady(steady_python, ObjectTransport(self, lambda comm: data), spin_s)

@@ -28,7 +28,7 @@ from mpi4py import MPI
 from hvdcore.backends import hotpath, steady_python
 from hvdcore.backends.base import spin_round
 from hvdcore.backends.round_wire import DONE, NOT_READY, PENDING
-from hvdcore.backends.steady_calls import BoundSteady, SteadyCalls
+from hvdcore.backends.steady_calls import BoundSteady, ObjectTransport, SteadyCalls
 
 __all__ = ["DONE", "NOT_READY", "PENDING", "SteadyCalls", "CompiledSteady", "PythonSteady",
            "MPIRounds", "MPIData", "make", "compiled_module"]
@@ -95,29 +95,6 @@ class _Handles:
         return MPI.Request.fromhandle(token)
 
 
-class _Objects:
-    """:mod:`~hvdcore.backends.steady_python`'s transport arguments: mpi4py objects."""
-
-    def __init__(self, rounds: Any) -> None:
-        self.rounds = MPIRounds(rounds)
-
-    @staticmethod
-    def comm(comm: Any) -> Any:
-        return MPIData(comm)
-
-    @staticmethod
-    def dtype(dtype: np.dtype) -> Any:
-        return dtype
-
-    @staticmethod
-    def op(op: Any) -> Any:
-        return op
-
-    @staticmethod
-    def pending(token: Any) -> Any:
-        return token
-
-
 class CompiledSteady(BoundSteady):
     """The steady calls in C (``hvdcore.backends._hotpath``): one call, no GIL."""
 
@@ -131,7 +108,7 @@ class PythonSteady(BoundSteady):
     """The steady calls through mpi4py (when the compiled module is not there)."""
 
     def __init__(self, rounds: Any, spin_s: float) -> None:
-        super().__init__(steady_python, _Objects(rounds), spin_s)
+        super().__init__(steady_python, ObjectTransport(MPIRounds(rounds), MPIData), spin_s)
 
 
 def make(rounds: Any, spin_s: float, compiled: bool) -> SteadyCalls:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["SteadyCalls", "Transport", "BoundSteady"]
+__all__ = ["SteadyCalls", "Transport", "ObjectTransport", "BoundSteady"]
 
 
 class SteadyCalls(Protocol):
@@ -79,6 +79,35 @@ class Transport(Protocol):
     def op(self, op: Any) -> Any: ...
 
     def pending(self, token: Any) -> Any: ...
+
+
+class ObjectTransport:
+    """The :class:`Transport` of :mod:`hvdcore.backends.steady_python`: ``rounds`` (an object
+    that posts a round and waits for it), the data call ``data(comm)`` made from the plane's
+    communicator, and the dtype, op and pending round as they are."""
+
+    def __init__(self, rounds: Any, data: Callable[[Any], Any]) -> None:
+        self.rounds = rounds
+        self._data = data
+
+    def comm(self, comm: Any) -> Any:
+        """The data call's object for ``comm`` (``allreduce(src, dst, op)``)."""
+        return self._data(comm)
+
+    @staticmethod
+    def dtype(dtype: np.dtype) -> Any:
+        """The dtype as it is: the arrays carry it."""
+        return dtype
+
+    @staticmethod
+    def op(op: Any) -> Any:
+        """The op as the plane's table gave it."""
+        return op
+
+    @staticmethod
+    def pending(token: Any) -> Any:
+        """The round request itself."""
+        return token
 
 
 class BoundSteady:

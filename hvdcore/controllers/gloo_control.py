@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from hvdcore.backends import steady_python
-from hvdcore.backends.steady_calls import BoundSteady
+from hvdcore.backends.steady_calls import BoundSteady, ObjectTransport
 from hvdcore.controllers.mesh_data import mesh_allreduce, mesh_fits
 from hvdcore.controllers.round_mesh import RoundMesh
 
@@ -92,35 +92,11 @@ class GlooData:
         self.group.allreduce([tensor], opts).wait()
 
 
-class _Transport:
-    """:class:`~hvdcore.backends.steady_calls.Transport` of the Python steady calls on the
-    Gloo controller: the round mesh, and :class:`GlooData` on the host plane's groups."""
-
-    def __init__(self, rounds: Any) -> None:
-        self.rounds = rounds
-
-    @staticmethod
-    def comm(comm: GlooComm) -> GlooData:
-        return GlooData(comm)
-
-    @staticmethod
-    def dtype(dtype: Any) -> Any:
-        return dtype
-
-    @staticmethod
-    def op(op: Any) -> Any:
-        return op
-
-    @staticmethod
-    def pending(token: Any) -> Any:
-        return token
-
-
 class GlooSteady(BoundSteady):
     """The Gloo controller's steady calls: round on the mesh, data on a Gloo group."""
 
     def __init__(self, rounds: Any, spin_s: float) -> None:
-        super().__init__(steady_python, _Transport(rounds), spin_s)
+        super().__init__(steady_python, ObjectTransport(rounds, GlooData), spin_s)
 
 
 class GlooControlPlane:
