@@ -42,7 +42,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
     from mnist_interleaved import train_steps
-    from step_overhead import build, inputs
+    from step_overhead import build, inputs, mnist_copy
 
     import hvdcore.torch as hvd
 
@@ -56,10 +56,7 @@ def main() -> int:
     first = build("mnist", 0, 0).state_dict()
 
     def fresh() -> Any:
-        model = build("mnist", 0, 0)
-        model.load_state_dict(first)
-        model.train()
-        return model
+        return mnist_copy(first)
 
     hmodel = fresh()
     hopt = hvd.DistributedOptimizer(torch.optim.SGD(hmodel.parameters(), lr=0.01, momentum=0.9),

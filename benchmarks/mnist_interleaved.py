@@ -71,7 +71,7 @@ def run(steps: int, warmup: int, batch: int, rounds: int, chunk: int, seed: int 
     import torch.distributed as dist
     from handwritten_step import averaging_step  # (benchmarks/, the script's directory)
     from mpi4py import MPI
-    from step_overhead import build, inputs
+    from step_overhead import build, inputs, mnist_copy
 
     import hvdcore.torch as hvd
 
@@ -87,10 +87,7 @@ def run(steps: int, warmup: int, batch: int, rounds: int, chunk: int, seed: int 
     first = build("mnist", 0, 0).state_dict()
 
     def fresh() -> Any:
-        model = build("mnist", 0, 0)
-        model.load_state_dict(first)
-        model.train()
-        return model
+        return mnist_copy(first)
 
     def sgd(model: Any) -> Any:
         return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

@@ -57,6 +57,14 @@ def build(kind: str, layers: int, width: int) -> Any:
     return torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
 
 
+def mnist_copy(state: dict) -> Any:
+    """A new copy of the MNIST example's CNN with the weights ``state``, in training mode."""
+    model = build("mnist", 0, 0)
+    model.load_state_dict(state)
+    model.train()
+    return model
+
+
 def inputs(kind: str, rank: int, batch: int, width: int, count: int) -> list[tuple[Any, Any]]:
     """``count`` batches of this rank: real MNIST images for the CNN, random rows otherwise."""
     import torch
