@@ -23,11 +23,8 @@ import argparse
 import os
 import random
 import statistics
-import sys
 import time
 from typing import Any
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> int:
@@ -41,7 +38,7 @@ def main() -> int:
 
     import torch
     import torch.distributed as dist
-    from mnist_interleaved import train_steps
+    from mnist_interleaved import train_steps  # (benchmarks/, the script's directory)
     from step_overhead import build, inputs, mnist_copy
 
     import hvdcore.torch as hvd
