@@ -79,8 +79,8 @@ class RoundChannel:
         #: its caller sets this before making it).
         self.offered: list[int] = []
         self.request: Any = None  # the round in flight (an object with ``Test()``), or None
-        #: The control plane's steady calls (compiled where they can be: HVDCORE_HOTPATH), or
-        #: None where the plane has none (the Gloo controller's).
+        #: The control plane's steady calls (compiled where they can be: HVDCORE_HOTPATH; the
+        #: Gloo controller's in Python), or None where the plane has none.
         self._wait_s = plane.round_wait_s
         self.calls = plane.steady_calls(self._wait_s, hotpath)
 
