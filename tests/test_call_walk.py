@@ -99,7 +99,7 @@ def test_a_cached_torch_allreduce_on_the_gloo_plane_enters_each_binding_file_onc
 
 # The engine's part: the caller drives the engine for the steady stage (progress.py's
 # run_alone takes the drive lock, runs the stage, gives the lock back), which makes the round.
-HOST_ROUTE = [*BINDING, "hvdcore/engine/progress.py", "hvdcore/engine/steady.py",
+HOST_ROUTE = [*BINDING, "hvdcore/engine/progress.py", "hvdcore/engine/pipeline.py",
               "hvdcore/engine/rounds.py"]
 PLANE_ROUTE = [*HOST_ROUTE, "hvdcore/torch/backends.py"]
 

@@ -1,4 +1,4 @@
-"""``hvdcore/engine/steady.py`` and ``steady_batch.py``: the shortcuts a caller runs itself on
+"""``hvdcore/engine/pipeline.py`` and ``steady_batch.py``: the routes a caller runs itself on
 an idle engine (a round of its own, then the data call; or both as one steady call), through
 the real engine in this process, against both steady implementations (one signature, the
 ``steady_impl`` fixture): the Python one (``hvdcore/backends/steady_python.py``) over one rank's
@@ -114,6 +114,26 @@ def test_a_failing_steady_data_call_raises_and_the_engine_goes_on(job, steady_im
     # a new tensor goes through the coordinator: the lists and rounds still run in order
     fresh = requests.allreduce(engine, _meta("new"), np.full(3, 5, np.float32), None)
     assert fresh.tolist() == [5] * 3
+
+
+def test_an_async_calls_data_error_is_raised_by_synchronize_on_every_route(job,
+                                                                         steady_impl) -> None:
+    """Horovod raises a failed collective's error from ``synchronize``, not from the call that
+    started it: so does every route of the pipeline (the steady call an async call may take at
+    once included), and the engine goes on."""
+    _no_fault_in_c(steady_impl)
+    engine, backend = job
+    meta = _meta("a")
+    for step in range(_CALLS):
+        h = requests.allreduce_async(engine, meta, np.full(3, step, np.float32), None)
+        assert requests.wait(engine, h).tolist() == [step] * 3
+    for _ in range(2):
+        backend.fail_next(1, RuntimeError("link down"))
+        h = requests.allreduce_async(engine, meta, np.ones(3, np.float32), None)
+        with pytest.raises(RuntimeError, match="link down"):
+            requests.wait(engine, h)
+        h = requests.allreduce_async(engine, meta, np.full(3, 9, np.float32), None)
+        assert requests.wait(engine, h).tolist() == [9] * 3
 
 
 def test_a_plane_that_stops_taking_the_direct_call_gets_the_general_path(job) -> None:

@@ -85,7 +85,7 @@ def test_the_degraded_data_path_is_never_bypassed(hotpath: str) -> None:
     code = ("import numpy as np\nimport hvdcore as hvd\nfrom hvdcore import basics\n"
             "hvd.init()\nx = np.ones(4, np.float32)\n"
             "for _ in range(50): hvd.allreduce(x, name='w')\n"
-            "print('steady kept', len(basics.state().engine.steady._by_name))\nhvd.shutdown()\n")
+            "print('steady kept', len(basics.state().engine.pipeline._by_name))\nhvd.shutdown()\n")
     res = run_mpi(2, ["-c", code], env={"FAULTS_DATA_PATH": "repeat=2",
                                         "HVDCORE_HOTPATH": hotpath}, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -1,6 +1,6 @@
 """The steady path's two MPI calls, the cache round and the data allreduce, made as one.
 
-:class:`~hvdcore.engine.steady.SteadyPath` runs a blocking allreduce of a cached host
+:class:`~hvdcore.engine.pipeline.Pipeline` (its steady host route) runs a blocking allreduce of a cached host
 tensor on an idle engine through a :class:`~hvdcore.backends.steady_calls.SteadyCalls`:
 post the round with this rank's bits, poll it briefly, and when every rank offered the same
 tensor, allreduce the data. :class:`CompiledSteady` makes all of it in one C call without the

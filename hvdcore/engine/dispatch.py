@@ -99,7 +99,7 @@ class Dispatcher:
     def data_failed(self, reqs: list[Request | None], exc: BaseException, now: bool) -> None:
         """The one error policy after a data call that raised (its requests ``reqs`` already
         left ``inflight``), for every route. ``now``: the caller's thread made the call
-        outside the engine cycle (a shortcut of :mod:`hvdcore.engine.steady`): its requests
+        outside the engine cycle (a route of :mod:`hvdcore.engine.pipeline`): its requests
         get ``exc`` at once and the caller goes on with its other responses. Otherwise (the
         cycle, or an exception that is not an ``Exception``): they are kept
         (:meth:`interrupted`) and ``exc`` is raised again, for whoever runs the responses to

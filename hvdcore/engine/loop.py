@@ -8,9 +8,9 @@
   rank 0) and its ordered response lists back;
 - :class:`~hvdcore.engine.rounds.RoundScheduler`: response-cache hits, their rounds, and the
   one order in which lists and rounds run;
-- :class:`~hvdcore.engine.steady.SteadyPath` and
-  :class:`~hvdcore.engine.steady_batch.SteadyBatches`: the same route for cached tensors,
-  walked by a caller itself when the engine is idle;
+- :class:`~hvdcore.engine.pipeline.Pipeline` and its routes (with
+  :class:`~hvdcore.engine.steady_batch.SteadyBatches`, the batch route): the same stages for
+  cached tensors, walked by a caller itself when the engine is idle;
 - :class:`~hvdcore.engine.dispatch.Dispatcher`: each response to its handler; data responses
   to the :class:`~hvdcore.engine.executor.Executor`, which packs fusion buffers and calls the
   data-plane backend.
@@ -37,9 +37,9 @@ from hvdcore.engine.executor import Executor
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.lone import LoneCalls
 from hvdcore.engine.messages import ABORT, STALL_WARNING, Meta, Request, SetState
+from hvdcore.engine.pipeline import Pipeline
 from hvdcore.engine.progress import Progress, RunState
 from hvdcore.engine.rounds import RoundScheduler
-from hvdcore.engine.steady import SteadyPath
 from hvdcore.engine.steady_batch import SteadyBatches
 from hvdcore.engine.timeline import Timeline
 
@@ -100,30 +100,29 @@ class Engine:
                                  functools.partial(_abort_after_grace, self), caller_progress,
                                  self.rank)
         self.rounds.bind(self.progress, self.executor)
-        self.steady = SteadyPath(self.rounds, self.cache, self.progress,
-                                 self.dispatcher.executors, sets[0])
-        self.batches = SteadyBatches(self.rounds, self.cache, self.progress, self.executor,
-                                     sets[0])
+        self.pipeline = Pipeline(self.rounds, self.cache, self.dispatcher.executors, sets[0])
+        self.batches = SteadyBatches(self.pipeline, self.rounds, self.cache, self.progress,
+                                     self.executor, sets[0])
         #: A repeated blocking allreduce of a cached tensor on an idle engine, in one call
-        #: (:meth:`SteadyPath.steady_stage`, run by :meth:`Progress.run_alone`: this thread
-        #: drives the engine for it): the result, or None when it does not apply (then take
-        #: :meth:`fast_allreduce` or the queue). Bound here so that a call enters each
-        #: module once.
+        #: (:meth:`Pipeline.steady`, the steady routes, run by :meth:`Progress.run_alone`:
+        #: this thread drives the engine for it): the result, or None when it does not apply
+        #: (then take :meth:`fast_allreduce` or the queue). Bound here so that a call enters
+        #: each module once.
         self.steady_allreduce: Callable[[Meta, Any, Any], Any] = functools.partial(
-            self.progress.run_alone, self.steady.steady_stage, True)
+            self.progress.run_alone, self.pipeline.steady, True)
         #: The same for an asynchronous call (a pending hit's handle is returned, not
         #: driven), for tensors of at most ``inline_async_bytes`` (HVDCORE_ASYNC_INLINE_BYTES;
         #: any size with caller progress, where no engine thread would run it sooner).
         self.steady_start: Callable[[Meta, Any, Any], Any] = functools.partial(
-            self.progress.run_alone, self.steady.steady_stage, False)
+            self.progress.run_alone, self.pipeline.steady, False)
         self.inline_async_bytes: int = (sys.maxsize if caller_progress
                                         else cfg.async_inline_bytes)
         #: A recurring batch of in-place host allreduces (a training step's gradients) in one
         #: call (:meth:`SteadyBatches.steady_batch`; see :func:`requests.batch_steady`).
         self.steady_batch: Callable[..., Any] = self.batches.steady_batch
         #: A blocking allreduce of a cached tensor (any data plane) on an idle engine, without
-        #: the queue (:meth:`SteadyPath.fast_allreduce`; the caller drives the engine).
-        self.fast_allreduce: Callable[..., Any] = self.steady.fast_allreduce
+        #: the queue (:meth:`Pipeline.blocking`; the caller drives the engine).
+        self.fast_allreduce: Callable[..., Any] = self.pipeline.blocking
         self.lone = LoneCalls()  # when an async call may take it (requests.allreduce_async)
         # The blocking-call entry points are the Progress methods themselves (no extra call
         # layer on the hot path); see Progress for what each does.
@@ -158,17 +157,14 @@ class Engine:
             return False
         if len(reqs) == 1:
             req = reqs[0]
-            # With the queue empty, the shortcut's own checks decide (idle engine, a hit).
-            try:
-                got = self.steady.fast_allreduce(req.meta, req.tensor, req.out, lambda: req)
-            except Exception as exc:  # noqa: BLE001 - its waiter (maybe another thread) gets it
-                req.handle.fail(exc)
-                return True
+            # With the queue empty, the route's own checks decide (idle engine, a hit); a data
+            # call that raises fails the request (the pipeline's error policy).
+            got = self.pipeline.blocking(req.meta, req.tensor, req.out, lambda: reqs)
             if got is not None:
                 if not isinstance(got, Handle):
                     req.handle.set_part(0, got)
                 return True
-        elif self.steady.fast_queued(reqs):  # (each response on its plane)
+        elif self.pipeline.queued(reqs):  # (each response on its plane)
             return True
         progress.requeue(reqs)
         return False

@@ -174,9 +174,9 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
         # (held before the submission: with thread progress the engine thread is not woken)
         if meta.device:  # a binding's DeviceBuffer: the plane gets the framework tensor
             got = engine.fast_allreduce(meta, arr.tensor, None if out is None else out.tensor,
-                                        lambda: _request(meta, arr, out))
+                                        lambda: [_request(meta, arr, out)])
         else:
-            got = engine.fast_allreduce(meta, arr, out, lambda: _request(meta, arr, out))
+            got = engine.fast_allreduce(meta, arr, out, lambda: [_request(meta, arr, out)])
         if got is None:
             handle = _enqueued(engine, meta, arr, out).handle
         elif isinstance(got, Handle):

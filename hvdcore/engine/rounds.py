@@ -9,9 +9,9 @@ lists and completed rounds must run in the one order every rank agrees on
 Every cached allreduce takes the same route: a round says it is ready on every rank, then its
 (fused) cached response runs on its plane's executor. The engine cycle posts rounds for the
 hits it collected (:meth:`RoundScheduler.advance`); a caller on an idle engine posts one for
-its own tensors and, when every rank offered them at once, runs them itself
-(:mod:`hvdcore.engine.steady`, :mod:`hvdcore.engine.steady_batch`). Those shortcuts share
-this module's round primitives: :meth:`~RoundScheduler.idle` (the one rule for when a caller
+its own tensors and, when every rank offered them at once, runs them itself (the routes of
+:mod:`hvdcore.engine.pipeline` and :mod:`hvdcore.engine.steady_batch`). They share this
+module's round primitives: :meth:`~RoundScheduler.idle` (the one rule for when a caller
 may), :meth:`~RoundScheduler.post_alone` / :meth:`~RoundScheduler.steady_round` (post the
 round), both returning a :class:`Stage`, and :meth:`~RoundScheduler.complete` (the one
 bookkeeping after a round, whatever its route and outcome).

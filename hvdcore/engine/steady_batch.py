@@ -1,9 +1,11 @@
-"""A recurring batch of in-place host allreduces (a training step's gradients) in one call.
+"""The batch route of the pipeline: a recurring batch of in-place host allreduces (a training
+step's gradients) in one call.
 
-The shortcut of :mod:`hvdcore.engine.steady` for a batch: when every array is a cached tensor
-and together they are one fused response of the cache, the round offering just them and the
-fused data call (copies into the fusion buffer, the MPI allreduce, the copies back scaled as
-the executor scales them) are one call of the control plane. Same round, same fused
+A route of :mod:`hvdcore.engine.pipeline`: when every array is a cached tensor and together
+they are one fused response of the cache, the round offering just them and the fused data call
+(copies into the fusion buffer, the MPI allreduce, the copies back scaled as the executor
+scales them) are one call of the control plane; the pipeline's walk does the rest (the
+requests made when the round does not let them run, the error policy). Same round, same fused
 response, same MPI calls and results as the queued route (the fusion buffer's gaps are zeroed
 as the executor's are).
 """
@@ -20,7 +22,8 @@ from hvdcore.engine.cache import HIT, ResponseCache
 from hvdcore.engine.executor import Executor
 from hvdcore.engine.fusion import fused_layout
 from hvdcore.engine.messages import Meta, Request, SetState
-from hvdcore.engine.rounds import READY, SKIPPED, WAITING, RoundScheduler
+from hvdcore.engine.pipeline import Pipeline, Plan, Route
+from hvdcore.engine.rounds import READY, RoundScheduler, Stage
 
 __all__ = ["SteadyBatches"]
 
@@ -29,12 +32,11 @@ _INT32_MAX = (1 << 31) - 1
 
 
 @dataclass(slots=True)
-class _Batch:
-    """What the steady call keeps about one recurring batch of in-place allreduces."""
+class _Batch(Plan):
+    """What the batch route keeps about one recurring batch of in-place allreduces (its
+    ``cids``: the arrays' cache ids, in the API layer's order)."""
 
     metas: list[Meta]  # the API layer's checked requests, one per array, in its order
-    cids: list[int]  # their cache ids, in the same order
-    names: list[str]
     generation: int  # the cache's generation when this was made
     threshold: int  # the fusion threshold then
     routes: int  # the backend's ``routes`` when its direct call was asked (a change voids it)
@@ -51,8 +53,10 @@ class _Batch:
 class SteadyBatches:
     """Batches of in-place host allreduces through one steady call."""
 
-    def __init__(self, rounds: RoundScheduler, cache: ResponseCache, progress: Any,
-                 host: Executor, world: SetState) -> None:
+    def __init__(self, pipeline: Pipeline, rounds: RoundScheduler, cache: ResponseCache,
+                 progress: Any, host: Executor, world: SetState) -> None:
+        self.pipeline = pipeline
+        self.route = Route("batch", self._round, _done, waiting=self._waiting)
         self.rounds = rounds
         self.cache = cache
         self.progress = progress
@@ -70,8 +74,9 @@ class SteadyBatches:
         ``metas[i]``, the API layer's checked requests, the same list object every step) on
         an idle engine. Returns True when done (the arrays hold the results); the handle of
         ``make_requests()``'s requests, now ordinary hits of the posted round, when a peer has
-        not offered them yet (it never waits for one: drive the handle); None, with nothing
-        done, when the shortcut does not apply."""
+        not offered them yet (it never waits for one: drive the handle), or failed when the
+        call raised (the pipeline's error policy); None, with nothing done, when the route
+        does not apply."""
         ch = self.rounds.channel
         if ch is None or ch.calls is None:
             return None
@@ -87,18 +92,21 @@ class SteadyBatches:
                 e = self._make(metas)
                 if e is None:
                     return None
-            got = self.rounds.steady_round(
-                e.cids, e.names, e.call, arrays, e.places, e.gaps,
-                host.fusion_buffer(e.rdtype, e.total), e.total, e.scale, e.post)
-            if got is not WAITING:
-                return None if got is SKIPPED else True
-            reqs = make_requests()
-            self.rounds.complete(WAITING, e.cids, e.names, reqs)
-            self._wait = (e, arrays, reqs)
-            self.rounds.ready_hook = self._on_ready
-            return reqs[0].handle
+            return self.pipeline.walk(self.route, e, arrays, None, make_requests)
         finally:
             progress.end_drive()
+
+    def _round(self, e: _Batch, arrays: list[Any], out: Any) -> Stage:
+        """Round and fused data as one steady call (RAN), or the round in flight (WAITING)."""
+        return self.rounds.steady_round(
+            e.cids, e.names, e.call, arrays, e.places, e.gaps,
+            self.host.fusion_buffer(e.rdtype, e.total), e.total, e.scale, e.post)
+
+    def _waiting(self, e: _Batch, arrays: list[Any], reqs: list[Request]) -> None:
+        """The round did not let the batch run: its data runs when the cycle collects the
+        round, if nothing changed (:meth:`_on_ready`)."""
+        self._wait = (e, arrays, reqs)
+        self.rounds.ready_hook = self._on_ready
 
     def _make(self, metas: list[Meta]) -> _Batch | None:
         """The constants for the batch of ``metas``; None (remembered until the cache changes)
@@ -165,7 +173,7 @@ class SteadyBatches:
         gaps = np.array([[(off + n) * size, gap * size] for off, n, gap
                          in zip(layout.offsets, layout.counts, layout.gaps, strict=True) if gap],
                         np.int64).reshape(-1, 2)
-        return _Batch(metas, cids, [m.name for m in metas], cache.generation, threshold,
+        return _Batch(cids, [m.name for m in metas], metas, cache.generation, threshold,
                       host.backend.routes, bound[0], bound[1], dtype,  # type: ignore[arg-type]
                       layout.total, places, gaps, scale, post)
 
@@ -199,3 +207,8 @@ class SteadyBatches:
         for req in reqs:
             req.handle.set_part(req.part, req.tensor)
         return True
+
+
+def _done(e: _Batch, arrays: list[Any], out: Any) -> bool:
+    """The batch's data stage: nothing left (its data went with the round)."""
+    return True
