@@ -8,7 +8,10 @@ lands while some gradient allreduces are already in flight, and ``kill-collectiv
 
 Checkpoints hold the parameters and the momentum buffers; ``--resume`` loads them on rank 0 and
 ``broadcast_parameters`` sends both to every rank. At the end rank 0 writes ``final.npz`` in
-the checkpoint directory; ``reference_state(steps, size)`` is the same training in one process.
+the checkpoint directory; ``reference_state(steps, size)`` is the same training in one process,
+and ``--reference-size N`` prints its digest (``REFERENCE <digest>``) in a process started as a
+rank is (one torch thread), without hvdcore: the judge compares with that, not with a reference
+computed in its own process, whose torch state it does not control.
 """
 
 from __future__ import annotations
@@ -99,7 +102,10 @@ def _die(rank: int, kind: str, step: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--ckpt-dir", required=True)
+    p.add_argument("--ckpt-dir")
+    p.add_argument("--reference-size", type=int, default=0,
+                   help="print the digest of the one-process reference of this many ranks "
+                        "after --steps steps, and exit")
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--step-sleep", type=float, default=0.0)
@@ -111,6 +117,11 @@ def main() -> None:
     p.add_argument("--fault-delay", type=float, default=0.0)
     a = p.parse_args()
     torch.set_num_threads(1)
+    if a.reference_size:
+        _say(f"REFERENCE {ckpt.state_digest(reference_state(a.steps, a.reference_size))}")
+        return
+    if not a.ckpt_dir:
+        p.error("--ckpt-dir is required")
 
     import hvdcore.torch as hvd
 
