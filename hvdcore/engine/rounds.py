@@ -149,7 +149,7 @@ class RoundScheduler:
         self.run = run
         self.enabled = capacity > 0
         #: The round buffers, the round in flight and the steady calls (None: no cache).
-        self.channel = RoundChannel(capacity, plane, getattr(cfg, "hotpath", True)) if capacity else None
+        self.channel = RoundChannel(capacity, plane, cfg.hotpath) if capacity else None
         # Ordered execution: coordinator lists with their fences, completed rounds, and how
         # many of each this rank has executed.
         self._lists: deque[tuple[int, list[Any]]] = deque()
