@@ -187,6 +187,7 @@ class OneRankPlane:
         self.freed: list[Any] = []
         self.aborted: int | None = None
         self.rounds = 0
+        self.round_failures: list[BaseException] = []  # raised by the next posts, in turn
 
     def send(self, payload: bytes, dest: int, tag: int) -> None:
         raise AssertionError(f"a one-rank job sent a message to rank {dest} (tag {tag})")
@@ -198,6 +199,8 @@ class OneRankPlane:
         return None
 
     def start_round(self, send: bytearray, recv: bytearray) -> _DoneRound:
+        if self.round_failures:
+            raise self.round_failures.pop(0)
         recv[:] = send  # the bitwise or of one contribution
         self.rounds += 1
         return _DoneRound()

@@ -169,6 +169,37 @@ def test_queued_calls_each_get_their_own_error_or_result(job) -> None:
     assert requests.wait(engine, hb).tolist() == [8] * 3
 
 
+def test_a_failed_round_fails_every_request_the_caller_took_from_the_queue(job) -> None:
+    """The queued route takes the whole queue when it holds the awaited handle's requests: a
+    round that raises (the control plane failed) fails every one of them with the error, not
+    only the awaited one (the others' waiters would wait forever), and the engine goes on."""
+    engine, _ = job
+    if not engine.progress.caller_progress:
+        pytest.skip("with thread progress the engine thread may take the queue first: a round "
+                    "that raises in its cycle is fatal to the engine (test_engine_rounds)")
+    a, b = _meta("a", "float32"), _meta("b", "float64")
+
+    def both(x: float) -> tuple:
+        ha = requests.submit(engine, [(a, np.full(3, x, np.float32), None)], first, "a")
+        hb = requests.submit(engine, [(b, np.full(3, x, np.float64), None)], first, "b")
+        return ha, hb
+
+    for step in range(3):  # cached from the first
+        ha, hb = both(step)
+        assert requests.wait(engine, ha).tolist() == [step] * 3
+        assert requests.wait(engine, hb).tolist() == [step] * 3
+    ha, hb = both(7)
+    engine.plane.round_failures.append(RuntimeError("peer gone"))
+    with pytest.raises(RuntimeError, match="peer gone"):
+        requests.wait(engine, ha)
+    assert hb.done()  # (checked before waiting: a lost request would hang the wait)
+    with pytest.raises(RuntimeError, match="peer gone"):
+        requests.wait(engine, hb)
+    ha, hb = both(8)
+    assert requests.wait(engine, ha).tolist() == [8] * 3
+    assert requests.wait(engine, hb).tolist() == [8] * 3
+
+
 def test_steady_batches_reduce_in_place_with_the_average_factor(job, steady_impl) -> None:
     engine, backend = job
     metas = [_meta(f"g{i}", "float32", (i + 1,), ReduceOp.AVERAGE, postscale=4.0)
