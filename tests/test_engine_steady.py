@@ -146,27 +146,32 @@ def test_a_plane_that_stops_taking_the_direct_call_gets_the_general_path(job) ->
         assert got.tolist() == [step] * 3
 
 
+def _queued_pair(engine: Engine, x: float) -> tuple:
+    """Two queued allreduces of different dtypes (two responses of one round), each its own
+    handle: the handles."""
+    a, b = _meta("a", "float32"), _meta("b", "float64")
+    ha = requests.submit(engine, [(a, np.full(3, x, np.float32), None)], first, "a")
+    hb = requests.submit(engine, [(b, np.full(3, x, np.float64), None)], first, "b")
+    return ha, hb
+
+
+def _queued_pairs_give(engine: Engine, *values: float) -> None:
+    """Queued pairs of ``values`` (cached from the first) each give their sums."""
+    for x in values:
+        ha, hb = _queued_pair(engine, x)
+        assert requests.wait(engine, ha).tolist() == [x] * 3
+        assert requests.wait(engine, hb).tolist() == [x] * 3
+
+
 def test_queued_calls_each_get_their_own_error_or_result(job) -> None:
     engine, backend = job
-    a, b = _meta("a", "float32"), _meta("b", "float64")  # two dtypes: two responses
-
-    def both(x: float) -> tuple:
-        ha = requests.submit(engine, [(a, np.full(3, x, np.float32), None)], first, "a")
-        hb = requests.submit(engine, [(b, np.full(3, x, np.float64), None)], first, "b")
-        return ha, hb
-
-    for step in range(3):  # cached from the first
-        ha, hb = both(step)
-        assert requests.wait(engine, ha).tolist() == [step] * 3
-        assert requests.wait(engine, hb).tolist() == [step] * 3
-    ha, hb = both(7)
+    _queued_pairs_give(engine, 0, 1, 2)
+    ha, hb = _queued_pair(engine, 7)
     backend.fail_next(1, RuntimeError("link down"))  # the first response's data call
     with pytest.raises(RuntimeError, match="link down"):
         requests.wait(engine, ha)
     assert requests.wait(engine, hb).tolist() == [7] * 3  # the round's other response ran
-    ha, hb = both(8)
-    assert requests.wait(engine, ha).tolist() == [8] * 3
-    assert requests.wait(engine, hb).tolist() == [8] * 3
+    _queued_pairs_give(engine, 8)
 
 
 def test_a_failed_round_fails_every_request_the_caller_took_from_the_queue(job) -> None:
@@ -177,27 +182,15 @@ def test_a_failed_round_fails_every_request_the_caller_took_from_the_queue(job) 
     if not engine.progress.caller_progress:
         pytest.skip("with thread progress the engine thread may take the queue first: a round "
                     "that raises in its cycle is fatal to the engine (test_engine_rounds)")
-    a, b = _meta("a", "float32"), _meta("b", "float64")
-
-    def both(x: float) -> tuple:
-        ha = requests.submit(engine, [(a, np.full(3, x, np.float32), None)], first, "a")
-        hb = requests.submit(engine, [(b, np.full(3, x, np.float64), None)], first, "b")
-        return ha, hb
-
-    for step in range(3):  # cached from the first
-        ha, hb = both(step)
-        assert requests.wait(engine, ha).tolist() == [step] * 3
-        assert requests.wait(engine, hb).tolist() == [step] * 3
-    ha, hb = both(7)
+    _queued_pairs_give(engine, 0, 1, 2)
+    ha, hb = _queued_pair(engine, 7)
     engine.plane.round_failures.append(RuntimeError("peer gone"))
     with pytest.raises(RuntimeError, match="peer gone"):
         requests.wait(engine, ha)
     assert hb.done()  # (checked before waiting: a lost request would hang the wait)
     with pytest.raises(RuntimeError, match="peer gone"):
         requests.wait(engine, hb)
-    ha, hb = both(8)
-    assert requests.wait(engine, ha).tolist() == [8] * 3
-    assert requests.wait(engine, hb).tolist() == [8] * 3
+    _queued_pairs_give(engine, 8)
 
 
 def test_steady_batches_reduce_in_place_with_the_average_factor(job, steady_impl) -> None:
