@@ -51,8 +51,11 @@ def job_env(extra: dict[str, str] | None = None, launcher: str = "mpirun") -> di
         PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")]),
     )
     if launcher == "srun":
-        # both fake nodes of the localhost cluster share one hostname: no shared memory
+        # both fake nodes of the localhost cluster share one hostname: no shared memory, and
+        # TCP on loopback only (harness.slurm_fixtures.FAKE_NODES_ENV): another test's network
+        # namespace (test_ssh_hosts, 192.0.2.x) made a rank connect() there and segfault (s73)
         env["OMPI_MCA_btl"] = "self,tcp"
+        env["OMPI_MCA_btl_tcp_if_include"] = "lo"
     if extra:
         env.update(extra)
     return env
