@@ -55,6 +55,7 @@ from hvdcore_checks.validity import (
     MAX_TIMING_NOISE,
     NOISE_SIGMAS,
     assert_valid_efficiency,
+    short_window_message,
 )
 
 #: Rank 0's summary line (``examples/*_synthetic_benchmark.py``).
@@ -167,8 +168,8 @@ class SyntheticRun(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
                          msg="{0} per-rank lines for {1} ranks"),
             sn.assert_gt(sn.min(rates), 0, msg="a rank trained at {0} images/s"),
             sn.assert_ge(self._field("secs"), self.min_window_s,
-                         msg="invalid measurement: the timed window was {0} s, shorter than "
-                             "{1} s (raise -S num_iters or -S num_batches_per_iter)"),
+                         msg=short_window_message(
+                             "raise -S num_iters or -S num_batches_per_iter")),
         ]
 
     @sanity_function

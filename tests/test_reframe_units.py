@@ -453,7 +453,8 @@ def _judged_run() -> list[dict]:
             "images_per_sec": (None, 7000.0, -0.3, None, "img/s"),
             "efficiency": (None, 88.0, -0.15, None, "%")}, result="fail", num_tasks=8,
             fail_phase="sanity",
-            fail_reason="sanity error: efficiency 130.0% > 105%: invalid measurement"),
+            fail_reason="sanity error: " + invalid_efficiency_message(105.0, 0.0, 3.0).format(
+                130.0, 105.0)),
         _testcase(mnist.format("2_nodes"), {
             "images_per_sec": (17600.0, 0, None, None, "img/s"),
             "efficiency": (110.0, 0, None, None, "%")}, num_tasks=16),
@@ -487,7 +488,8 @@ def test_report_shows_every_verdict(tmp_path: Path) -> None:
     assert rows[("HvdcoreMnistCheck 2_nodes", "efficiency")][8] == "**invalid**"
     assert "Performance values: 4 within their bounds, 2 out of bounds, 2 invalid, " in text
     # the results table keeps the reasons
-    assert "| fail | sanity: sanity error: efficiency 130.0% > 105%: invalid measurement |" in text
+    assert ("| fail | sanity: sanity error: invalid measurement: scaling efficiency 130.0% is "
+            "above 105.0%") in text
     # MNIST scaling with a verdict per point
     assert "| Series | Ranks | Images/s | Images/s per rank | Efficiency | Verdict |" in text
     series = "site:cpu+hvdcore-venv torch"
@@ -547,7 +549,8 @@ def test_report_fail_on_failure_and_rows_from_reasons(tmp_path: Path) -> None:
     # from the failure reason
     bare = _testcase("HvdcoreMnistCheck %scale=1_node %baseline.framework=torch", result="fail",
                      num_tasks=4, fail_phase="sanity",
-                     fail_reason="sanity error: efficiency 140.5% > 105%: invalid measurement")
+                     fail_reason="sanity error: " + invalid_efficiency_message(
+                         105.0, 0.0, 3.0).format(140.5, 105.0))
     del bare["perfvalues"]
     cases = report.load_report(_write_report(tmp_path / "bare.json", [bare]))
     text = report.markdown_summary(cases)
