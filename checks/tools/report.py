@@ -14,12 +14,13 @@ noise is above 0.3, as the checks' validity rule does; or a case whose sanity fa
 "invalid measurement: "; an efficiency above 105 % but within the noise passes with a note
 saying so), ``not judged (no reference)`` (no reference, or ReFrame's 0 without bounds),
 ``not judged (no bounds)`` (a reference with both bounds unbounded: reported, never failed),
-or ``no value`` (the case failed before its performance stage). Then the MNIST scaling table (ranks, images/s, efficiency vs the 1-rank
-baseline, verdict), one series per partition+environment, framework (torch, tensorflow) and
-hvdcore module. The plot shows total images/s and scaling efficiency against the number of
-ranks: one colour per partition+environment (and module), one line style and marker per
-framework (torch: solid, circles; tensorflow: dashed, squares); failed points get a red x,
-invalid ones a hollow marker labelled "invalid" off the line (never drawn as a result).
+or ``no value`` (the case failed before its performance stage). Then the MNIST scaling table
+(ranks, images/s, efficiency vs the 1-rank baseline, verdict), one series per
+partition+environment, framework (torch, tensorflow) and hvdcore module. The plot shows
+total images/s and scaling efficiency against the number of ranks: one colour per
+partition+environment (and module), one line style and marker per framework (torch: solid,
+circles; tensorflow: dashed, squares); failed points get a red x, invalid ones a hollow marker
+labelled "invalid" off the line (never drawn as a result).
 Perflogs must use the line format of checks/config/common.py (``logging_config``).
 """
 
