@@ -428,6 +428,26 @@ def test_configs_take_recorded_references(tmp_path: Path) -> None:
         "latency_ratio": (5.5, None, None, "x")}
 
 
+def test_one_host_leaves_every_planes_figure_unjudged() -> None:
+    """The data-plane check's judged figures (its PLANES x OPS, read from the check's source)
+    get unbounded entries on shared cores, as the Slurm config's docstring says."""
+    import ast
+
+    import common
+
+    from hvdcore_checks.references import lookup
+
+    tree = ast.parse((CHECKS / "hvdcore_planes.py").read_text())
+    consts = {t.id: ast.literal_eval(node.value) for node in tree.body
+              if isinstance(node, ast.Assign) for t in node.targets
+              if isinstance(t, ast.Name) and t.id in ("PLANES", "OPS")}
+    refs = lookup(common.unjudged_on_shared_cores({}), "HvdcoreDataPlanesCheck")
+    for plane in consts["PLANES"]:
+        for op in consts["OPS"]:
+            for var in (f"{plane}_{op}_ratio", f"{plane}_{op}_link_fraction"):
+                assert refs[var][1:3] == (None, None), var
+
+
 def _judged_run() -> list[dict]:
     """A night with every kind of verdict: perf failures, invalid, unjudged, no reference."""
     mnist = ("HvdcoreMnistCheck %scale={} %baseline.framework=torch "
