@@ -22,11 +22,12 @@ relative standard deviation of its per-iteration images/s (``images_per_sec_per_
 1.96 / images/s; ``hvdcore_checks/validity.py``). More is an invalid measurement: the scaled
 run and its baseline were not the same experiment.
 
-Performance (absolute, judged against the partition's recorded references, see
-checks/README.md; reported only where none is recorded):
-``total_images_per_sec``, ``images_per_sec_per_rank`` (img/s, mean over iterations) and, for
-the scaled check, ``efficiency`` (%): per-rank images/s / the 1-rank baseline's (fixture
-``SyntheticBaseline``, same settings and threads per rank).
+Performance: ``total_images_per_sec``, ``images_per_sec_per_rank`` (img/s, mean over
+iterations; absolute, judged against the partition's recorded references, see
+checks/README.md; reported only where none is recorded) and, for the scaled check,
+``efficiency`` (%): per-rank images/s / the 1-rank baseline's (fixture ``SyntheticBaseline``,
+same settings and threads per rank), information only (``references.INFORMATION_ONLY``: the
+baseline is an earlier job; a recorded value is shown without its bounds).
 """
 
 import os

@@ -448,6 +448,25 @@ def test_one_host_leaves_every_planes_figure_unjudged() -> None:
                 assert refs[var][1:3] == (None, None), var
 
 
+def test_docs_never_call_an_information_variable_judged() -> None:
+    """``efficiency`` is information (references.INFORMATION_ONLY, its bounds dropped by the
+    jobs): a doc example with bounds for it says they are dropped; no row says it is judged."""
+    from hvdcore_checks.references import INFORMATION_ONLY
+
+    for doc in (CHECKS / "README.md", ROOT / "docs" / "sites" / "checks.md",
+                ROOT / "docs" / "sites" / "references.md"):
+        text = doc.read_text()
+        for var in INFORMATION_ONLY:
+            for entry in re.findall(rf'"{var}": (\[[^\]]*\])', text):
+                assert (json.loads(entry)[1:3] == [None, None]
+                        or f"`{var}` entry's bounds are dropped" in text), (doc.name, entry)
+            # its clause of a table cell (up to "|" or ";"), and its own row of a table
+            claims = re.findall(rf"`{var}`[^|;\n]*", text) + re.findall(
+                rf"^\| `{var}` \|.*$", text, re.M)
+            for claim in claims:
+                assert "against recorded references" not in claim, (doc.name, claim)
+
+
 def _judged_run() -> list[dict]:
     """A night with every kind of verdict: perf failures, invalid, unjudged, no reference."""
     mnist = ("HvdcoreMnistCheck %scale={} %baseline.framework=torch "
