@@ -94,6 +94,29 @@ def test_only_the_validity_messages_are_invalid_measurements() -> None:
         assert not case.invalid and verdict.verdict([case])[0] == verdict.EXIT_FAILED, exc
 
 
+def test_run_suite_finds_python3_next_to_a_reframe_on_path(tmp_path: Path) -> None:
+    """A ReFrame on PATH whose directory has no ``python`` (a pip --user install, a module):
+    run_suite.sh falls back to python3, runs it and gives the verdict (no report: exit 2)."""
+    import os
+    import shutil
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "reframe"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo 4.7.4\nexit 0\n')
+    fake.chmod(0o755)
+    py_dir = Path(shutil.which("python3") or sys.executable).parent
+    env = {**os.environ, "VENV": str(tmp_path / "none"),
+           "PATH": f"{bin_dir}:{py_dir}:/usr/bin:/bin"}
+    res = subprocess.run([str(Path(reframe_version.__file__).parents[1] / "run_suite.sh"),
+                          str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    out = res.stdout + res.stderr
+    assert "run_suite.sh: reframe finished with status 0" in out, out
+    assert res.returncode == 2 and "ReFrame exited 0" in out, out
+
+
 def test_verdict_without_a_report_says_reframe_did_not_run(tmp_path, capsys) -> None:
     assert verdict.main(["--report", str(tmp_path / "none.json"), "--reframe-status", "1"]) == 2
     assert "ReFrame exited 1" in capsys.readouterr().err
