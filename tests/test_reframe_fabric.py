@@ -7,6 +7,7 @@ what was found."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,21 @@ def test_gpus_per_node_behind_launcher_prefixes(prefix: str) -> None:
     assert judge(f, {"nccl_net": "IB", "gpus_per_node": 4, "nics_per_node": 4}) == []
     (wrong,) = judge(f, {"gpus_per_node": 8})
     assert "NCCL used 4 GPUs on a node, the partition declares gpus_per_node=8" in wrong
+
+
+@pytest.mark.parametrize("each_sees_one", [False, True])
+def test_gpus_per_node_are_counted_by_bus_id(each_sees_one: bool) -> None:
+    """Recorded init lines of 2 nodes (NVIDIA/nccl-tests#252): 4 GPUs on kolyoz2, 2 on kolyoz1
+    in the excerpt; counted by PCI bus id, so ranks that each see only their own GPU (every
+    line "[0]", CUDA_VISIBLE_DEVICES per rank) count the same."""
+    text = (DATA / "nccl_ib_two_nodes_nccltests252.log").read_text()
+    if each_sees_one:
+        text = re.sub(r" \[\d\] NCCL INFO", " [0] NCCL INFO", text)
+    f = parse(text)
+    assert f.gpus_per_node == 4
+    assert judge(f, {"gpus_per_node": 4}) == []
+    (wrong,) = judge(f, {"gpus_per_node": 8})
+    assert "NCCL used 4 GPUs on a node" in wrong
 
 
 def test_declared_gpus_that_no_line_proves_fail() -> None:

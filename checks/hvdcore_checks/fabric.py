@@ -23,7 +23,9 @@ show no NIC count, so ``nics_per_node`` is reported as not shown instead of judg
 carry a launcher's prefix (``srun --label``: ``0: ``; ``mpirun --tag-output``:
 ``[1,0]<stdout>:``). The HPC-X/NGC plugin's ``IBext``/``IBext_v8`` network is ``IB``; with
 ``--mca mtl_base_verbose 10`` Open MPI's MTL under ``pml cm`` (``ofi``, ``psm2``) is a
-transport of its own.
+transport of its own. GPUs per node are the distinct PCI bus ids of a host's communicator
+init lines (``cudaDev 0 ... busId 42000``), so ranks that each see only their own GPU (all
+``[0]``) count right; device indices only where no such line is printed.
 
     >>> f = parse("n1:1:1 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.1.0.2<0>")
     >>> f.nccl_net, f.nics
@@ -47,6 +49,9 @@ _VIA = re.compile(r"via (?P<path>(?:P2P|SHM|NET|NVLS|COLLNET)[/\w.-]*(?: Libfabr
 # a NIC: ``[0]hsn0:10.1.0.2<0>``, ``[0]mlx5_0:1/IB``, ``[0]mlx5_0:1/IB/SHARP`` (HPC-X plugin)
 _NIC = re.compile(r"\[\d+\](?P<nic>[\w.:-]+?)(?::\d+)?(?:/[A-Za-z]+)*(?::[\d.]+<\d+>|\s|$)")
 _RANK_GPU = re.compile(r"\[(?P<dev>\d+)\] NCCL INFO")
+# "comm 0x.. rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 42000 ... - Init START": the GPU's PCI
+# bus id, the same whichever devices a rank sees (CUDA_VISIBLE_DEVICES per rank: all "[0]")
+_BUS_ID = re.compile(r"\bcudaDev \d+\b.*?\bbusId (?P<bus>[0-9a-fA-F]+)\b")
 # srun --label ("0: ", right-aligned) and mpirun --tag-output ("[1,0]<stdout>:") prefixes
 _LAUNCHER_PREFIX = r"(?:\s*\d+:\s+|\[\d+,\d+\]<std(?:out|err)>:\s*)?"
 _HOST = re.compile(rf"^{_LAUNCHER_PREFIX}(?P<host>[\w.-]+):\d+:\d+ \[\d+\] NCCL INFO")
@@ -83,7 +88,8 @@ class Fabric:
     #: channel paths: ``P2P/IPC``, ``SHM/direct/direct``, ``NET/IB/0/GDRDMA``, ... -> a line
     paths: dict[str, str] = field(default_factory=dict)
     gdr: bool = False
-    gpus_per_host: dict[str, set[int]] = field(default_factory=dict)
+    gpus_per_host: dict[str, set[int]] = field(default_factory=dict)  # host -> [N] indices
+    buses_per_host: dict[str, set[str]] = field(default_factory=dict)  # host -> PCI bus ids
     mpi_pml: str | None = None
     mpi_mtl: str | None = None
     mpi_transports: dict[str, str] = field(default_factory=dict)  # kind -> a line
@@ -92,8 +98,10 @@ class Fabric:
 
     @property
     def gpus_per_node(self) -> int:
-        """The most GPUs NCCL used on one node (0: no NCCL lines)."""
-        return max((len(g) for g in self.gpus_per_host.values()), default=0)
+        """The most GPUs NCCL used on one node (0: no NCCL lines): distinct bus ids where
+        the communicators' init lines give them, else distinct device indices."""
+        return max((len(self.buses_per_host.get(h) or g) for h, g in self.gpus_per_host.items()),
+                   default=0)
 
 
 def parse(text: str) -> Fabric:
@@ -129,6 +137,8 @@ def _nccl_line(f: Fabric, msg: str, line: str) -> None:
     host, dev = _HOST.search(line), _RANK_GPU.search(line)
     if host and dev:
         f.gpus_per_host.setdefault(host["host"], set()).add(int(dev["dev"]))
+        if bus := _BUS_ID.search(msg):
+            f.buses_per_host.setdefault(host["host"], set()).add(bus["bus"].lower())
     if m := _NET_PLUGIN.match(msg):
         f.nccl_net, f.nccl_net_line = _net_name(m["net"]), line
     elif m := _NET_USING.match(msg):
