@@ -88,6 +88,7 @@ from hvdcore_checks.validity import (
     NOISE_PATTERN,
     NOISE_SIGMAS,
     assert_valid_efficiency,
+    short_window_message,
 )
 
 RESULT = RESULT_PATTERN
@@ -203,8 +204,8 @@ class MnistTraining(rfm.RunOnlyRegressionTest, ScaledVariantMixin):
             sn.assert_gt(self._field("acc"), self.min_accuracy,
                          msg="test accuracy {0} is not above {1}"),
             sn.assert_ge(self.timed_window(), self.min_window_s,
-                         msg="invalid measurement: the timed window was {0} s, shorter than "
-                             "{1} s (raise -S max_steps_per_epoch or -S epochs)"),
+                         msg=short_window_message(
+                             "raise -S max_steps_per_epoch or -S epochs")),
         ]
 
     def timed_window(self):

@@ -21,7 +21,9 @@ if [ -x "$venv/bin/reframe" ]; then
     python="$venv/bin/python"
 else
     reframe=$(command -v reframe) || { echo "run_suite.sh: reframe not found (pip install -e .[reframe])" >&2; exit 2; }
-    python=$(dirname "$reframe")/python
+    # the interpreter next to ReFrame (pip's bin has python3, not always python), else PATH's
+    python=$(dirname "$(readlink -f "$reframe")")/python3
+    [ -x "$python" ] || python=python3
 fi
 # A ReFrame older than the suite needs is refused here, naming both versions (exit 2).
 "$python" checks/tools/reframe_version.py "$reframe" || exit 2

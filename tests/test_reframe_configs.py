@@ -154,6 +154,9 @@ def test_one_host_slurm_reports_every_figure_unjudged(tmp_path: Path) -> None:
                for v in ("busbw_ratio", "latency_ratio"))
     for scale in ("2_ranks", "4_ranks", "1_node", "2_nodes", "4_nodes", "8_nodes", "16_nodes"):
         assert refs[f"HvdcoreMnistCheck@scale={scale}"]["efficiency"][1:3] == [None, None]
+    planes = refs["HvdcoreDataPlanesCheck"]
+    assert planes["host_alltoall_ratio"] == [1.0, None, None, "x"]
+    assert planes["device_allreduce_link_fraction"][1:3] == [None, None]
     # a real cluster (no CHECKS_SLURM_ONE_HOST) judges what was recorded
     res = run_reframe(["-C", str(CONFIGS / "slurm.py"), "--system", "generic:cpu",
                        "--show-config=systems/0/partitions/0/extras"], tmp_path,

@@ -428,6 +428,45 @@ def test_configs_take_recorded_references(tmp_path: Path) -> None:
         "latency_ratio": (5.5, None, None, "x")}
 
 
+def test_one_host_leaves_every_planes_figure_unjudged() -> None:
+    """The data-plane check's judged figures (its PLANES x OPS, read from the check's source)
+    get unbounded entries on shared cores, as the Slurm config's docstring says."""
+    import ast
+
+    import common
+
+    from hvdcore_checks.references import lookup
+
+    tree = ast.parse((CHECKS / "hvdcore_planes.py").read_text())
+    consts = {t.id: ast.literal_eval(node.value) for node in tree.body
+              if isinstance(node, ast.Assign) for t in node.targets
+              if isinstance(t, ast.Name) and t.id in ("PLANES", "OPS")}
+    refs = lookup(common.unjudged_on_shared_cores({}), "HvdcoreDataPlanesCheck")
+    for plane in consts["PLANES"]:
+        for op in consts["OPS"]:
+            for var in (f"{plane}_{op}_ratio", f"{plane}_{op}_link_fraction"):
+                assert refs[var][1:3] == (None, None), var
+
+
+def test_docs_never_call_an_information_variable_judged() -> None:
+    """``efficiency`` is information (references.INFORMATION_ONLY, its bounds dropped by the
+    jobs): a doc example with bounds for it says they are dropped; no row says it is judged."""
+    from hvdcore_checks.references import INFORMATION_ONLY
+
+    for doc in (CHECKS / "README.md", ROOT / "docs" / "sites" / "checks.md",
+                ROOT / "docs" / "sites" / "references.md"):
+        text = doc.read_text()
+        for var in INFORMATION_ONLY:
+            for entry in re.findall(rf'"{var}": (\[[^\]]*\])', text):
+                assert (json.loads(entry)[1:3] == [None, None]
+                        or f"`{var}` entry's bounds are dropped" in text), (doc.name, entry)
+            # its clause of a table cell (up to "|" or ";"), and its own row of a table
+            claims = re.findall(rf"`{var}`[^|;\n]*", text) + re.findall(
+                rf"^\| `{var}` \|.*$", text, re.M)
+            for claim in claims:
+                assert "against recorded references" not in claim, (doc.name, claim)
+
+
 def _judged_run() -> list[dict]:
     """A night with every kind of verdict: perf failures, invalid, unjudged, no reference."""
     mnist = ("HvdcoreMnistCheck %scale={} %baseline.framework=torch "
@@ -453,7 +492,8 @@ def _judged_run() -> list[dict]:
             "images_per_sec": (None, 7000.0, -0.3, None, "img/s"),
             "efficiency": (None, 88.0, -0.15, None, "%")}, result="fail", num_tasks=8,
             fail_phase="sanity",
-            fail_reason="sanity error: efficiency 130.0% > 105%: invalid measurement"),
+            fail_reason="sanity error: " + invalid_efficiency_message(105.0, 0.0, 3.0).format(
+                130.0, 105.0)),
         _testcase(mnist.format("2_nodes"), {
             "images_per_sec": (17600.0, 0, None, None, "img/s"),
             "efficiency": (110.0, 0, None, None, "%")}, num_tasks=16),
@@ -487,7 +527,8 @@ def test_report_shows_every_verdict(tmp_path: Path) -> None:
     assert rows[("HvdcoreMnistCheck 2_nodes", "efficiency")][8] == "**invalid**"
     assert "Performance values: 4 within their bounds, 2 out of bounds, 2 invalid, " in text
     # the results table keeps the reasons
-    assert "| fail | sanity: sanity error: efficiency 130.0% > 105%: invalid measurement |" in text
+    assert ("| fail | sanity: sanity error: invalid measurement: scaling efficiency 130.0% is "
+            "above 105.0%") in text
     # MNIST scaling with a verdict per point
     assert "| Series | Ranks | Images/s | Images/s per rank | Efficiency | Verdict |" in text
     series = "site:cpu+hvdcore-venv torch"
@@ -547,7 +588,8 @@ def test_report_fail_on_failure_and_rows_from_reasons(tmp_path: Path) -> None:
     # from the failure reason
     bare = _testcase("HvdcoreMnistCheck %scale=1_node %baseline.framework=torch", result="fail",
                      num_tasks=4, fail_phase="sanity",
-                     fail_reason="sanity error: efficiency 140.5% > 105%: invalid measurement")
+                     fail_reason="sanity error: " + invalid_efficiency_message(
+                         105.0, 0.0, 3.0).format(140.5, 105.0))
     del bare["perfvalues"]
     cases = report.load_report(_write_report(tmp_path / "bare.json", [bare]))
     text = report.markdown_summary(cases)

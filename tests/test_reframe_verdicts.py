@@ -16,6 +16,11 @@ import report  # noqa: E402
 import verdict  # noqa: E402
 
 from hvdcore_checks import interleave  # noqa: E402
+from hvdcore_checks.validity import (
+    invalid_efficiency_message,
+    short_window_message,
+    too_noisy_message,
+)
 
 
 def test_chunks_alternate_abba_and_start_with_hvdcore() -> None:
@@ -62,6 +67,54 @@ def test_verdict_tells_invalid_measurements_from_failures() -> None:
     assert lines[-1] == "INVALID MEASUREMENT: 2 cases, 0 failed, 1 invalid measurements"
     status, lines = verdict.verdict([good, invalid, failed])
     assert status == verdict.EXIT_FAILED and lines[-1].startswith("FAILED: 3 cases, 1 failed")
+
+
+def _reason(exc: BaseException) -> str:
+    """The failure reason ReFrame itself records for ``exc`` (its report's ``fail_reason``)."""
+    from reframe.core.exceptions import what
+
+    return what(type(exc), exc, None)
+
+
+def test_only_the_validity_messages_are_invalid_measurements() -> None:
+    """Every invalid-measurement message of the checks, as ReFrame reports it, is INVALID; a
+    failure that merely contains the word (sbatch's account, a CUDA error) is FAILED."""
+    from reframe.core.exceptions import SanityError, SpawnedProcessError
+
+    for msg in (invalid_efficiency_message(105.0, 0.05, 3.0).format(300.0, 120.75),
+                too_noisy_message().format(0.41, 0.3), short_window_message("x").format(1, 2)):
+        case = _case("HvdcoreMnistCheck", "fail", _reason(SanityError(msg)))
+        assert case.invalid and verdict.verdict([case])[0] == verdict.EXIT_INVALID, msg
+    sbatch = SpawnedProcessError(["sbatch", "rfm_job.sh"], "", "sbatch: error: Batch job "
+                                 "submission failed: Invalid account or account/partition "
+                                 "combination specified", 1)
+    cuda = SanityError("the launcher exited 1: RuntimeError: CUDA error: invalid device ordinal")
+    for exc in (sbatch, cuda):
+        case = _case("HvdcoreSyntheticCheck", "fail", _reason(exc))
+        assert not case.invalid and verdict.verdict([case])[0] == verdict.EXIT_FAILED, exc
+
+
+def test_run_suite_finds_python3_next_to_a_reframe_on_path(tmp_path: Path) -> None:
+    """A ReFrame on PATH whose directory has no ``python`` (a pip --user install, a module):
+    run_suite.sh falls back to python3, runs it and gives the verdict (no report: exit 2)."""
+    import os
+    import shutil
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "reframe"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo 4.7.4\nexit 0\n')
+    fake.chmod(0o755)
+    py_dir = Path(shutil.which("python3") or sys.executable).parent
+    env = {**os.environ, "VENV": str(tmp_path / "none"),
+           "PATH": f"{bin_dir}:{py_dir}:/usr/bin:/bin"}
+    res = subprocess.run([str(Path(reframe_version.__file__).parents[1] / "run_suite.sh"),
+                          str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    out = res.stdout + res.stderr
+    assert "run_suite.sh: reframe finished with status 0" in out, out
+    assert res.returncode == 2 and "ReFrame exited 0" in out, out
 
 
 def test_verdict_without_a_report_says_reframe_did_not_run(tmp_path, capsys) -> None:

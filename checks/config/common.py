@@ -95,12 +95,21 @@ def recorded_references(system: str, partition: str, directory: str | None = Non
     return copy.deepcopy(recorded.get(partition, {}))
 
 
-#: The references every check sets for itself (judged on every system), by reference key.
+#: The data-plane check's planes and collectives (``checks/hvdcore_planes.py``: PLANES, OPS).
+PLANES = ("device", "host")
+PLANE_OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
+
+#: The references every check sets for itself (judged on every system), by reference key,
+#: unbounded: what :func:`unjudged_on_shared_cores` gives a partition in their place.
 CHECK_OWN_REFERENCES = {
     "HvdcoreCollectivesCheck": {"busbw_ratio": [0.9, None, None, "x"],
                                 "latency_ratio": [5.5, None, None, "x"]},
     "HvdcoreMnistCheck": {"ddp_ratio": [1.2, None, None, "x"],
                           "mpi_ratio": [1.0, None, None, "x"]},
+    "HvdcoreDataPlanesCheck": {
+        **{f"{p}_{op}_ratio": [1.0, None, None, "x"] for p in PLANES for op in PLANE_OPS},
+        **{f"{p}_{op}_link_fraction": [1.0, None, None, "fraction"]
+           for p in PLANES for op in PLANE_OPS}},
 }
 
 
@@ -109,9 +118,10 @@ def unjudged_on_shared_cores(references: dict, efficiency: float = 88.0) -> dict
 
     For "nodes" that share one host and its cores (the CI harness): 4 ranks on 2 cores slow
     each other and their peers unevenly, so no figure says anything about hvdcore. Recorded
-    entries lose their bounds; the checks' own ratio references and the MNIST efficiency of
-    every scale (``HvdcoreMnistCheck@scale=<scale>``) get unbounded entries, which win over
-    the checks' defaults for this partition.
+    entries lose their bounds; the checks' own ratio references (the data-plane check's
+    ratios and link fractions included) and the MNIST efficiency of every scale
+    (``HvdcoreMnistCheck@scale=<scale>``) get unbounded entries, which win over the checks'
+    defaults for this partition.
     """
     out = copy.deepcopy(references)
     for variables in out.values():

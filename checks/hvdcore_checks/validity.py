@@ -13,6 +13,8 @@ baseline that is another experiment (several times faster per rank) still is. Ru
 combined noise is above ``max_timing_noise`` (0.3: a bound past ~200 %) are not a measurement
 at all: invalid too, whatever the efficiency.
 ``checks/tools/report.py`` applies the same rule to the ``timing_noise`` the check records.
+Every such sanity message starts with :data:`INVALID_MARKER`, and only a failure whose reason
+starts with it (after ReFrame's ``sanity error: ``) is reported as invalid, not as failed.
 
     >>> efficiency_bound(105.0, [0.0, 0.0])
     105.0
@@ -26,9 +28,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MAX_TIMING_NOISE", "NOISE_PATTERN", "NOISE_SIGMAS", "assert_valid_efficiency",
-           "combined_noise", "efficiency_bound", "invalid_efficiency_message",
-           "too_noisy_message"]
+__all__ = ["INVALID_MARKER", "MAX_TIMING_NOISE", "NOISE_PATTERN", "NOISE_SIGMAS",
+           "assert_valid_efficiency", "combined_noise", "efficiency_bound",
+           "invalid_efficiency_message", "short_window_message", "too_noisy_message"]
+
+#: How every invalid-measurement sanity message starts (``checks/tools/report.py`` matches it).
+INVALID_MARKER = "invalid measurement: "
 
 #: How many standard deviations of the combined timing noise the bound allows.
 NOISE_SIGMAS = 3.0
@@ -55,7 +60,7 @@ def efficiency_bound(max_valid: float, noises: Sequence[float],
 
 def invalid_efficiency_message(max_valid: float, noise: float, sigmas: float) -> str:
     """The sanity message of an efficiency above its bound (``{0}``, ``{1}``: value, bound)."""
-    return ("invalid measurement: scaling efficiency {0}% is above {1}% "
+    return (INVALID_MARKER + "scaling efficiency {0}% is above {1}% "
             f"({max_valid:g}% widened by {sigmas:g} x the two runs' combined timing noise "
             f"{noise:.3f}): per rank, the scaled run beat its 1-rank baseline, so the two were "
             "not the same experiment (threads per rank, cores shared with other jobs, load "
@@ -64,9 +69,14 @@ def invalid_efficiency_message(max_valid: float, noise: float, sigmas: float) ->
 
 def too_noisy_message() -> str:
     """The sanity message of runs too unsteady to compare (``{0}``, ``{1}``: noise, limit)."""
-    return ("invalid measurement: the scaled run's and the baseline's combined timing noise {0} "
+    return (INVALID_MARKER + "the scaled run's and the baseline's combined timing noise {0} "
             "is above {1} (their throughput moved that much within each timed window): measure "
             "again on quiet nodes")
+
+
+def short_window_message(hint: str) -> str:
+    """The sanity message of a timed window too short (``{0}``, ``{1}``: seconds, minimum)."""
+    return INVALID_MARKER + f"the timed window was {{0}} s, shorter than {{1}} s ({hint})"
 
 
 def assert_valid_efficiency(test: Any, efficiency: float, noises: Sequence[float]) -> bool:

@@ -10,16 +10,17 @@ The summary has one row per check and partition (pass/fail/skip and the failure 
 every performance variable of every test case, failed ones included, with its reference, its
 absolute bounds and a verdict: ``pass``, ``**FAIL**``, ``**invalid**`` (an efficiency above
 105 % widened by 3 x the case's recorded ``timing_noise``, or any efficiency of a case whose
-noise is above 0.3, as the checks' validity rule does; or a case whose sanity failure says
-"invalid"; an efficiency above 105 % but within the noise passes with a note saying so), ``not judged (no reference)`` (no
-reference, or ReFrame's 0 without bounds), ``not judged (no bounds)`` (a reference with both
-bounds unbounded: reported, never failed), or ``no value`` (the case failed before its
-performance stage). Then the MNIST scaling table (ranks, images/s, efficiency vs the 1-rank
-baseline, verdict), one series per partition+environment, framework (torch, tensorflow) and
-hvdcore module. The plot shows total images/s and scaling efficiency against the number of
-ranks: one colour per partition+environment (and module), one line style and marker per
-framework (torch: solid, circles; tensorflow: dashed, squares); failed points get a red x,
-invalid ones a hollow marker labelled "invalid" off the line (never drawn as a result).
+noise is above 0.3, as the checks' validity rule does; or a case whose sanity failure starts
+"invalid measurement: "; an efficiency above 105 % but within the noise passes with a note
+saying so), ``not judged (no reference)`` (no reference, or ReFrame's 0 without bounds),
+``not judged (no bounds)`` (a reference with both bounds unbounded: reported, never failed),
+or ``no value`` (the case failed before its performance stage). Then the MNIST scaling table
+(ranks, images/s, efficiency vs the 1-rank baseline, verdict), one series per
+partition+environment, framework (torch, tensorflow) and hvdcore module. The plot shows
+total images/s and scaling efficiency against the number of ranks: one colour per
+partition+environment (and module), one line style and marker per framework (torch: solid,
+circles; tensorflow: dashed, squares); failed points get a red x, invalid ones a hollow marker
+labelled "invalid" off the line (never drawn as a result).
 Perflogs must use the line format of checks/config/common.py (``logging_config``).
 """
 
@@ -68,6 +69,10 @@ MAX_TIMING_NOISE = 0.3
 #: Verdicts of a performance variable that mean it was not judged.
 NOT_JUDGED = ("not judged (no reference)", "not judged (no bounds)")
 FAILED_RESULTS = ("fail", "failure", "error", "abort", "aborted")
+#: The failure reason of an invalid measurement: ReFrame's ``sanity error: `` and the message
+#: the checks' validity rules start with (``hvdcore_checks.validity.INVALID_MARKER``). Only
+#: that prefix: "Invalid account" (sbatch) or "invalid device ordinal" (CUDA) are failures.
+INVALID_REASON = re.compile(r"^(?:sanity error: )?invalid measurement: ")
 #: Line style and marker of each framework's series in the plot.
 FRAMEWORK_STYLES = {"torch": ("-", "o"), "tensorflow": ("--", "s")}
 
@@ -174,8 +179,8 @@ class Case:
 
     @property
     def invalid(self) -> bool:
-        """The case failed as an invalid measurement (its sanity message says "invalid")."""
-        return self.failed and "invalid" in self.fail_reason.lower()
+        """The case failed as an invalid measurement (:data:`INVALID_REASON`)."""
+        return self.failed and bool(INVALID_REASON.match(self.fail_reason))
 
     def perf(self, name: str) -> float | None:
         for pv in self.perfvars:

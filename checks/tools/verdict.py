@@ -5,7 +5,9 @@
     python checks/tools/verdict.py --report reframe-results/report.json [--reframe-status N]
 
 A case whose sanity calls its figure an **invalid measurement** (the rule of
-``checks/tools/report.py`` and of the nightly entry point: the failure reason says "invalid")
+``checks/tools/report.py`` and of the nightly entry point: the failure reason starts with
+``invalid measurement: `` after ReFrame's ``sanity error: ``, as every validity rule of the
+checks writes it; "Invalid account" from sbatch or a CUDA "invalid device ordinal" is a failure)
 is reported as ``INVALID``, never as a failure: the run was no measurement and says nothing of
 hvdcore. One line per invalid and per failed case, then the verdict.
 
