@@ -70,16 +70,33 @@ def test_openmpi_as_root_localhost(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_openmpi_non_root_hosts_and_passthrough(capsys: pytest.CaptureFixture[str]) -> None:
     env = {"PATH": "/usr/bin", "PYTHONPATH": "/src", "HOROVOD_CYCLE_TIME": "3",
-           "SECRET_THING": "x"}
+           "SECRET_THING": "s3cr3t"}
     cmd = dry_run(capsys, ["-np", "4", "-H", "node1:2,node2:2", "--mpi-args", "--mca btl tcp,self",
                            "--binding-args", "--bind-to core", "python", "x.py"],
                   environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=1000)
     assert "--allow-run-as-root" not in cmd
     text = shlex.join(cmd)
-    assert "-np 4 -H node1:2,node2:2 --bind-to core -x THP_MEM_ALLOC_ENABLE=1 -x PATH " \
-           "-x PYTHONPATH -x HOROVOD_CYCLE_TIME " \
+    # the whole environment, by name only (values stay off the command line), sorted
+    assert "-np 4 -H node1:2,node2:2 --bind-to core -x THP_MEM_ALLOC_ENABLE=1 " \
+           "-x HOROVOD_CYCLE_TIME -x PATH -x PYTHONPATH -x SECRET_THING " \
            "--mca btl tcp,self python x.py" in text
-    assert "SECRET_THING" not in text and "--map-by" not in text
+    assert "s3cr3t" not in text and "--map-by" not in text
+
+
+def test_openmpi_forwards_the_environment_as_horovod(capsys: pytest.CaptureFixture[str]) -> None:
+    """Remote hosts get every variable by name (horovodrun's -x NAME) but Horovod's ignore list
+    and the variables of the remote side itself; one host that is this one gets none."""
+    env = {"PATH": "/usr/bin", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4",
+           "CUDA_VISIBLE_DEVICES": "0,1", "MY_CUDA_VISIBLE_DEVICES": "1", "OLDPWD": "/",
+           "BASH_FUNC_module%%": "() { :; }", "HOROVOD_SECRET_KEY": "k", "PWD": "/w",
+           "SSH_CONNECTION": "a b", "THP_MEM_ALLOC_ENABLE": "0"}
+    cmd = dry_run(capsys, ["-np", "4", "-H", "nodeA:2,nodeB:2", "python", "x.py"],
+                  environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
+    names = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"]
+    assert names == ["THP_MEM_ALLOC_ENABLE=0", "NCCL_DEBUG", "OMP_NUM_THREADS", "PATH"]
+    cmd = dry_run(capsys, ["-np", "2", "-H", "localhost:2", "python", "x.py"],
+                  environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"] == ["THP_MEM_ALLOC_ENABLE=0"]
 
 
 def test_hostfile_openmpi_and_colon_forms(tmp_path: os.PathLike[str],

@@ -26,9 +26,10 @@ Hostfile
     ``#`` comments. A bad line is reported as ``file:line``.
 
 Environment every rank receives
-    * The launcher's own environment (Open MPI forwards ``PATH``, ``PYTHONPATH``,
-      ``LD_LIBRARY_PATH``, ``VIRTUAL_ENV`` and ``HVDCORE_*``/``HOROVOD_*`` by name to remote
-      hosts; Hydra and srun forward everything).
+    * The launcher's own environment (Open MPI forwards it by name, ``-x NAME``, to remote
+      hosts, as horovodrun, but ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``,
+      ``*_SECRET_KEY``, ``PWD``, ``SHLVL``, ``HOSTNAME``, ``SSH_*``; Hydra and srun forward
+      everything).
     * ``HVDCORE_<NAME>=<value>`` for every tuning flag given (table below). Flags win over
       ``HVDCORE_*`` already set, which win over ``HOROVOD_*`` aliases, which win over defaults.
       The launcher checks every value, and every ``HVDCORE_*``/``HOROVOD_*`` variable in its

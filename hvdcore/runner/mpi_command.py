@@ -16,9 +16,9 @@ Choices (and why):
   with ``--binding-args``. Hydra does not bind by default; nothing is added there.
 * Open MPI as root (uid 0) gets ``--allow-run-as-root`` (Open MPI refuses root otherwise).
 * Knob values go on the command line (``-x NAME=VALUE`` / ``-genv NAME VALUE``) so the printed
-  command is the whole truth. For remote hosts, ``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``,
-  ``VIRTUAL_ENV`` and every ``HVDCORE_*``/``HOROVOD_*`` variable are forwarded by name (Hydra
-  forwards the whole environment by default).
+  command is the whole truth. For remote hosts Open MPI forwards the rest of the environment by
+  name (``-x NAME``, as Horovod; :func:`hvdcore.runner.remote.mpi_exportable` says which), so
+  secrets stay off the command line. Hydra forwards the whole environment by default.
 """
 
 from __future__ import annotations
@@ -30,11 +30,9 @@ from dataclasses import dataclass
 
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host, is_local
+from hvdcore.runner.remote import mpi_exportable
 
-__all__ = ["MpiFlavor", "detect_flavor", "query_version", "build_mpirun_command",
-           "FORWARDED_VARS"]
-
-FORWARDED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+__all__ = ["MpiFlavor", "detect_flavor", "query_version", "build_mpirun_command"]
 
 
 @dataclass(frozen=True)
@@ -94,8 +92,7 @@ def build_mpirun_command(
 ) -> list[str]:
     """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``)."""
     remote = bool(hosts) and not all(is_local(h.name) for h in hosts or ())
-    forward = [v for v in FORWARDED_VARS if v in environ] + sorted(
-        v for v in environ if v.startswith(("HVDCORE_", "HOROVOD_")) and v not in exports)
+    forward = sorted(v for v in environ if mpi_exportable(v) and v not in exports)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts) if hosts else None
     cmd = [launcher]
     if flavor.hydra:

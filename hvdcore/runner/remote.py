@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["SshOptions", "options_from", "exportable", "ssh_command"]
+__all__ = ["SshOptions", "options_from", "exportable", "mpi_exportable", "ssh_command"]
 
 _NOT_EXPORTED = re.compile(r"BASH_FUNC_.*|OLDPWD$|.*_SECRET_KEY$")
 # the shell's own, and the ssh session's, belong to the remote side
@@ -62,6 +62,14 @@ def exportable(environ: Mapping[str, str]) -> dict[str, str]:
     """The part of ``environ`` a remote rank receives."""
     return {k: v for k, v in environ.items()
             if _NAME.match(k) and k not in _REMOTE_OWN and not _NOT_EXPORTED.match(k)}
+
+
+def mpi_exportable(name: str) -> bool:
+    """True when Open MPI should forward ``name`` to remote ranks (``-x NAME``): Horovod's
+    rule (not ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``: that host's GPUs are not
+    this one's; ``*_SECRET_KEY``), less what belongs to the remote side (``PWD``, ``SSH_*``...)."""
+    return (bool(_NAME.match(name)) and name not in _REMOTE_OWN
+            and not _NOT_EXPORTED.match(name) and "CUDA_VISIBLE_DEVICES" not in name)
 
 
 def ssh_command(host: str, command: Sequence[str], env: Mapping[str, str], cwd: str,
