@@ -111,6 +111,20 @@ def test_hostfile_openmpi_and_colon_forms(tmp_path: os.PathLike[str],
     assert cmd[cmd.index("-H") + 1] == "node1:3,node2:3,node3:1"
 
 
+@pytest.mark.parametrize("version, want", [
+    (OPENMPI_VERSION, ["-mca", "plm_rsh_args", "-p 12345 -i /k/id_a -J login1"]),
+    (MPICH_VERSION, ["-bootstrap", "ssh", "-bootstrap-exec-args",
+                     "-p 12345 -i /k/id_a -J login1"])], ids=["openmpi", "hydra"])
+def test_ssh_port_and_key_go_to_the_mpi_launcher(capsys: pytest.CaptureFixture[str],
+                                                 version: str, want: list[str]) -> None:
+    """horovodrun's -p/-i under MPI (docs/docker.rst: -p 12345): the rsh/bootstrap ssh args."""
+    cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "-p", "12345", "-i", "/k/id_a",
+                           "--ssh-args", "-J login1", "python", "x.py"],
+                  which=_which, mpi_version_output=version, uid=0)
+    start = cmd.index(want[0])
+    assert cmd[start:start + len(want)] == want
+
+
 @pytest.mark.parametrize("version,family", [(MPICH_VERSION, "mpich"), (INTEL_VERSION, "intel")])
 def test_hydra_command(capsys: pytest.CaptureFixture[str], version: str, family: str) -> None:
     cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "--no-stall-check",

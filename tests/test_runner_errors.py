@@ -199,8 +199,9 @@ def test_launcher_does_not_initialize_mpi() -> None:
      "--ssh-args \"-o 'unclosed\": No closing quotation"),
     (["--gloo", "-np", "2", "--ssh-port", "70000", "python", "x.py"],
      "--ssh-port 70000: not a TCP port (1-65535)"),
-    (["-np", "2", "-i", "/k", "python", "x.py"],
-     "--ssh-port, --ssh-identity-file and --ssh-args go with --gloo or an elastic job"),
-], ids=["bad-quoting", "port", "with-mpi"])
+    (["-np", "2", "-p", "70000", "python", "x.py"], "--ssh-port 70000: not a TCP port"),
+    (["--launcher", "srun", "-np", "2", "-i", "/k", "python", "x.py"],
+     "--ssh-port, --ssh-identity-file and --ssh-args: srun starts no ssh"),
+], ids=["bad-quoting", "port", "mpi-port", "with-srun"])
 def test_ssh_flags(capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
     assert says in usage_error(capsys, argv)

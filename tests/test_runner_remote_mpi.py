@@ -49,3 +49,11 @@ def test_launcher_environment_reaches_ranks_on_another_host(tmp_path: Path) -> N
                              "OLDPWD": "/tmp"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines() == ["v=42 x c=unset o=unset"] * 2, proc.stderr
+
+
+def test_ssh_port_and_key_reach_open_mpis_ssh(tmp_path: Path) -> None:
+    """-p/-i as horovodrun: Open MPI's rsh agent (ssh) is called with them."""
+    proc, agent_args = run_on_remote(tmp_path, ["-p", "2222", "-i", "/keys/id_x"], "echo ok", {})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["ok", "ok"]
+    assert agent_args.startswith("-p 2222 -i /keys/id_x remotehost "), agent_args

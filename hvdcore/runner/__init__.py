@@ -18,6 +18,8 @@ Which launcher
     Inside a Slurm allocation (``SLURM_JOB_ID`` set) and without hosts: ``srun --mpi=pmix
     --kill-on-bad-exit=1 -n N`` (``--slurm-mpi`` or ``$SLURM_MPI_TYPE`` choose another PMI; N
     defaults to the allocation's tasks). ``--launcher mpirun|srun`` forces one.
+    ``-p PORT``/``-i FILE``/``--ssh-args`` go to mpirun's ssh as horovodrun's (Open MPI
+    ``-mca plm_rsh_args``, Hydra ``-bootstrap-exec-args``).
     ``--verbose`` prints the exact command (shell-quoted) on stderr before running it;
     ``--dry-run`` prints it on stdout and runs nothing.
 

@@ -18,7 +18,7 @@ from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_sl
 from hvdcore.runner.knob_flags import add_knob_flags, knob_exports, validate_environment
 from hvdcore.runner.launch import run_job
 from hvdcore.runner.mpi_command import build_mpirun_command, detect_flavor, query_version
-from hvdcore.runner.remote import SshOptions, options_from
+from hvdcore.runner.remote import SshOptions, options_from, ssh_args
 from hvdcore.runner.slurm_command import build_srun_command, in_allocation
 
 __all__ = ["main", "build_parser", "build_command", "allocator_exports", "UsageError",
@@ -86,13 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the Gloo controller, no MPI: hvdcorerun starts the ranks itself "
                           "(local processes; ssh for other hosts) and hosts their rendezvous")
     p.add_argument("-p", "--ssh-port", type=int, metavar="PORT",
-                   help="with --gloo or an elastic job: the ssh port of the other hosts "
-                        "(default: ssh's configuration)")
+                   help="the ssh port of the other hosts (mpirun: as plm_rsh_args; default: "
+                        "ssh's configuration)")
     p.add_argument("-i", "--ssh-identity-file", metavar="FILE",
-                   help="with --gloo or an elastic job: the private key ssh logs in with")
+                   help="the private key ssh logs in with to the other hosts")
     p.add_argument("--ssh-args", metavar="'ARGS'", default="",
-                   help="with --gloo or an elastic job: more ssh arguments, one shell-quoted "
-                        "string (as Open MPI's plm_rsh_args), e.g. '-J login1' or "
+                   help="more ssh arguments, one shell-quoted string (mpirun: after -p/-i in "
+                        "Open MPI's plm_rsh_args), e.g. '-J login1' or "
                         "'-F ~/.ssh/cluster'")
     p.add_argument("--network-interfaces", "--network-interface", dest="network_interfaces",
                    metavar="IFACE", help="with --gloo: the interface the ranks' Gloo and "
@@ -196,6 +196,9 @@ def build_command(
     use_srun = args.launcher == "srun" or (
         args.launcher == "auto" and in_allocation(environ) and hosts is None)
     if use_srun:
+        if ssh_options(args) != SshOptions():
+            raise UsageError("--ssh-port, --ssh-identity-file and --ssh-args: srun starts no "
+                             "ssh (drop them, or --launcher mpirun)")
         if hosts is not None:
             raise UsageError("--launcher srun takes hosts from the Slurm allocation: drop "
                              "-H/--hostfile")
@@ -215,7 +218,8 @@ def build_command(
     cmd = build_mpirun_command(
         launcher, flavor, np, hosts, exports, environ, args.command,
         uid=os.getuid() if uid is None else uid,
-        binding_args=_split(args.binding_args, "--binding-args"), mpi_args=mpi_args)
+        binding_args=_split(args.binding_args, "--binding-args"), mpi_args=mpi_args,
+        ssh=ssh_args(ssh_options(args)))
     return cmd, os.path.basename(launcher)
 
 
@@ -251,9 +255,6 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         return _run_gloo(args, environ, exports, ssh)
     if args.network_interfaces:
         raise UsageError("--network-interfaces goes with --gloo (MPI: --mpi-args)")
-    if ssh != SshOptions():
-        raise UsageError("--ssh-port, --ssh-identity-file and --ssh-args go with --gloo or an "
-                         "elastic job (Open MPI: --mpi-args '--mca plm_rsh_args ...')")
     cmd, name = build_command(args, environ, exports, which=which,
                               mpi_version_output=mpi_version_output, uid=uid)
     if args.dry_run:
@@ -297,7 +298,7 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
 
 
 def ssh_options(args: argparse.Namespace) -> SshOptions:
-    """How the Gloo launches reach other hosts (``-p``, ``-i``, ``--ssh-args``)."""
+    """How the launches reach other hosts (``-p``, ``-i``, ``--ssh-args``)."""
     try:
         return options_from(args.ssh_port, args.ssh_identity_file, args.ssh_args)
     except ValueError as exc:

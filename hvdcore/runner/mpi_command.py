@@ -19,6 +19,9 @@ Choices (and why):
   command is the whole truth. For remote hosts Open MPI forwards the rest of the environment by
   name (``-x NAME``, as Horovod; :func:`hvdcore.runner.remote.mpi_exportable` says which), so
   secrets stay off the command line. Hydra forwards the whole environment by default.
+* ``-p``/``-i``/``--ssh-args`` go to the ssh that starts the other hosts' daemons (Horovod's):
+  Open MPI ``-mca plm_rsh_args '...'``, Hydra ``-bootstrap ssh -bootstrap-exec-args '...'``
+  (both split them at spaces, unquoted: a path with a space cannot pass).
 """
 
 from __future__ import annotations
@@ -89,8 +92,10 @@ def build_mpirun_command(
     uid: int = 1000,
     binding_args: Sequence[str] | None = None,
     mpi_args: Sequence[str] = (),
+    ssh: Sequence[str] = (),
 ) -> list[str]:
-    """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``)."""
+    """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``); ``ssh``
+    are arguments for the ssh that starts the daemons of other hosts (as Horovod's)."""
     remote = bool(hosts) and not all(is_local(h.name) for h in hosts or ())
     forward = sorted(v for v in environ if mpi_exportable(v) and v not in exports)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts) if hosts else None
@@ -106,6 +111,8 @@ def build_mpirun_command(
                     "with --mpi-args '-f FILE' (lines host:N) and no -H/--hostfile")
             cmd += ["-hosts", ",".join(h.name for h in hosts), "-ppn", str(slots.pop())]
         cmd += list(binding_args or ())
+        if ssh:
+            cmd += ["-bootstrap", "ssh", "-bootstrap-exec-args", " ".join(ssh)]
         for name, value in exports.items():
             cmd += ["-genv", name, value]
     else:
@@ -114,6 +121,8 @@ def build_mpirun_command(
         cmd += ["-np", str(np), "-H", host_arg or f"localhost:{np}"]
         cmd += list(binding_args) if binding_args is not None else [
             "--bind-to", "none", "--map-by", "slot"]
+        if ssh:
+            cmd += ["-mca", "plm_rsh_args", " ".join(ssh)]
         for name, value in exports.items():
             cmd += ["-x", f"{name}={value}"]
         if remote:

@@ -20,7 +20,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["SshOptions", "options_from", "exportable", "mpi_exportable", "ssh_command"]
+__all__ = ["SshOptions", "options_from", "exportable", "mpi_exportable", "ssh_args",
+           "ssh_command"]
 
 _NOT_EXPORTED = re.compile(r"BASH_FUNC_.*|OLDPWD$|.*_SECRET_KEY$")
 # the shell's own, and the ssh session's, belong to the remote side
@@ -44,6 +45,14 @@ class SshOptions:
     port: int | None = None
     identity_file: str | None = None
     extra: tuple[str, ...] = ()
+
+
+def ssh_args(options: SshOptions) -> list[str]:
+    """The ssh arguments of ``options``: ``-p PORT``, ``-i FILE``, then ``--ssh-args``."""
+    args = ["-p", str(options.port)] if options.port is not None else []
+    if options.identity_file:
+        args += ["-i", options.identity_file]
+    return [*args, *options.extra]
 
 
 def options_from(port: int | None, identity_file: str | None, ssh_args: str) -> SshOptions:
@@ -81,8 +90,4 @@ def ssh_command(host: str, command: Sequence[str], env: Mapping[str, str], cwd: 
               f"hvdcore-rank {shlex.join(command)}")
     options = options or SshOptions()
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
-    if options.port is not None:
-        ssh += ["-p", str(options.port)]
-    if options.identity_file:
-        ssh += ["-i", options.identity_file]
-    return [*ssh, *options.extra, host, remote]
+    return [*ssh, *ssh_args(options), host, remote]
