@@ -64,7 +64,7 @@ Gloo jobs (``--gloo``) and other hosts
     launcher stops it or ends. ``--network-interfaces IFACE``: the interface of the rendezvous
     and of Gloo on every host.
 
-Elastic jobs (``--min-np``, ``--max-np``, ``--host-discovery-script``)
+Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is not one)
     The Gloo controller, no MPI: hvdcorerun starts one worker per slot of the usable hosts,
     hosts their rendezvous and decides who is in the job. A worker that fails blacklists its
     host (``--blacklist-cooldown-range MIN MAX`` lets it back after a cooldown, doubled at
@@ -75,7 +75,8 @@ Elastic jobs (``--min-np``, ``--max-np``, ``--host-discovery-script``)
     the next commit, hosts no longer listed leave there. ``--reset-limit N`` ends the job
     instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
     ``localhost:-np``) are the hosts. The script uses ``hvd.elastic`` (the manual's elastic
-    page); output lines are prefixed ``[host:slot]<stdout>:``.
+    page); output lines are prefixed ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan
+    and starts no worker.
 
 Exit code and signals
     The job's exit code is passed on (a rank killed by signal N gives 128+N). SIGINT, SIGTERM

@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the fewest workers the job runs with (default: -np); below it the "
                          "job waits up to --elastic-timeout for hosts")
     el.add_argument("--max-np", type=int, metavar="N",
-                    help="the most workers (default: every slot of the hosts)")
+                    help="the most workers (default: every slot of the hosts); without "
+                         "--min-np or --host-discovery-script, ignored as by horovodrun")
     el.add_argument("--host-discovery-script", metavar="SCRIPT",
                     help="executable printing the usable hosts, one 'host:slots' (or 'host' "
                          "with --slots-per-host) per line; run about once a second")
@@ -266,8 +267,8 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
 
 
 def _elastic_asked(args: argparse.Namespace) -> bool:
-    return (args.min_np is not None or args.max_np is not None
-            or args.host_discovery_script is not None)
+    """Horovod's ``_is_elastic``: ``--max-np`` alone does not make a job elastic."""
+    return args.min_np is not None or args.host_discovery_script is not None
 
 
 def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
