@@ -125,6 +125,20 @@ def test_ssh_port_and_key_go_to_the_mpi_launcher(capsys: pytest.CaptureFixture[s
     assert cmd[start:start + len(want)] == want
 
 
+@pytest.mark.parametrize("version, want", [
+    (OPENMPI_VERSION, ["-mca", "btl_tcp_if_include", "lo,eth0",
+                       "-x", "NCCL_SOCKET_IFNAME=lo,eth0"]),
+    (MPICH_VERSION, ["-genv", "NCCL_SOCKET_IFNAME", "lo,eth0"])], ids=["openmpi", "hydra"])
+def test_network_interfaces_under_mpi_as_horovod(capsys: pytest.CaptureFixture[str],
+                                                 version: str, want: list[str]) -> None:
+    """horovodrun's --network-interfaces under mpirun: Open MPI's TCP and NCCL's sockets."""
+    cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "--network-interface", "lo,eth0",
+                           "python", "x.py"], which=_which, mpi_version_output=version, uid=0)
+    found = [cmd[i - (1 if cmd[i - 1] == "-x" else 2):i + 1]
+             for i, a in enumerate(cmd) if "lo,eth0" in a]
+    assert sum(found, []) == want, shlex.join(cmd)
+
+
 @pytest.mark.parametrize("version,family", [(MPICH_VERSION, "mpich"), (INTEL_VERSION, "intel")])
 def test_hydra_command(capsys: pytest.CaptureFixture[str], version: str, family: str) -> None:
     cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "--no-stall-check",

@@ -81,8 +81,16 @@ def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gloo_and_mpi_together_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert "not allowed with argument" in usage_error(capsys, ["--gloo", "--mpi", "-np", "2",
                                                                "python"])
-    assert "goes with --gloo" in usage_error(capsys, ["--network-interfaces", "lo", "-np", "2",
-                                                      "python"])
+
+
+
+@pytest.mark.parametrize("given", ["nosuch0", "lo,nosuch0"])
+def test_gloo_interface_this_machine_lacks_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                       given: str) -> None:
+    """Not an OSError traceback: one line naming the interface and those there are."""
+    line = usage_error(capsys, ["--gloo", "--network-interfaces", given, "-np", "2", "python"])
+    assert f"--network-interfaces {given}: 'nosuch0' is no interface" in line
+    assert "(it has: " in line and "lo" in line
 
 
 def test_gloo_launch_of_a_missing_program_is_one_clear_line(

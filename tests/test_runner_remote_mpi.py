@@ -57,3 +57,12 @@ def test_ssh_port_and_key_reach_open_mpis_ssh(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines() == ["ok", "ok"]
     assert agent_args.startswith("-p 2222 -i /keys/id_x remotehost "), agent_args
+
+
+def test_network_interfaces_reach_the_ranks_under_mpirun(tmp_path: Path) -> None:
+    """--network-interfaces under mpirun (was a usage error): the ranks get NCCL_SOCKET_IFNAME
+    and Open MPI's TCP interface rule."""
+    proc, _ = run_on_remote(tmp_path, ["--network-interfaces", "lo"],
+                            'echo "$NCCL_SOCKET_IFNAME $OMPI_MCA_btl_tcp_if_include"', {})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["lo lo", "lo lo"], proc.stderr

@@ -61,8 +61,9 @@ Gloo jobs (``--gloo``) and other hosts
     ``-p``/``--ssh-port``, ``-i``/``--ssh-identity-file`` and ``--ssh-args '...'`` (more ssh
     options, e.g. ``-J login1``). A remote rank gets the launcher's working directory and whole
     environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*_SECRET_KEY``) and ends when the
-    launcher stops it or ends. ``--network-interfaces IFACE``: the interface of the rendezvous
-    and of Gloo on every host.
+    launcher stops it or ends. ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on
+    every host, the rendezvous on the first (under mpirun, as horovodrun:
+    ``NCCL_SOCKET_IFNAME`` and Open MPI's ``-mca btl_tcp_if_include``).
 
 Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is not one)
     The Gloo controller, no MPI: hvdcorerun starts one worker per slot of the usable hosts,

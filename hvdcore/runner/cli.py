@@ -95,9 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "Open MPI's plm_rsh_args), e.g. '-J login1' or "
                         "'-F ~/.ssh/cluster'")
     p.add_argument("--network-interfaces", "--network-interface", dest="network_interfaces",
-                   metavar="IFACE", help="with --gloo: the interface the ranks' Gloo and "
-                   "rendezvous use (sets GLOO_SOCKET_IFNAME; default: HVDCORE_GLOO_IFACE, "
-                   "else loopback on one host)")
+                   metavar="IFACE[,IFACE]", help="the interfaces the ranks talk over: --gloo: "
+                   "Gloo's (GLOO_SOCKET_IFNAME) and the rendezvous' (the first; default: "
+                   "HVDCORE_GLOO_IFACE, else loopback on one host); mpirun: NCCL_SOCKET_IFNAME "
+                   "and Open MPI's -mca btl_tcp_if_include")
     el = p.add_argument_group(
         "elastic jobs (Gloo controller, no MPI; the script uses hvd.elastic: see the manual)")
     el.add_argument("--min-np", type=int, metavar="N",
@@ -220,7 +221,7 @@ def build_command(
         launcher, flavor, np, hosts, exports, environ, args.command,
         uid=os.getuid() if uid is None else uid,
         binding_args=_split(args.binding_args, "--binding-args"), mpi_args=mpi_args,
-        ssh=ssh_args(ssh_options(args)))
+        ssh=ssh_args(ssh_options(args)), tcp_ifaces=args.network_interfaces)
     return cmd, os.path.basename(launcher)
 
 
@@ -254,8 +255,8 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
     ssh = ssh_options(args)
     if args.gloo:
         return _run_gloo(args, environ, exports, ssh)
-    if args.network_interfaces:
-        raise UsageError("--network-interfaces goes with --gloo (MPI: --mpi-args)")
+    if args.network_interfaces:  # Horovod's: NCCL's sockets and Open MPI's TCP on them
+        exports = {**exports, "NCCL_SOCKET_IFNAME": args.network_interfaces}
     cmd, name = build_command(args, environ, exports, which=which,
                               mpi_version_output=mpi_version_output, uid=uid)
     if args.dry_run:
@@ -288,6 +289,8 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
     places = gloo_launch.plan(hosts, np)
     cfg = load({**environ, **exports})
     iface = args.network_interfaces or cfg.gloo_iface or None
+    if iface:
+        gloo_launch.iface_address(iface)  # a name this machine lacks: one line, exit 2
     if args.dry_run or args.verbose:
         lines = [f"rank {p.rank}: {p.host} (local {p.local_rank}/{p.local_size}, cross "
                  f"{p.cross_rank}/{p.cross_size}): {shlex.join(args.command)}" for p in places]

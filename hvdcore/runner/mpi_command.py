@@ -93,9 +93,11 @@ def build_mpirun_command(
     binding_args: Sequence[str] | None = None,
     mpi_args: Sequence[str] = (),
     ssh: Sequence[str] = (),
+    tcp_ifaces: str | None = None,
 ) -> list[str]:
     """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``); ``ssh``
-    are arguments for the ssh that starts the daemons of other hosts (as Horovod's)."""
+    are arguments for the ssh that starts the daemons of other hosts, ``tcp_ifaces`` Open MPI's
+    TCP interfaces (both as Horovod's)."""
     remote = bool(hosts) and not all(is_local(h.name) for h in hosts or ())
     forward = sorted(v for v in environ if mpi_exportable(v) and v not in exports)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts) if hosts else None
@@ -123,6 +125,8 @@ def build_mpirun_command(
             "--bind-to", "none", "--map-by", "slot"]
         if ssh:
             cmd += ["-mca", "plm_rsh_args", " ".join(ssh)]
+        if tcp_ifaces:
+            cmd += ["-mca", "btl_tcp_if_include", tcp_ifaces]
         for name, value in exports.items():
             cmd += ["-x", f"{name}={value}"]
         if remote:
