@@ -261,3 +261,31 @@ def test_ranks_receive_the_torch_huge_pages_switch(given: str | None, tmp_path: 
     want = given or "1"
     got = {f.name: f.read_text() for f in tmp_path.iterdir()}
     assert got == {"rank0": want, "rank1": want}, (got, proc.stdout + proc.stderr)
+
+
+def test_harmless_horovodrun_flags_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    """--no-hierarchical-* set the knob to 0; --start-timeout and --disable-cache (horovodrun's
+    pre-launch checks, which hvdcorerun does not run) change nothing; --min/max-num-proc are
+    --min/max-np."""
+    kw = {"which": _which, "mpi_version_output": OPENMPI_VERSION, "uid": 0}
+    plain = dry_run(capsys, ["-np", "2", "python", "x.py"], **kw)
+    cmd = dry_run(capsys, ["-np", "2", "--no-hierarchical-allreduce", "--hierarchical-allgather",
+                           "--no-timeline-mark-cycles", "python", "x.py"], **kw)
+    assert [a for a in cmd if a not in plain] == [
+        "HVDCORE_TIMELINE_MARK_CYCLES=0", "HVDCORE_HIERARCHICAL_ALLREDUCE=0",
+        "HVDCORE_HIERARCHICAL_ALLGATHER=1"]
+    assert dry_run(capsys, ["-np", "2", "--start-timeout", "60", "--disable-cache", "python",
+                            "x.py"], **kw) == plain
+    assert main(["--min-num-proc", "1", "--max-num-proc", "3", "--dry-run", "python", "x.py"],
+                environ={"PATH": "/usr/bin"}) == 0
+    assert capsys.readouterr().out.startswith("elastic job (Gloo controller): 1 to 3 workers")
+    assert main(["-np", "2", "--hierarchical-allreduce", "--no-hierarchical-allreduce",
+                 "python"], environ={"PATH": "/usr/bin"}, **kw) == 2
+
+
+def test_version_flag_prints_hvdcores_version() -> None:
+    import hvdcore
+
+    proc = subprocess.run([sys.executable, "-m", "hvdcore.runner", "-v"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, hvdcore.__version__), proc.stderr

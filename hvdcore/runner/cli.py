@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 import hvdcore.runner as _runner_pkg
+from hvdcore import __version__
 from hvdcore.config import markdown_table
 from hvdcore.errors import ConfigError, LaunchError
 from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_slots
@@ -62,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Launch an hvdcore (Horovod-compatible) job on N ranks.",
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog)
+    p.add_argument("-v", "--version", action="version", version=__version__,
+                   help="print hvdcore's version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N",
                    help="number of ranks (default inside Slurm: the allocation's tasks)")
     hosts = p.add_mutually_exclusive_group()
@@ -101,10 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "and Open MPI's -mca btl_tcp_if_include")
     el = p.add_argument_group(
         "elastic jobs (Gloo controller, no MPI; the script uses hvd.elastic: see the manual)")
-    el.add_argument("--min-np", type=int, metavar="N",
+    el.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, metavar="N",
                     help="the fewest workers the job runs with (default: -np); below it the "
                          "job waits up to --elastic-timeout for hosts")
-    el.add_argument("--max-np", type=int, metavar="N",
+    el.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, metavar="N",
                     help="the most workers (default: every slot of the hosts); without "
                          "--min-np or --host-discovery-script, ignored as by horovodrun")
     el.add_argument("--host-discovery-script", metavar="SCRIPT",
@@ -122,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the exact launch command on stderr before running it")
     p.add_argument("--dry-run", action="store_true",
                    help="print the exact launch command on stdout and exit")
+    p.add_argument("--start-timeout", type=int, metavar="S",
+                   help="accepted for horovodrun, no effect: it bounds horovodrun's pre-launch "
+                        "host checks, which hvdcorerun does not run")
+    p.add_argument("--disable-cache", action="store_true",
+                   help="accepted for horovodrun, no effect: horovodrun's cache of those "
+                        "checks; hvdcorerun caches none (not --cache-capacity 0)")
     cb = p.add_argument_group("capability report")
     cb.add_argument("-cb", "--check-build", action="store_true",
                     help="print what this installation can do (see below) and exit")
