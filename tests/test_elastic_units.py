@@ -31,7 +31,6 @@ def hvdcorerun(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(("args", "message"), [
     (["--min-np", "3", "--max-np", "2", "python", "x.py"],
      "--max-np 2 is less than --min-np 3"),
-    (["--max-np", "2", "python", "x.py"], "an elastic job needs --min-np N (or -np N)"),
     (["--min-np", "0", "python", "x.py"], "--min-np 0: must be at least 1"),
     (["--min-np", "2", "--mpi", "python", "x.py"], "run on the Gloo controller: drop --mpi"),
     (["--min-np", "3", "-H", "localhost:2", "python", "x.py"],
@@ -47,6 +46,27 @@ def test_bad_elastic_flags_are_one_line_and_exit_2(args: list[str], message: str
     res = hvdcorerun(*args)
     assert res.returncode == 2, res.stderr
     assert message in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_max_np_alone_is_not_elastic_as_in_horovod() -> None:
+    """Horovod's _is_elastic needs --min-np or a discovery script: --max-np alone is the
+    ordinary MPI launch (here a dry run: the mpirun command, nothing started)."""
+    res = hvdcorerun("--max-np", "4", "-np", "2", "--dry-run", "python", "x.py")
+    assert res.returncode == 0, res.stderr
+    cmd = res.stdout.split()
+    assert os.path.basename(cmd[0]) in ("mpirun", "mpiexec") and cmd[-2:] == ["python", "x.py"]
+
+
+@pytest.mark.parametrize("flags", [["--min-np", "1", "--max-np", "2"],
+                                   ["--min-np", "2", "-H", "localhost:1,127.0.0.1:1"]])
+def test_elastic_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path,
+                                                            flags: list[str]) -> None:
+    marker = tmp_path / "started"
+    res = hvdcorerun(*flags, "--dry-run", "sh", "-c", f"touch {marker}")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("elastic job (Gloo controller): "), res.stdout
+    assert f"each worker runs: sh -c 'touch {marker}'" in res.stdout
+    assert not marker.exists()
 
 
 def test_help_explains_the_elastic_flags() -> None:

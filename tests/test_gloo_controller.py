@@ -18,6 +18,7 @@ from conftest import ROOT, mpi_env, ok_lines, program, run_gloo
 
 from hvdcore.controllers import choose, launched_by
 from hvdcore.controllers.gloo_env import expand_hostlist, read
+from hvdcore.netaddr import local_interfaces
 from hvdcore.runner.gloo_launch import plan
 from hvdcore.runner.hosts import Host
 
@@ -82,6 +83,21 @@ def test_hvdcorerun_gloo_runs_without_mpi_and_reports_the_layout() -> None:
     for r, local in ((0, "0/2"), (1, "1/2"), (2, "0/1")):
         assert f"[{r}]<stdout>:gloo-job rank={r} size=3 controller=gloo local={local} " \
                "mpi4py=False OK" in out, out
+
+
+def test_network_interfaces_takes_horovods_comma_list() -> None:
+    """--network-interfaces lo,eth0: the rendezvous on the first, GLOO_SOCKET_IFNAME the list
+    (was an OSError traceback)."""
+    hvdcorerun = str(Path(sys.executable).with_name("hvdcorerun"))
+    names = ",".join(["lo", *(i.name for i in local_interfaces() if i.name != "lo")][:2])
+    res = subprocess.run([hvdcorerun, "--gloo", "-np", "2", "--network-interfaces", names,
+                          sys.executable, "-c", "import os; print('ifname', "
+                          "os.environ['GLOO_SOCKET_IFNAME'], "
+                          "os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR'])"],
+                         env=_clean_env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = sorted(ln for ln in res.stdout.splitlines() if "ifname" in ln)
+    assert lines == [f"[{r}]<stdout>:ifname {names} 127.0.0.1" for r in (0, 1)], res.stdout
 
 
 def test_torchrun_runs_a_horovod_script_unchanged() -> None:

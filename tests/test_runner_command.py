@@ -70,16 +70,33 @@ def test_openmpi_as_root_localhost(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_openmpi_non_root_hosts_and_passthrough(capsys: pytest.CaptureFixture[str]) -> None:
     env = {"PATH": "/usr/bin", "PYTHONPATH": "/src", "HOROVOD_CYCLE_TIME": "3",
-           "SECRET_THING": "x"}
+           "SECRET_THING": "s3cr3t"}
     cmd = dry_run(capsys, ["-np", "4", "-H", "node1:2,node2:2", "--mpi-args", "--mca btl tcp,self",
                            "--binding-args", "--bind-to core", "python", "x.py"],
                   environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=1000)
     assert "--allow-run-as-root" not in cmd
     text = shlex.join(cmd)
-    assert "-np 4 -H node1:2,node2:2 --bind-to core -x THP_MEM_ALLOC_ENABLE=1 -x PATH " \
-           "-x PYTHONPATH -x HOROVOD_CYCLE_TIME " \
+    # the whole environment, by name only (values stay off the command line), sorted
+    assert "-np 4 -H node1:2,node2:2 --bind-to core -x THP_MEM_ALLOC_ENABLE=1 " \
+           "-x HOROVOD_CYCLE_TIME -x PATH -x PYTHONPATH -x SECRET_THING " \
            "--mca btl tcp,self python x.py" in text
-    assert "SECRET_THING" not in text and "--map-by" not in text
+    assert "s3cr3t" not in text and "--map-by" not in text
+
+
+def test_openmpi_forwards_the_environment_as_horovod(capsys: pytest.CaptureFixture[str]) -> None:
+    """Remote hosts get every variable by name (horovodrun's -x NAME) but Horovod's ignore list
+    and the variables of the remote side itself; one host that is this one gets none."""
+    env = {"PATH": "/usr/bin", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4",
+           "CUDA_VISIBLE_DEVICES": "0,1", "MY_CUDA_VISIBLE_DEVICES": "1", "OLDPWD": "/",
+           "BASH_FUNC_module%%": "() { :; }", "HOROVOD_SECRET_KEY": "k", "PWD": "/w",
+           "SSH_CONNECTION": "a b", "THP_MEM_ALLOC_ENABLE": "0"}
+    cmd = dry_run(capsys, ["-np", "4", "-H", "nodeA:2,nodeB:2", "python", "x.py"],
+                  environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
+    names = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"]
+    assert names == ["THP_MEM_ALLOC_ENABLE=0", "NCCL_DEBUG", "OMP_NUM_THREADS", "PATH"]
+    cmd = dry_run(capsys, ["-np", "2", "-H", "localhost:2", "python", "x.py"],
+                  environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"] == ["THP_MEM_ALLOC_ENABLE=0"]
 
 
 def test_hostfile_openmpi_and_colon_forms(tmp_path: os.PathLike[str],
@@ -92,6 +109,34 @@ def test_hostfile_openmpi_and_colon_forms(tmp_path: os.PathLike[str],
     # -np defaults to the total slots; node1 appears twice: slots add up
     assert cmd[cmd.index("-np") + 1] == "7"
     assert cmd[cmd.index("-H") + 1] == "node1:3,node2:3,node3:1"
+
+
+@pytest.mark.parametrize("version, want", [
+    (OPENMPI_VERSION, ["-mca", "plm_rsh_args", "-p 12345 -i /k/id_a -J login1"]),
+    (MPICH_VERSION, ["-bootstrap", "ssh", "-bootstrap-exec-args",
+                     "-p 12345 -i /k/id_a -J login1"])], ids=["openmpi", "hydra"])
+def test_ssh_port_and_key_go_to_the_mpi_launcher(capsys: pytest.CaptureFixture[str],
+                                                 version: str, want: list[str]) -> None:
+    """horovodrun's -p/-i under MPI (docs/docker.rst: -p 12345): the rsh/bootstrap ssh args."""
+    cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "-p", "12345", "-i", "/k/id_a",
+                           "--ssh-args", "-J login1", "python", "x.py"],
+                  which=_which, mpi_version_output=version, uid=0)
+    start = cmd.index(want[0])
+    assert cmd[start:start + len(want)] == want
+
+
+@pytest.mark.parametrize("version, want", [
+    (OPENMPI_VERSION, ["-mca", "btl_tcp_if_include", "lo,eth0",
+                       "-x", "NCCL_SOCKET_IFNAME=lo,eth0"]),
+    (MPICH_VERSION, ["-genv", "NCCL_SOCKET_IFNAME", "lo,eth0"])], ids=["openmpi", "hydra"])
+def test_network_interfaces_under_mpi_as_horovod(capsys: pytest.CaptureFixture[str],
+                                                 version: str, want: list[str]) -> None:
+    """horovodrun's --network-interfaces under mpirun: Open MPI's TCP and NCCL's sockets."""
+    cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "--network-interface", "lo,eth0",
+                           "python", "x.py"], which=_which, mpi_version_output=version, uid=0)
+    found = [cmd[i - (1 if cmd[i - 1] == "-x" else 2):i + 1]
+             for i, a in enumerate(cmd) if "lo,eth0" in a]
+    assert sum(found, []) == want, shlex.join(cmd)
 
 
 @pytest.mark.parametrize("version,family", [(MPICH_VERSION, "mpich"), (INTEL_VERSION, "intel")])
@@ -216,3 +261,31 @@ def test_ranks_receive_the_torch_huge_pages_switch(given: str | None, tmp_path: 
     want = given or "1"
     got = {f.name: f.read_text() for f in tmp_path.iterdir()}
     assert got == {"rank0": want, "rank1": want}, (got, proc.stdout + proc.stderr)
+
+
+def test_harmless_horovodrun_flags_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    """--no-hierarchical-* set the knob to 0; --start-timeout and --disable-cache (horovodrun's
+    pre-launch checks, which hvdcorerun does not run) change nothing; --min/max-num-proc are
+    --min/max-np."""
+    kw = {"which": _which, "mpi_version_output": OPENMPI_VERSION, "uid": 0}
+    plain = dry_run(capsys, ["-np", "2", "python", "x.py"], **kw)
+    cmd = dry_run(capsys, ["-np", "2", "--no-hierarchical-allreduce", "--hierarchical-allgather",
+                           "--no-timeline-mark-cycles", "python", "x.py"], **kw)
+    assert [a for a in cmd if a not in plain] == [
+        "HVDCORE_TIMELINE_MARK_CYCLES=0", "HVDCORE_HIERARCHICAL_ALLREDUCE=0",
+        "HVDCORE_HIERARCHICAL_ALLGATHER=1"]
+    assert dry_run(capsys, ["-np", "2", "--start-timeout", "60", "--disable-cache", "python",
+                            "x.py"], **kw) == plain
+    assert main(["--min-num-proc", "1", "--max-num-proc", "3", "--dry-run", "python", "x.py"],
+                environ={"PATH": "/usr/bin"}) == 0
+    assert capsys.readouterr().out.startswith("elastic job (Gloo controller): 1 to 3 workers")
+    assert main(["-np", "2", "--hierarchical-allreduce", "--no-hierarchical-allreduce",
+                 "python"], environ={"PATH": "/usr/bin"}, **kw) == 2
+
+
+def test_version_flag_prints_hvdcores_version() -> None:
+    import hvdcore
+
+    proc = subprocess.run([sys.executable, "-m", "hvdcore.runner", "-v"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, hvdcore.__version__), proc.stderr

@@ -81,8 +81,16 @@ def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gloo_and_mpi_together_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert "not allowed with argument" in usage_error(capsys, ["--gloo", "--mpi", "-np", "2",
                                                                "python"])
-    assert "goes with --gloo" in usage_error(capsys, ["--network-interfaces", "lo", "-np", "2",
-                                                      "python"])
+
+
+
+@pytest.mark.parametrize("given", ["nosuch0", "lo,nosuch0"])
+def test_gloo_interface_this_machine_lacks_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                       given: str) -> None:
+    """Not an OSError traceback: one line naming the interface and those there are."""
+    line = usage_error(capsys, ["--gloo", "--network-interfaces", given, "-np", "2", "python"])
+    assert f"--network-interfaces {given}: 'nosuch0' is no interface" in line
+    assert "(it has: " in line and "lo" in line
 
 
 def test_gloo_launch_of_a_missing_program_is_one_clear_line(
@@ -199,8 +207,9 @@ def test_launcher_does_not_initialize_mpi() -> None:
      "--ssh-args \"-o 'unclosed\": No closing quotation"),
     (["--gloo", "-np", "2", "--ssh-port", "70000", "python", "x.py"],
      "--ssh-port 70000: not a TCP port (1-65535)"),
-    (["-np", "2", "-i", "/k", "python", "x.py"],
-     "--ssh-port, --ssh-identity-file and --ssh-args go with --gloo or an elastic job"),
-], ids=["bad-quoting", "port", "with-mpi"])
+    (["-np", "2", "-p", "70000", "python", "x.py"], "--ssh-port 70000: not a TCP port"),
+    (["--launcher", "srun", "-np", "2", "-i", "/k", "python", "x.py"],
+     "--ssh-port, --ssh-identity-file and --ssh-args: srun starts no ssh"),
+], ids=["bad-quoting", "port", "mpi-port", "with-srun"])
 def test_ssh_flags(capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
     assert says in usage_error(capsys, argv)

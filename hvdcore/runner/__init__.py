@@ -18,6 +18,8 @@ Which launcher
     Inside a Slurm allocation (``SLURM_JOB_ID`` set) and without hosts: ``srun --mpi=pmix
     --kill-on-bad-exit=1 -n N`` (``--slurm-mpi`` or ``$SLURM_MPI_TYPE`` choose another PMI; N
     defaults to the allocation's tasks). ``--launcher mpirun|srun`` forces one.
+    ``-p PORT``/``-i FILE``/``--ssh-args`` go to mpirun's ssh as horovodrun's (Open MPI
+    ``-mca plm_rsh_args``, Hydra ``-bootstrap-exec-args``).
     ``--verbose`` prints the exact command (shell-quoted) on stderr before running it;
     ``--dry-run`` prints it on stdout and runs nothing.
 
@@ -26,9 +28,10 @@ Hostfile
     ``#`` comments. A bad line is reported as ``file:line``.
 
 Environment every rank receives
-    * The launcher's own environment (Open MPI forwards ``PATH``, ``PYTHONPATH``,
-      ``LD_LIBRARY_PATH``, ``VIRTUAL_ENV`` and ``HVDCORE_*``/``HOROVOD_*`` by name to remote
-      hosts; Hydra and srun forward everything).
+    * The launcher's own environment (Open MPI forwards it by name, ``-x NAME``, to remote
+      hosts, as horovodrun, but ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``,
+      ``*_SECRET_KEY``, ``PWD``, ``SHLVL``, ``HOSTNAME``, ``SSH_*``; Hydra and srun forward
+      everything).
     * ``HVDCORE_<NAME>=<value>`` for every tuning flag given (table below). Flags win over
       ``HVDCORE_*`` already set, which win over ``HOROVOD_*`` aliases, which win over defaults.
       The launcher checks every value, and every ``HVDCORE_*``/``HOROVOD_*`` variable in its
@@ -58,10 +61,11 @@ Gloo jobs (``--gloo``) and other hosts
     ``-p``/``--ssh-port``, ``-i``/``--ssh-identity-file`` and ``--ssh-args '...'`` (more ssh
     options, e.g. ``-J login1``). A remote rank gets the launcher's working directory and whole
     environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*_SECRET_KEY``) and ends when the
-    launcher stops it or ends. ``--network-interfaces IFACE``: the interface of the rendezvous
-    and of Gloo on every host.
+    launcher stops it or ends. ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on
+    every host, the rendezvous on the first (under mpirun, as horovodrun:
+    ``NCCL_SOCKET_IFNAME`` and Open MPI's ``-mca btl_tcp_if_include``).
 
-Elastic jobs (``--min-np``, ``--max-np``, ``--host-discovery-script``)
+Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is not one)
     The Gloo controller, no MPI: hvdcorerun starts one worker per slot of the usable hosts,
     hosts their rendezvous and decides who is in the job. A worker that fails blacklists its
     host (``--blacklist-cooldown-range MIN MAX`` lets it back after a cooldown, doubled at
@@ -72,7 +76,8 @@ Elastic jobs (``--min-np``, ``--max-np``, ``--host-discovery-script``)
     the next commit, hosts no longer listed leave there. ``--reset-limit N`` ends the job
     instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
     ``localhost:-np``) are the hosts. The script uses ``hvd.elastic`` (the manual's elastic
-    page); output lines are prefixed ``[host:slot]<stdout>:``.
+    page); output lines are prefixed ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan
+    and starts no worker.
 
 Exit code and signals
     The job's exit code is passed on (a rank killed by signal N gives 128+N). SIGINT, SIGTERM

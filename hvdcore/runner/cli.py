@@ -12,13 +12,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 import hvdcore.runner as _runner_pkg
+from hvdcore import __version__
 from hvdcore.config import markdown_table
 from hvdcore.errors import ConfigError, LaunchError
 from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_slots
 from hvdcore.runner.knob_flags import add_knob_flags, knob_exports, validate_environment
 from hvdcore.runner.launch import run_job
 from hvdcore.runner.mpi_command import build_mpirun_command, detect_flavor, query_version
-from hvdcore.runner.remote import SshOptions, options_from
+from hvdcore.runner.remote import SshOptions, options_from, ssh_args
 from hvdcore.runner.slurm_command import build_srun_command, in_allocation
 
 __all__ = ["main", "build_parser", "build_command", "allocator_exports", "UsageError",
@@ -62,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Launch an hvdcore (Horovod-compatible) job on N ranks.",
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog)
+    p.add_argument("-v", "--version", action="version", version=__version__,
+                   help="print hvdcore's version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N",
                    help="number of ranks (default inside Slurm: the allocation's tasks)")
     hosts = p.add_mutually_exclusive_group()
@@ -86,25 +89,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the Gloo controller, no MPI: hvdcorerun starts the ranks itself "
                           "(local processes; ssh for other hosts) and hosts their rendezvous")
     p.add_argument("-p", "--ssh-port", type=int, metavar="PORT",
-                   help="with --gloo or an elastic job: the ssh port of the other hosts "
-                        "(default: ssh's configuration)")
+                   help="the ssh port of the other hosts (mpirun: as plm_rsh_args; default: "
+                        "ssh's configuration)")
     p.add_argument("-i", "--ssh-identity-file", metavar="FILE",
-                   help="with --gloo or an elastic job: the private key ssh logs in with")
+                   help="the private key ssh logs in with to the other hosts")
     p.add_argument("--ssh-args", metavar="'ARGS'", default="",
-                   help="with --gloo or an elastic job: more ssh arguments, one shell-quoted "
-                        "string (as Open MPI's plm_rsh_args), e.g. '-J login1' or "
+                   help="more ssh arguments, one shell-quoted string (mpirun: after -p/-i in "
+                        "Open MPI's plm_rsh_args), e.g. '-J login1' or "
                         "'-F ~/.ssh/cluster'")
     p.add_argument("--network-interfaces", "--network-interface", dest="network_interfaces",
-                   metavar="IFACE", help="with --gloo: the interface the ranks' Gloo and "
-                   "rendezvous use (sets GLOO_SOCKET_IFNAME; default: HVDCORE_GLOO_IFACE, "
-                   "else loopback on one host)")
+                   metavar="IFACE[,IFACE]", help="the interfaces the ranks talk over: --gloo: "
+                   "Gloo's (GLOO_SOCKET_IFNAME) and the rendezvous' (the first; default: "
+                   "HVDCORE_GLOO_IFACE, else loopback on one host); mpirun: NCCL_SOCKET_IFNAME "
+                   "and Open MPI's -mca btl_tcp_if_include")
     el = p.add_argument_group(
         "elastic jobs (Gloo controller, no MPI; the script uses hvd.elastic: see the manual)")
-    el.add_argument("--min-np", type=int, metavar="N",
+    el.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, metavar="N",
                     help="the fewest workers the job runs with (default: -np); below it the "
                          "job waits up to --elastic-timeout for hosts")
-    el.add_argument("--max-np", type=int, metavar="N",
-                    help="the most workers (default: every slot of the hosts)")
+    el.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, metavar="N",
+                    help="the most workers (default: every slot of the hosts); without "
+                         "--min-np or --host-discovery-script, ignored as by horovodrun")
     el.add_argument("--host-discovery-script", metavar="SCRIPT",
                     help="executable printing the usable hosts, one 'host:slots' (or 'host' "
                          "with --slots-per-host) per line; run about once a second")
@@ -120,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the exact launch command on stderr before running it")
     p.add_argument("--dry-run", action="store_true",
                    help="print the exact launch command on stdout and exit")
+    p.add_argument("--start-timeout", type=int, metavar="S",
+                   help="accepted for horovodrun, no effect: it bounds horovodrun's pre-launch "
+                        "host checks, which hvdcorerun does not run")
+    p.add_argument("--disable-cache", action="store_true",
+                   help="accepted for horovodrun, no effect: horovodrun's cache of those "
+                        "checks; hvdcorerun caches none (not --cache-capacity 0)")
     cb = p.add_argument_group("capability report")
     cb.add_argument("-cb", "--check-build", action="store_true",
                     help="print what this installation can do (see below) and exit")
@@ -196,6 +207,9 @@ def build_command(
     use_srun = args.launcher == "srun" or (
         args.launcher == "auto" and in_allocation(environ) and hosts is None)
     if use_srun:
+        if ssh_options(args) != SshOptions():
+            raise UsageError("--ssh-port, --ssh-identity-file and --ssh-args: srun starts no "
+                             "ssh (drop them, or --launcher mpirun)")
         if hosts is not None:
             raise UsageError("--launcher srun takes hosts from the Slurm allocation: drop "
                              "-H/--hostfile")
@@ -215,7 +229,8 @@ def build_command(
     cmd = build_mpirun_command(
         launcher, flavor, np, hosts, exports, environ, args.command,
         uid=os.getuid() if uid is None else uid,
-        binding_args=_split(args.binding_args, "--binding-args"), mpi_args=mpi_args)
+        binding_args=_split(args.binding_args, "--binding-args"), mpi_args=mpi_args,
+        ssh=ssh_args(ssh_options(args)), tcp_ifaces=args.network_interfaces)
     return cmd, os.path.basename(launcher)
 
 
@@ -249,11 +264,8 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
     ssh = ssh_options(args)
     if args.gloo:
         return _run_gloo(args, environ, exports, ssh)
-    if args.network_interfaces:
-        raise UsageError("--network-interfaces goes with --gloo (MPI: --mpi-args)")
-    if ssh != SshOptions():
-        raise UsageError("--ssh-port, --ssh-identity-file and --ssh-args go with --gloo or an "
-                         "elastic job (Open MPI: --mpi-args '--mca plm_rsh_args ...')")
+    if args.network_interfaces:  # Horovod's: NCCL's sockets and Open MPI's TCP on them
+        exports = {**exports, "NCCL_SOCKET_IFNAME": args.network_interfaces}
     cmd, name = build_command(args, environ, exports, which=which,
                               mpi_version_output=mpi_version_output, uid=uid)
     if args.dry_run:
@@ -265,8 +277,8 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
 
 
 def _elastic_asked(args: argparse.Namespace) -> bool:
-    return (args.min_np is not None or args.max_np is not None
-            or args.host_discovery_script is not None)
+    """Horovod's ``_is_elastic``: ``--max-np`` alone does not make a job elastic."""
+    return args.min_np is not None or args.host_discovery_script is not None
 
 
 def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
@@ -286,6 +298,8 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
     places = gloo_launch.plan(hosts, np)
     cfg = load({**environ, **exports})
     iface = args.network_interfaces or cfg.gloo_iface or None
+    if iface:
+        gloo_launch.iface_address(iface)  # a name this machine lacks: one line, exit 2
     if args.dry_run or args.verbose:
         lines = [f"rank {p.rank}: {p.host} (local {p.local_rank}/{p.local_size}, cross "
                  f"{p.cross_rank}/{p.cross_size}): {shlex.join(args.command)}" for p in places]
@@ -297,7 +311,7 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
 
 
 def ssh_options(args: argparse.Namespace) -> SshOptions:
-    """How the Gloo launches reach other hosts (``-p``, ``-i``, ``--ssh-args``)."""
+    """How the launches reach other hosts (``-p``, ``-i``, ``--ssh-args``)."""
     try:
         return options_from(args.ssh_port, args.ssh_identity_file, args.ssh_args)
     except ValueError as exc:

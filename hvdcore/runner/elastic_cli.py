@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 from collections.abc import Mapping
 
@@ -66,6 +67,9 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
             raise _usage(f"--min-np {min_np} is more than the {total_slots(hosts)} slot(s) "
                          "given; add hosts or lower --min-np")
         discover = FixedHosts(hosts)
+    if args.dry_run:
+        print(_dry_run_text(args, min_np, discover, srun))
+        return 0
     try:
         ssh = options_from(args.ssh_port, args.ssh_identity_file, args.ssh_args)
     except ValueError as exc:
@@ -76,3 +80,19 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
                                args.network_interfaces or cfg.gloo_iface or None,
                                ssh)
     return run_elastic_job(settings, args.command, environ, exports)
+
+
+def _dry_run_text(args: argparse.Namespace, min_np: int, discover: object,
+                  srun: str | None) -> str:
+    """What an elastic ``--dry-run`` prints: the plan; no host is asked, no worker started."""
+    from hvdcore.runner.elastic_hosts import FixedHosts
+
+    if isinstance(discover, FixedHosts):
+        where = ",".join(f"{h.name}:{h.slots}" for h in discover())
+    elif srun:
+        where = f"the Slurm allocation's nodes, each worker an srun step ({srun})"
+    else:
+        where = f"hosts printed by {args.host_discovery_script}"
+    most = args.max_np if args.max_np is not None else "every slot"
+    return (f"elastic job (Gloo controller): {min_np} to {most} workers on {where}; "
+            f"each worker runs: {shlex.join(args.command)}")

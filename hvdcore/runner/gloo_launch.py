@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host
 from hvdcore.runner.remote import SshOptions, ssh_command
 
@@ -81,14 +82,19 @@ def _address(places: Sequence[RankPlace], iface_addr: str | None) -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
-def iface_address(iface: str) -> str:
-    """The IPv4 address of this machine's interface ``iface`` (OSError if it has none)."""
+def iface_address(ifaces: str) -> str:
+    """The IPv4 address of the first of ``ifaces`` (one name or Horovod's comma list, e.g.
+    ``lo,eth0``); LaunchError naming one this machine lacks."""
     from hvdcore.netaddr import local_interfaces
 
-    for item in local_interfaces():
-        if getattr(item, "name", None) == iface:
-            return str(item.address)
-    raise OSError(f"--network-interfaces {iface}: no IPv4 address on this machine")
+    have = {str(i.name): str(i.address) for i in local_interfaces()}
+    names = [n.strip() for n in ifaces.split(",") if n.strip()]
+    for name in names or [ifaces]:
+        if name not in have:
+            raise LaunchError(f"--network-interfaces {ifaces}: {name!r} is no interface with "
+                              f"an IPv4 address on this machine (it has: "
+                              f"{', '.join(sorted(have)) or 'none'})")
+    return have[names[0]]
 
 
 def _pump(stream: object, rank: int, kind: str, out: object, lock: threading.Lock) -> None:

@@ -2,7 +2,8 @@
 
 Every knob with a ``cli_flag`` becomes a flag. A bool knob's flag takes no value: ``--no-X``
 where the knob is called ``X`` sets it to false (``--no-abort-on-exception``), any other flag
-sets it to true (``--no-stall-check`` sets ``STALL_CHECK_DISABLE``). ``--fusion-threshold-mb``
+sets it to true (``--no-stall-check`` sets ``STALL_CHECK_DISABLE``) and has Horovod's ``--no-``
+form, which sets it to false (``--no-hierarchical-allreduce``). ``--fusion-threshold-mb``
 takes mebibytes (float) while the knob is bytes. Values are checked with the knob's own
 ``Knob.convert`` so a bad value fails in the launcher with the same message ``init()`` would give.
 """
@@ -44,8 +45,12 @@ def add_knob_flags(parser: argparse.ArgumentParser) -> None:
         help_text = f"{k.help} Sets {k.env}."
         if _is_bool(k):
             help_text = f"{k.help} Sets {k.env}={'0' if _negates(k) else '1'}."
-            group.add_argument(k.cli_flag, dest=_dest(k), action="store_true", default=None,
-                               help=help_text)
+            pair = group.add_mutually_exclusive_group()
+            pair.add_argument(k.cli_flag, dest=_dest(k), action="store_true", default=None,
+                              help=help_text)
+            if not _negates(k):
+                pair.add_argument("--no-" + k.cli_flag[2:], dest=_dest(k), action="store_false",
+                                  default=None, help=f"Sets {k.env}=0.")
             continue
         metavar = "MB" if k.cli_flag.endswith("-mb") else k.kind.split()[0].upper()
         if k.choices:
@@ -76,7 +81,7 @@ def knob_exports(args: argparse.Namespace) -> dict[str, str]:
         if value is None:
             continue
         if _is_bool(k):
-            raw = "0" if _negates(k) else "1"
+            raw = "0" if _negates(k) or value is False else "1"
         elif k.cli_flag.endswith("-mb"):
             raw = _mib_to_bytes(k.cli_flag, value)
         else:

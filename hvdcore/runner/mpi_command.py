@@ -16,9 +16,12 @@ Choices (and why):
   with ``--binding-args``. Hydra does not bind by default; nothing is added there.
 * Open MPI as root (uid 0) gets ``--allow-run-as-root`` (Open MPI refuses root otherwise).
 * Knob values go on the command line (``-x NAME=VALUE`` / ``-genv NAME VALUE``) so the printed
-  command is the whole truth. For remote hosts, ``PATH``, ``PYTHONPATH``, ``LD_LIBRARY_PATH``,
-  ``VIRTUAL_ENV`` and every ``HVDCORE_*``/``HOROVOD_*`` variable are forwarded by name (Hydra
-  forwards the whole environment by default).
+  command is the whole truth. For remote hosts Open MPI forwards the rest of the environment by
+  name (``-x NAME``, as Horovod; :func:`hvdcore.runner.remote.mpi_exportable` says which), so
+  secrets stay off the command line. Hydra forwards the whole environment by default.
+* ``-p``/``-i``/``--ssh-args`` go to the ssh that starts the other hosts' daemons (Horovod's):
+  Open MPI ``-mca plm_rsh_args '...'``, Hydra ``-bootstrap ssh -bootstrap-exec-args '...'``
+  (both split them at spaces, unquoted: a path with a space cannot pass).
 """
 
 from __future__ import annotations
@@ -30,11 +33,9 @@ from dataclasses import dataclass
 
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host, is_local
+from hvdcore.runner.remote import mpi_exportable
 
-__all__ = ["MpiFlavor", "detect_flavor", "query_version", "build_mpirun_command",
-           "FORWARDED_VARS"]
-
-FORWARDED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+__all__ = ["MpiFlavor", "detect_flavor", "query_version", "build_mpirun_command"]
 
 
 @dataclass(frozen=True)
@@ -91,11 +92,14 @@ def build_mpirun_command(
     uid: int = 1000,
     binding_args: Sequence[str] | None = None,
     mpi_args: Sequence[str] = (),
+    ssh: Sequence[str] = (),
+    tcp_ifaces: str | None = None,
 ) -> list[str]:
-    """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``)."""
+    """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``); ``ssh``
+    are arguments for the ssh that starts the daemons of other hosts, ``tcp_ifaces`` Open MPI's
+    TCP interfaces (both as Horovod's)."""
     remote = bool(hosts) and not all(is_local(h.name) for h in hosts or ())
-    forward = [v for v in FORWARDED_VARS if v in environ] + sorted(
-        v for v in environ if v.startswith(("HVDCORE_", "HOROVOD_")) and v not in exports)
+    forward = sorted(v for v in environ if mpi_exportable(v) and v not in exports)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts) if hosts else None
     cmd = [launcher]
     if flavor.hydra:
@@ -109,6 +113,8 @@ def build_mpirun_command(
                     "with --mpi-args '-f FILE' (lines host:N) and no -H/--hostfile")
             cmd += ["-hosts", ",".join(h.name for h in hosts), "-ppn", str(slots.pop())]
         cmd += list(binding_args or ())
+        if ssh:
+            cmd += ["-bootstrap", "ssh", "-bootstrap-exec-args", " ".join(ssh)]
         for name, value in exports.items():
             cmd += ["-genv", name, value]
     else:
@@ -117,6 +123,10 @@ def build_mpirun_command(
         cmd += ["-np", str(np), "-H", host_arg or f"localhost:{np}"]
         cmd += list(binding_args) if binding_args is not None else [
             "--bind-to", "none", "--map-by", "slot"]
+        if ssh:
+            cmd += ["-mca", "plm_rsh_args", " ".join(ssh)]
+        if tcp_ifaces:
+            cmd += ["-mca", "btl_tcp_if_include", tcp_ifaces]
         for name, value in exports.items():
             cmd += ["-x", f"{name}={value}"]
         if remote:

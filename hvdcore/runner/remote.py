@@ -20,7 +20,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["SshOptions", "options_from", "exportable", "ssh_command"]
+__all__ = ["SshOptions", "options_from", "exportable", "mpi_exportable", "ssh_args",
+           "ssh_command"]
 
 _NOT_EXPORTED = re.compile(r"BASH_FUNC_.*|OLDPWD$|.*_SECRET_KEY$")
 # the shell's own, and the ssh session's, belong to the remote side
@@ -46,6 +47,14 @@ class SshOptions:
     extra: tuple[str, ...] = ()
 
 
+def ssh_args(options: SshOptions) -> list[str]:
+    """The ssh arguments of ``options``: ``-p PORT``, ``-i FILE``, then ``--ssh-args``."""
+    args = ["-p", str(options.port)] if options.port is not None else []
+    if options.identity_file:
+        args += ["-i", options.identity_file]
+    return [*args, *options.extra]
+
+
 def options_from(port: int | None, identity_file: str | None, ssh_args: str) -> SshOptions:
     """The options of ``--ssh-port``, ``--ssh-identity-file`` and ``--ssh-args`` (one
     shell-quoted string); ValueError naming the flag when one is bad."""
@@ -64,6 +73,14 @@ def exportable(environ: Mapping[str, str]) -> dict[str, str]:
             if _NAME.match(k) and k not in _REMOTE_OWN and not _NOT_EXPORTED.match(k)}
 
 
+def mpi_exportable(name: str) -> bool:
+    """True when Open MPI should forward ``name`` to remote ranks (``-x NAME``): Horovod's
+    rule (not ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``: that host's GPUs are not
+    this one's; ``*_SECRET_KEY``), less what belongs to the remote side (``PWD``, ``SSH_*``...)."""
+    return (bool(_NAME.match(name)) and name not in _REMOTE_OWN
+            and not _NOT_EXPORTED.match(name) and "CUDA_VISIBLE_DEVICES" not in name)
+
+
 def ssh_command(host: str, command: Sequence[str], env: Mapping[str, str], cwd: str,
                 options: SshOptions | None = None) -> list[str]:
     """The local command that runs ``command`` on ``host`` with ``env`` (exportable part) in
@@ -73,8 +90,4 @@ def ssh_command(host: str, command: Sequence[str], env: Mapping[str, str], cwd: 
               f"hvdcore-rank {shlex.join(command)}")
     options = options or SshOptions()
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
-    if options.port is not None:
-        ssh += ["-p", str(options.port)]
-    if options.identity_file:
-        ssh += ["-i", options.identity_file]
-    return [*ssh, *options.extra, host, remote]
+    return [*ssh, *ssh_args(options), host, remote]
