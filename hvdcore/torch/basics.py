@@ -42,7 +42,7 @@ stop_timeline = _core.stop_timeline
 @documented(raises=INIT_ERRORS + (
     ("RendezvousError", "torch.distributed's group for the data planes could not be formed "
                         "(on every rank, naming the ranks, address and interface)."),))
-def init(comm: Any = None, process_sets: Sequence[Any] | None = None) -> None:
+def init(comm: Any = None, process_sets: Sequence[Any] | str | None = None) -> None:
     """Start hvdcore (MPI, engine) and its torch data planes (Gloo for CPU tensors when
     ``HVDCORE_CPU_OPERATIONS=gloo``; NCCL/RCCL for device tensors, or host staging).
 
