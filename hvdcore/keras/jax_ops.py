@@ -29,6 +29,7 @@ from jax.experimental import io_callback
 import hvdcore
 from hvdcore import Average, Sum, global_process_set
 from hvdcore.errors import UnsupportedError
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.keras.backend import describe
 from hvdcore.keras.reducing import GradientReducer
 
@@ -99,7 +100,7 @@ class JaxGradientReducer(GradientReducer):
     def reduce(self, grads: Sequence[Any]) -> list[Any]:
         """The gradients reduced over the process set, in the same order (traceable)."""
         index = [i for i, g in enumerate(grads) if g is not None]
-        if not index:
+        if not index or not reduces_gradients(self.process_set):  # (gradient_rule)
             return list(grads)
         sent, contexts = [], []
         for i in index:

@@ -18,6 +18,7 @@ import torch
 import hvdcore.torch as hvd_torch
 from hvdcore import Average, global_process_set
 from hvdcore.errors import UnsupportedError
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.keras.backend import describe
 from hvdcore.keras.reducing import GradientReducer
 from hvdcore.torch.compression import Compression, Compressor
@@ -52,7 +53,7 @@ class TorchGradientReducer(GradientReducer):
     def reduce(self, grads: Sequence[Any]) -> list[Any]:
         """The gradients reduced over the process set, in the same order."""
         index = [i for i, g in enumerate(grads) if g is not None]
-        if not index:
+        if not index or not reduces_gradients(self.process_set):  # (gradient_rule)
             return list(grads)
         tensors = []
         for i in index:

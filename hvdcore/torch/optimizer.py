@@ -46,7 +46,7 @@ import torch
 import hvdcore as _core
 from hvdcore import basics
 from hvdcore.arguments import resolve_op
-from hvdcore.controllers import elastic_env
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.errors import ArgumentError, HvdcoreError, UnsupportedError
 from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
@@ -149,9 +149,8 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         self._synchronized = False
         self._should_synchronize = True
         # Horovod's rule (_DistributedOptimizer.__init__): hooks only on a member of the set,
-        # and only when there is another rank to average with or the job is elastic
-        self._reducing = process_set.included() is not False and (
-            _core.size() > 1 or elastic_env.current() is not None)
+        # and only when the job has another rank or is elastic
+        self._reducing = reduces_gradients(process_set, others=_core.size())
         self._hooks = []
         if self._reducing:
             self._check_same_model()

@@ -23,7 +23,11 @@ graph run by a Session:
 6. ``broadcast_`` of resource variables in a TF1 graph (test_tensorflow.py
    ``test_horovod_broadcast_inplace_cpu``);
 7. ``broadcast_global_variables(root_rank)`` in a TF1 graph, RuntimeError eagerly
-   (horovod/tensorflow/__init__.py ``broadcast_global_variables``).
+   (horovod/tensorflow/__init__.py ``broadcast_global_variables``);
+8. gradients are reduced only on a member of a process set of 2+ ranks (``_allreduce_cond``
+   in horovod/tensorflow/__init__.py): at one rank and outside the set,
+   ``DistributedGradientTape`` (fp16 compression, a predivide factor) gives ``tape.gradient``'s
+   own bits.
 Prints ``CHECK <name> ok`` (rank 0) and ``TF-PARITY-OK rank=R checks=C`` on every rank.
 """
 
@@ -401,6 +405,33 @@ except RuntimeError as exc:
     check("eager.broadcast_global_variables.raises", "broadcast_variables" in str(exc), exc)
 else:
     raise AssertionError(f"rank {R}: broadcast_global_variables did not raise eagerly")
+
+# --- 8. no reduction where there is no other rank: the gradients as computed -----------------
+def tape_gradients(process_set) -> list:
+    w = tf.Variable(values(R, np.float32, 5) / 7.0)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.sin(w) * w)
+    want = tape.gradient(loss, [w])[0].numpy()
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.sin(w) * w)
+    tape = hvd.DistributedGradientTape(tape, compression=hvd.Compression.fp16,
+                                       gradient_predivide_factor=3.0, process_set=process_set)
+    return [tape.gradient(loss, [w])[0].numpy(), want]
+
+
+if N == 1:
+    got, want = tape_gradients(hvd.global_process_set)
+    check("tape.one_rank.as_computed", same(got, want), (got, want))
+else:
+    members = hvd.add_process_set(list(range(N - 1)))
+    got, want = tape_gradients(members)
+    if R == N - 1:
+        check("tape.outside_the_set.as_computed", same(got, want), (got, want))
+    elif N - 1 == 1:
+        check("tape.set_of_one.as_computed", same(got, want), (got, want))
+    else:
+        check("tape.members.reduced", not same(got, want), (got, want))
+    hvd.remove_process_set(members)
 ok_after("end")
 
 hvd.shutdown()
