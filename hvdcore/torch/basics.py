@@ -90,11 +90,12 @@ def rocm_built() -> bool:
     return torch.version.hip is not None
 
 
-def nccl_built() -> bool:
-    """True if this torch has the NCCL (RCCL on ROCm) backend hvdcore uses for device tensors."""
-    import torch.distributed as dist
+def nccl_built() -> int:
+    """As Horovod's (an int): NCCL_VERSION_CODE (21803 for 2.18.3) when this torch has the NCCL
+    (RCCL on ROCm) backend hvdcore uses for device tensors, else 0 (false)."""
+    from hvdcore.capabilities import nccl_built as built
 
-    return bool(dist.is_available() and dist.is_nccl_available())
+    return built()
 
 
 def gpu_operations() -> str:
