@@ -59,6 +59,21 @@ def flat(net: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
 
 
+def train_against(ref: torch.optim.Optimizer, plain: torch.nn.Module, opt: torch.optim.Optimizer,
+                  dist: torch.nn.Module, ranks: list[int], what: str) -> None:
+    """Two steps of ``opt`` on this rank's data against ``ref`` on the mean of ``ranks``'
+    losses, in this process."""
+    for step in range(2):
+        ref.zero_grad()
+        torch.stack([loss_of(plain, r, step) for r in ranks]).mean().backward()
+        ref.step()
+        opt.zero_grad()
+        loss_of(dist, ME, step).backward()
+        opt.step()
+        ok(torch.allclose(flat(dist), flat(plain), rtol=1e-12, atol=1e-12),
+           f"{what}: step {step} == one process")
+
+
 # -------------------------------------------------- one rank: the wrapped optimizer itself
 if N == 1:
     plain, dist = model(), model()
@@ -137,15 +152,7 @@ ref = torch.optim.SGD(plain.parameters(), lr=0.2)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.2),
                                named_parameters=dist.named_parameters(),
                                groups=[list(dist.parameters())])
-for step in range(2):
-    ref.zero_grad()
-    torch.stack([loss_of(plain, r, step) for r in range(N)]).mean().backward()
-    ref.step()
-    opt.zero_grad()
-    loss_of(dist, ME, step).backward()
-    opt.step()
-    ok(torch.allclose(flat(dist), flat(plain), rtol=1e-12, atol=1e-12),
-       f"groups with a frozen parameter: step {step} == one process")
+train_against(ref, plain, opt, dist, list(range(N)), "groups with a frozen parameter")
 for bad in ([[dist[0].weight, dist[0].weight]], [[dist[0].weight], [dist[0].weight]],
             [["weight"]], -1):
     try:
@@ -168,15 +175,8 @@ if N > 1:
                                    named_parameters=dist.named_parameters(),
                                    process_set=members)
     mine = list(range(N - 1)) if ME < N - 1 else [ME]  # whose losses this rank's step averages
-    for step in range(2):
-        ref.zero_grad()
-        torch.stack([loss_of(plain, r, step) for r in mine]).mean().backward()
-        ref.step()
-        opt.zero_grad()
-        loss_of(dist, ME, step).backward()
-        opt.step()
-        ok(torch.allclose(flat(dist), flat(plain), rtol=1e-12, atol=1e-12),
-           f"process set {members.ranks}: step {step} (a member averages, the others not)")
+    train_against(ref, plain, opt, dist, mine,
+                  f"process set {members.ranks} (a member averages, the others not)")
     hvd.remove_process_set(members)
 
 # -------------------------------------------- objects: cloudpickle's reach, or a clear error
