@@ -100,12 +100,15 @@ class JaxGradientReducer(GradientReducer):
     def reduce(self, grads: Sequence[Any]) -> list[Any]:
         """The gradients reduced over the process set, in the same order (traceable)."""
         index = [i for i, g in enumerate(grads) if g is not None]
-        if not index or not reduces_gradients(self.process_set):  # (gradient_rule)
+        if not index:
+            return list(grads)
+        arrays = [jnp.asarray(_jax_array(grads[i], "DistributedOptimizer gradient"))
+                  for i in index]
+        if not reduces_gradients(self.process_set):  # as computed (hvdcore.gradient_rule)
             return list(grads)
         sent, contexts = [], []
-        for i in index:
-            wire, ctx = self.compression.compress(
-                jnp.asarray(_jax_array(grads[i], "DistributedOptimizer gradient")))
+        for array in arrays:
+            wire, ctx = self.compression.compress(array)
             sent.append(wire)
             contexts.append(ctx)
         op, pre, post = self.scales()

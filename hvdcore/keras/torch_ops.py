@@ -53,12 +53,14 @@ class TorchGradientReducer(GradientReducer):
     def reduce(self, grads: Sequence[Any]) -> list[Any]:
         """The gradients reduced over the process set, in the same order."""
         index = [i for i, g in enumerate(grads) if g is not None]
-        if not index or not reduces_gradients(self.process_set):  # (gradient_rule)
+        if not index:
             return list(grads)
         tensors = []
         for i in index:
             t = _torch_tensor(grads[i], "DistributedOptimizer gradient")
             tensors.append(t.to_dense() if t.is_sparse else t)
+        if not reduces_gradients(self.process_set):  # as computed (hvdcore.gradient_rule)
+            return list(grads)
         op, pre, post = self.scales()
         signature = tuple((str(t.dtype), tuple(t.shape)) for t in tensors)
         reduced = hvd_torch.grouped_allreduce(

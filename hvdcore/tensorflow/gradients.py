@@ -90,8 +90,10 @@ class GradientReducer:
     def reduce(self, grads: list[Any]) -> list[Any]:
         """Return the reduced gradients in the same order (None stays None); as they are
         where there is no other rank to reduce with (:mod:`hvdcore.gradient_rule`)."""
-        if not reduces_gradients(self.process_set):
-            return list(grads)
+        if not reduces_gradients(self.process_set):  # (sparse_as_dense still applies, as
+            return [tf.convert_to_tensor(g)  # Horovod converts before its _allreduce_cond)
+                    if self.sparse_as_dense and isinstance(g, tf.IndexedSlices) else g
+                    for g in grads]
         op, pre, post = self._scales()
         dense_idx: list[int] = []
         dense: list[tf.Tensor] = []

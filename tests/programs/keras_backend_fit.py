@@ -190,7 +190,8 @@ def run_case(name, make_opt, epochs, passes=1, average=False, warmup=0, checkpoi
     for e in range(epochs):
         for b in range(STEPS):
             if e < warmup:
-                expected_lrs.append(base_lr / N * ((e + b / STEPS) * (N - 1) / warmup + 1))
+                # Horovod's (LearningRateWarmupCallbackImpl): the last warmup batch at base_lr
+                expected_lrs.append(base_lr / N * ((e + (b + 1) / STEPS) * (N - 1) / warmup + 1))
             else:
                 expected_lrs.append(expected_lrs[-1] if expected_lrs else base_lr)
     check(f"{name}.lr_per_batch", np.allclose(raw.lrs, expected_lrs, rtol=1e-6),

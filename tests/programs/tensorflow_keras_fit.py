@@ -162,7 +162,7 @@ def run_case(name: str, make_opt, epochs: int, passes: int = 1, average: bool = 
     for e in range(epochs):
         for b in range(STEPS):
             if e < warmup:
-                frac = e + b / STEPS
+                frac = e + (b + 1) / STEPS  # Horovod's: the last warmup batch at base_lr
                 expected_lrs.append(base_lr / N * (frac * (N - 1) / warmup + 1))
             else:
                 expected_lrs.append(expected_lrs[-1] if expected_lrs else base_lr)

@@ -27,7 +27,10 @@ graph run by a Session:
 8. gradients are reduced only on a member of a process set of 2+ ranks (``_allreduce_cond``
    in horovod/tensorflow/__init__.py): at one rank and outside the set,
    ``DistributedGradientTape`` (fp16 compression, a predivide factor) gives ``tape.gradient``'s
-   own bits.
+   own bits;
+9. ``hvd.DistributedOptimizer`` of horovod.tensorflow takes a Keras optimizer (Horovod hands it
+   to horovod.tensorflow.keras.DistributedOptimizer): a compiled one-batch fit from different
+   weights broadcast first ends with the same weights on every rank.
 Prints ``CHECK <name> ok`` (rank 0) and ``TF-PARITY-OK rank=R checks=C`` on every rank.
 """
 
@@ -432,6 +435,23 @@ else:
     else:
         check("tape.members.reduced", not same(got, want), (got, want))
     hvd.remove_process_set(members)
+
+# --- 9. horovod.tensorflow.DistributedOptimizer of a Keras optimizer -------------------------
+import keras  # noqa: E402
+import hvdcore.tensorflow.keras as hvd_keras  # noqa: E402
+from hvdcore.tensorflow.keras.optimizer import is_distributed_optimizer  # noqa: E402
+
+keras.utils.set_random_seed(R)  # different initial weights on every rank
+net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=1)
+check("keras_optimizer.wrapped", is_distributed_optimizer(opt), opt)
+net.compile(optimizer=opt, loss="mse")
+xs, ys = values(R, np.float32, 4)[:, :3] / 40.0, values(R, np.float32, 4)[:, :2] / 40.0
+net.fit(xs, ys, batch_size=4, epochs=1, verbose=0,
+        callbacks=[hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0)])
+flat = np.concatenate([w.ravel() for w in net.get_weights()])
+every = hvd.allgather_object(flat.tobytes())
+check("keras_optimizer.same_weights", all(e == every[0] for e in every))
 ok_after("end")
 
 hvd.shutdown()
