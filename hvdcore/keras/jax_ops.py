@@ -163,7 +163,8 @@ def _pieces(arrays: Sequence[Any]) -> tuple[list[Any], list[int]]:
 def apply_accumulated(opt: Any, grads: list[Any], variables: list[Any]) -> None:
     """``backward_passes_per_step`` k > 1 for a traced step: add ``grads`` to the accumulators;
     on the k-th pass reduce the sum (divided by k when averaging) and apply it with the wrapped
-    optimizer, else leave the variables and the wrapped optimizer's state as they were."""
+    optimizer, else leave the variables and the wrapped optimizer's state as they were, but
+    for its ``iterations``, which counts every step (as Horovod's)."""
     state, inner = opt._hvd, opt.inner_optimizer
     accs = [state.accumulators[opt._var_key(v)] for v in variables]
     sums = [acc.value + jnp.asarray(g).astype(acc.dtype) for acc, g in zip(accs, grads,
@@ -177,6 +178,8 @@ def apply_accumulated(opt: Any, grads: list[Any], variables: list[Any]) -> None:
     before = [v.value for v in kept]
     inner.apply(reduced, variables)
     for var, old in zip(kept, before, strict=True):
+        if var is inner.iterations:
+            old = old + 1  # a step that only accumulates still counts
         var.assign(jnp.where(ready, var.value, old))
     for acc, s in zip(accs, sums, strict=True):
         acc.assign(jnp.where(ready, jnp.zeros_like(s), s))
