@@ -128,8 +128,11 @@ def _setup_logging(level: str, rank: int) -> None:
 
 
 @documented(raises=INIT_ERRORS)
-def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> None:
+def init(comm: Any = None, process_sets: Sequence[ProcessSet] | str | None = None) -> None:
     """Initialize hvdcore on every rank (a no-op when already initialized).
+
+    ``process_sets``: the sets to register now, or ``"dynamic"`` (Horovod's spelling for
+    "sets are added later with ``add_process_set``", which hvdcore always allows).
 
     Example::
 
@@ -141,6 +144,11 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | None = None) -> 
     with _lock:
         if _state is not None:
             return
+        if isinstance(process_sets, str):
+            if process_sets != "dynamic":
+                raise errors.ArgumentError(f"init(process_sets=...) takes a list of process "
+                                           f"sets or 'dynamic', got {process_sets!r}")
+            process_sets = None
         cfg = _config.load()
         from hvdcore import controllers
         from hvdcore.backends.degraded import wrap_from_env

@@ -115,7 +115,8 @@ class MetricAverageLogic:
 class LearningRateScheduleLogic:
     """Set the learning rate to ``initial_lr * multiplier(epoch)`` from start_epoch to end_epoch.
 
-    ``multiplier`` is a number or a function of the epoch. With ``staircase=True`` the rate
+    ``multiplier`` is a function of the epoch, or a number m (Horovod's exponential decay:
+    ``m ** epoch``). With ``staircase=True`` the rate
     changes at epoch boundaries; otherwise every batch, using the fractional epoch
     ``epoch + batch / steps_per_epoch`` (``steps_per_epoch`` defaults to the number of steps
     ``fit`` reports). ``momentum_correction`` scales an assignable ``momentum`` by
@@ -136,7 +137,9 @@ class LearningRateScheduleLogic:
         if initial_lr is None:
             raise ArgumentError("initial_lr is required (the learning rate the schedule scales)")
         self.initial_lr = float(initial_lr)
-        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        # a constant is an exponential decay, as Horovod's (LearningRateScheduleCallbackImpl)
+        self.multiplier = multiplier if callable(multiplier) else (
+            lambda epoch: multiplier ** epoch)
         self.start_epoch = start_epoch
         self.end_epoch = end_epoch
         self.staircase = staircase
@@ -204,10 +207,11 @@ class LearningRateScheduleLogic:
 class LearningRateWarmupLogic(LearningRateScheduleLogic):
     """Ramp the learning rate from ``initial_lr / size()`` to ``initial_lr`` (Goyal et al.).
 
-    During the first ``warmup_epochs`` epochs, at fractional epoch e the rate is
-    ``initial_lr / size * (e * (size - 1) / warmup_epochs + 1)``, updated every batch.
-    ``initial_lr`` is the already size-scaled target rate. With ``verbose`` the last warmup
-    epoch prints ``Epoch N: finished gradual learning rate warmup to LR.`` on every rank.
+    During the first ``warmup_epochs`` epochs, at batch b of epoch e the rate is Horovod's
+    ``initial_lr / size * (t * (size - 1) / warmup_epochs + 1)`` with ``t = e + (b + 1) /
+    steps_per_epoch``, so the last warmup batch runs at ``initial_lr`` (the already
+    size-scaled target rate). With ``verbose`` the last warmup epoch prints ``Epoch N:
+    finished gradual learning rate warmup to LR.`` on rank 0.
     """
 
     def __init__(self, initial_lr: float, warmup_epochs: int = 5,
@@ -216,6 +220,8 @@ class LearningRateWarmupLogic(LearningRateScheduleLogic):
         self.warmup_epochs = warmup_epochs
 
         def multiplier(epoch: float) -> float:
+            # Horovod's: one step ahead, so the last warmup batch runs at initial_lr
+            epoch += 1.0 / float(self.steps_per_epoch or 1)
             n = size()
             return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
 
@@ -225,7 +231,7 @@ class LearningRateWarmupLogic(LearningRateScheduleLogic):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         super().on_epoch_end(epoch, logs)
-        if epoch == self.warmup_epochs - 1 and self.verbose > 0:
+        if epoch == self.warmup_epochs - 1 and self.verbose > 0 and rank() == 0:
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
                   f"{self._learning_rate():g}.", file=sys.stdout, flush=True)
 

@@ -117,7 +117,7 @@ SHARED_LAUNCHES = {
            "tensorflow_parity.py"),
     "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py"),
     "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py",
-              "torch_semantics.py:all", "torch_mpi_plane.py"),
+              "torch_semantics.py:all", "torch_mpi_plane.py", "torch_horovod_rules.py"),
     # the Gloo launches of test_torch_gloo.py: the first three only (semantics on Gloo and the
     # CUDA-aware MPI plane are tests of their own there / MPI only)
     "torch_gloo": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py"),

@@ -158,3 +158,30 @@ def test_tensorflow_binding_raises_the_same_type() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and "OK ArgumentError" in proc.stdout, proc.stderr[-3000:]
+
+
+_PROCESS_SETS = """
+import numpy as np
+import hvdcore as hvd
+try:
+    hvd.init(process_sets="every")
+    raise SystemExit("a string other than 'dynamic' was accepted")
+except ValueError as exc:
+    assert "'dynamic'" in str(exc), exc
+hvd.init(process_sets="dynamic")  # Horovod's spelling (basics.py init)
+try:
+    hvd.add_process_set([0])  # the ranks of the global set
+    raise SystemExit("a duplicate process set was accepted")
+except ValueError as exc:  # Horovod: ValueError("Attempted to add a duplicate process set")
+    assert "duplicate" in str(exc), exc
+assert hvd.allreduce(np.ones(2), op=hvd.Sum).tolist() == [1.0, 1.0]
+print("OK")
+"""
+
+
+def test_process_sets_dynamic_and_duplicates_as_horovod() -> None:
+    """``init(process_sets="dynamic")`` is accepted, another string is a ValueError before
+    anything starts; a duplicate ``add_process_set`` is a ValueError and the runtime goes on."""
+    proc = subprocess.run([sys.executable, "-c", _PROCESS_SETS], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

@@ -78,4 +78,8 @@ def test_horovod_names_present() -> None:
     from hvdcore.errors import HvdcoreError
 
     assert hvd.HorovodInternalError is HvdcoreError
+    # Horovod 0.28.1's basics.nccl_built: NCCL_VERSION_CODE or 0, an int (not a bool)
+    import torch.distributed as dist
+
+    assert type(hvd.nccl_built()) is int and (hvd.nccl_built() > 0) == dist.is_nccl_available()
     assert hvd.Compression.fp16.compress.__doc__ and hvd.DistributedOptimizer.__doc__

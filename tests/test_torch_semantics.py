@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Callable
 
 import pytest
+from conftest import ok_lines
 from torch_semantics_runs import check_section
 
 pytest.importorskip("torch")
@@ -69,3 +70,13 @@ def test_horovod_parity_init_scaling_warning(world_size: int, semantics_run: Cal
       ``filterwarnings`` matches it.
     """
     _run(world_size, "parity", semantics_run)
+
+
+def test_optimizer_and_process_set_rules_are_horovods(world_size: int, shared_launch) -> None:
+    """Horovod's rules where they decide (tests/programs/torch_horovod_rules.py): at one rank
+    DistributedOptimizer is the wrapped optimizer (bit for bit, LBFGS with its closure); a
+    rank outside the optimizer's process set steps alone; a closure is evaluated once and a
+    second evaluation at several ranks is an error; groups keep their trainable parameters;
+    a duplicate process set is a ValueError; objects travel by cloudpickle where it is
+    installed, else a lambda is a clear error on every rank."""
+    ok_lines(shared_launch("torch", world_size), world_size, "torch-horovod-rules")

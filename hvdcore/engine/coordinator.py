@@ -276,9 +276,11 @@ class Coordinator:
         if ref.kind == ADD_SET:
             existing = [sid for sid, rs in self.sets.items() if rs == ref.ranks]
             if existing:
+                # (a ValueError, as Horovod's "Attempted to add a duplicate process set")
                 return self._error(set_id, name, ref.kind,
-                                   f"a process set with ranks {list(ref.ranks or ())} already "
-                                   f"exists (id {existing[0]})", "UnsupportedError")
+                                   f"attempted to add a duplicate process set: one with ranks "
+                                   f"{list(ref.ranks or ())} exists (id {existing[0]})",
+                                   "ArgumentError")
         if ref.kind == REMOVE_SET and ref.root not in self.sets:
             return self._error(set_id, name, ref.kind,
                                f"process set {ref.root} is not registered", "UnsupportedError")

@@ -6,8 +6,8 @@ backend's reducer and hands them to the wrapped optimizer; ``learning_rate``, ``
 and ``variables`` are the wrapped optimizer's (plus the accumulators when
 ``backward_passes_per_step`` k > 1). With k > 1 each rank adds its local gradients into
 accumulators for k steps; on the k-th the sum (divided by k with
-``average_aggregated_gradients``) is reduced and applied once, so ``iterations`` counts
-updates, as in Horovod. On torch (eager) this is Python control flow; on JAX, whose trainer
+``average_aggregated_gradients``) is reduced and applied once; ``iterations`` counts every
+step, the ones that only accumulate too, as Horovod's. On torch (eager) this is Python control flow; on JAX, whose trainer
 traces ``apply`` under ``jax.jit``, :func:`hvdcore.keras.jax_ops.apply_accumulated` does it
 with ``lax.cond`` and ``where``. Variables registered with ``register_local_var`` keep their local
 gradient, divided by the set size when ``scale_local_gradients``.
@@ -148,6 +148,7 @@ class EagerDistributedOptimizer(WrapsKeras3Optimizer, keras.optimizers.Optimizer
                 acc.assign_add(keras.ops.cast(g, acc.dtype))
             self._hvd.counter.assign_add(1)
             if int(keras.ops.convert_to_numpy(self._hvd.counter)) < self._hvd.passes:
+                self.inner_optimizer.iterations.assign_add(1)  # a step, as Horovod counts it
                 return
             gs = [keras.ops.convert_to_tensor(a) for a in accs]
             if self._hvd.average:

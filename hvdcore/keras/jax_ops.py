@@ -29,6 +29,7 @@ from jax.experimental import io_callback
 import hvdcore
 from hvdcore import Average, Sum, global_process_set
 from hvdcore.errors import UnsupportedError
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.keras.backend import describe
 from hvdcore.keras.reducing import GradientReducer
 
@@ -101,10 +102,13 @@ class JaxGradientReducer(GradientReducer):
         index = [i for i, g in enumerate(grads) if g is not None]
         if not index:
             return list(grads)
+        arrays = [jnp.asarray(_jax_array(grads[i], "DistributedOptimizer gradient"))
+                  for i in index]
+        if not reduces_gradients(self.process_set):  # as computed (hvdcore.gradient_rule)
+            return list(grads)
         sent, contexts = [], []
-        for i in index:
-            wire, ctx = self.compression.compress(
-                jnp.asarray(_jax_array(grads[i], "DistributedOptimizer gradient")))
+        for array in arrays:
+            wire, ctx = self.compression.compress(array)
             sent.append(wire)
             contexts.append(ctx)
         op, pre, post = self.scales()
@@ -159,7 +163,8 @@ def _pieces(arrays: Sequence[Any]) -> tuple[list[Any], list[int]]:
 def apply_accumulated(opt: Any, grads: list[Any], variables: list[Any]) -> None:
     """``backward_passes_per_step`` k > 1 for a traced step: add ``grads`` to the accumulators;
     on the k-th pass reduce the sum (divided by k when averaging) and apply it with the wrapped
-    optimizer, else leave the variables and the wrapped optimizer's state as they were."""
+    optimizer, else leave the variables and the wrapped optimizer's state as they were, but
+    for its ``iterations``, which counts every step (as Horovod's)."""
     state, inner = opt._hvd, opt.inner_optimizer
     accs = [state.accumulators[opt._var_key(v)] for v in variables]
     sums = [acc.value + jnp.asarray(g).astype(acc.dtype) for acc, g in zip(accs, grads,
@@ -173,6 +178,8 @@ def apply_accumulated(opt: Any, grads: list[Any], variables: list[Any]) -> None:
     before = [v.value for v in kept]
     inner.apply(reduced, variables)
     for var, old in zip(kept, before, strict=True):
+        if var is inner.iterations:
+            old = old + 1  # a step that only accumulates still counts
         var.assign(jnp.where(ready, var.value, old))
     for acc, s in zip(accs, sums, strict=True):
         acc.assign(jnp.where(ready, jnp.zeros_like(s), s))

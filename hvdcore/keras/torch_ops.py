@@ -18,6 +18,7 @@ import torch
 import hvdcore.torch as hvd_torch
 from hvdcore import Average, global_process_set
 from hvdcore.errors import UnsupportedError
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.keras.backend import describe
 from hvdcore.keras.reducing import GradientReducer
 from hvdcore.torch.compression import Compression, Compressor
@@ -58,6 +59,8 @@ class TorchGradientReducer(GradientReducer):
         for i in index:
             t = _torch_tensor(grads[i], "DistributedOptimizer gradient")
             tensors.append(t.to_dense() if t.is_sparse else t)
+        if not reduces_gradients(self.process_set):  # as computed (hvdcore.gradient_rule)
+            return list(grads)
         op, pre, post = self.scales()
         signature = tuple((str(t.dtype), tuple(t.shape)) for t in tensors)
         reduced = hvd_torch.grouped_allreduce(

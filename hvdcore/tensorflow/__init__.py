@@ -77,6 +77,7 @@ from hvdcore.tensorflow.collectives import (
 from hvdcore.tensorflow.compression import Compression
 from hvdcore.tensorflow.device_path import init, shutdown
 from hvdcore.tensorflow.gradients import DistributedGradientTape, PartialDistributedGradientTape
+from hvdcore.tensorflow.optimizer import DistributedOptimizer
 from hvdcore.tensorflow.variables import broadcast_global_variables, broadcast_variables
 
 __all__ = [
@@ -88,7 +89,7 @@ __all__ = [
     "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier", "join",
     "broadcast_object", "allgather_object", "size_op", "rank_op", "local_size_op",
     "local_rank_op", "ProcessSet", "global_process_set", "add_process_set",
-    "remove_process_set", "Compression", "DistributedGradientTape",
+    "remove_process_set", "Compression", "DistributedGradientTape", "DistributedOptimizer",
     "PartialDistributedGradientTape", "broadcast_variables",
     "broadcast_global_variables",
     "start_timeline", "stop_timeline", "HorovodInternalError", "elastic",

@@ -34,6 +34,7 @@ import hvdcore as _core
 from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
 from hvdcore.arguments import resolve_op
 from hvdcore.errors import ArgumentError, NotInitializedError, UnsupportedError
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy
 from hvdcore.tensorflow.compression import Compression, Compressor
 
@@ -87,7 +88,12 @@ class GradientReducer:
         return self.op, 1.0, 1.0
 
     def reduce(self, grads: list[Any]) -> list[Any]:
-        """Return the reduced gradients in the same order (None stays None)."""
+        """Return the reduced gradients in the same order (None stays None); as they are
+        where there is no other rank to reduce with (:mod:`hvdcore.gradient_rule`)."""
+        if not reduces_gradients(self.process_set):  # (sparse_as_dense still applies, as
+            return [tf.convert_to_tensor(g)  # Horovod converts before its _allreduce_cond)
+                    if self.sparse_as_dense and isinstance(g, tf.IndexedSlices) else g
+                    for g in grads]
         op, pre, post = self._scales()
         dense_idx: list[int] = []
         dense: list[tf.Tensor] = []

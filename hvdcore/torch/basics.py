@@ -42,7 +42,7 @@ stop_timeline = _core.stop_timeline
 @documented(raises=INIT_ERRORS + (
     ("RendezvousError", "torch.distributed's group for the data planes could not be formed "
                         "(on every rank, naming the ranks, address and interface)."),))
-def init(comm: Any = None, process_sets: Sequence[Any] | None = None) -> None:
+def init(comm: Any = None, process_sets: Sequence[Any] | str | None = None) -> None:
     """Start hvdcore (MPI, engine) and its torch data planes (Gloo for CPU tensors when
     ``HVDCORE_CPU_OPERATIONS=gloo``; NCCL/RCCL for device tensors, or host staging).
 
@@ -90,11 +90,12 @@ def rocm_built() -> bool:
     return torch.version.hip is not None
 
 
-def nccl_built() -> bool:
-    """True if this torch has the NCCL (RCCL on ROCm) backend hvdcore uses for device tensors."""
-    import torch.distributed as dist
+def nccl_built() -> int:
+    """As Horovod's (an int): NCCL_VERSION_CODE (21803 for 2.18.3) when this torch has the NCCL
+    (RCCL on ROCm) backend hvdcore uses for device tensors, else 0 (false)."""
+    from hvdcore.capabilities import nccl_built as built
 
-    return bool(dist.is_available() and dist.is_nccl_available())
+    return built()
 
 
 def gpu_operations() -> str:

@@ -24,6 +24,11 @@ At construction every rank checks that all ranks wrap the same parameters (names
 dtypes, trainability): a model that differs between ranks is a
 :class:`~hvdcore.errors.MismatchError` naming the parameters and ranks, instead of a stall.
 
+As Horovod's, it reduces nothing where there is nothing to average with: in a job of one rank
+(outside an elastic job, which may grow) and on a rank outside ``process_set``, it hooks no
+parameter and is the wrapped optimizer (gradients used as computed, ``step(closure)`` passed on,
+no error for extra backward passes or an early ``zero_grad()``).
+
 The class is in three files: this one (construction, ``synchronize()``, ``step()`` and the
 ``torch.optim.Optimizer`` interface), ``optimizer_params.py`` (parameter names, groups, the
 same-model check) and ``optimizer_hooks.py`` (the hook, and the start of each allreduce).
@@ -41,6 +46,7 @@ import torch
 import hvdcore as _core
 from hvdcore import basics
 from hvdcore.arguments import resolve_op
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.errors import ArgumentError, HvdcoreError, UnsupportedError
 from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
@@ -76,8 +82,9 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
             ``size()/factor`` after it (helps fp16 range).
         num_groups: deprecated spelling of ``groups=int``.
         groups: an int N (parameters split into N groups in order) or a list of lists of
-            parameters; each group is reduced as one grouped allreduce once all its members
-            have gradients.
+            parameters (of each, its trainable parameters of this optimizer; the others are
+            reduced alone); each group is reduced as one grouped allreduce once all its
+            members have gradients.
         sparse_as_dense: reduce sparse gradients as dense tensors instead of allgathering
             their indices and values (the reduced gradient is made sparse again, as Horovod,
             so optimizers such as ``SparseAdam`` keep working).
@@ -106,6 +113,9 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         op = resolve_op(None, op, "DistributedOptimizer")
         if gradient_predivide_factor != 1.0 and op != _core.Average:
             raise ArgumentError("gradient_predivide_factor is only supported with op=Average")
+        if num_groups:
+            warnings.warn("DistributedOptimizer: num_groups is deprecated (as in Horovod); "
+                          "use groups", DeprecationWarning, stacklevel=2)
         if backward_passes_per_step < 1:
             raise ArgumentError(f"backward_passes_per_step must be >= 1, got "
                                 f"{backward_passes_per_step}")
@@ -138,8 +148,14 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         self._ready: dict[int, set[torch.Tensor]] = {}
         self._synchronized = False
         self._should_synchronize = True
-        self._check_same_model()
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self._params]
+        # Horovod's rule (_DistributedOptimizer.__init__): hooks only on a member of the set,
+        # and only when the job has another rank or is elastic
+        self._reducing = reduces_gradients(process_set, others=_core.size())
+        self._hooks = []
+        if self._reducing:
+            self._check_same_model()
+            self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad)
+                           for p in self._params]
 
     # ------------------------------------------------------------------------ gradients
     def synchronize(self) -> None:
@@ -148,6 +164,9 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         Call it before modifying gradients (e.g. clipping), then call ``step()`` inside
         :meth:`skip_synchronize`.
         """
+        if not self._reducing:  # nothing was started (one rank, or not in the process set)
+            self._synchronized = True
+            return
         for p in self._params:
             if self._delay[id(p)] != 0:  # no gradient yet in this step, or fewer passes than set
                 self._delay[id(p)] = 0
@@ -204,14 +223,17 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
     def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
         """Synchronize gradients (unless in :meth:`skip_synchronize`), then step.
 
-        A ``closure`` is evaluated once, before the gradients are averaged (optimizers that
-        re-evaluate the closure several times per step, like LBFGS, see only local gradients
-        on the re-evaluations).
+        Where it reduces (see the module), a ``closure`` is evaluated once, before the
+        gradients are averaged, and the wrapped optimizer's step gets its loss; an optimizer
+        that evaluates the closure again in the same step (LBFGS with ``max_iter`` > 1) gets
+        an :class:`~hvdcore.errors.UnsupportedError` then, since it would step on this rank's
+        own gradients and the ranks' models would part. Where it does not reduce (one rank),
+        the closure goes to the wrapped optimizer, as in Horovod.
         """
-        loss = None
-        if closure is not None:
+        once = None
+        if closure is not None and self._reducing:
             with torch.enable_grad():
-                loss = closure()
+                once = _EvaluatedClosure(closure(), type(self.wrapped_optimizer).__name__)
         if self._should_synchronize:
             if self._synchronized:
                 # Warned on every such step, attributed to this module as Horovod's is to its
@@ -222,8 +244,11 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
                 warnings.warn(STEP_AFTER_SYNCHRONIZE, UserWarning, stacklevel=1)
             self.synchronize()
         self._synchronized = False
-        self.wrapped_optimizer.step()
-        return loss
+        if once is not None:
+            return self.wrapped_optimizer.step(once)
+        if closure is not None:
+            return self.wrapped_optimizer.step(closure)
+        return self.wrapped_optimizer.step()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients; an error while allreduces of this step are still in flight."""
@@ -265,7 +290,8 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
             if p.requires_grad and id(p) not in self._delay:
                 self._params.append(p)
                 self._delay[id(p)] = self.backward_passes_per_step
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+                if self._reducing:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
 
     def set_backward_passes_per_step(self, passes: int) -> None:
         """Change ``backward_passes_per_step`` (between steps)."""
@@ -278,3 +304,25 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
 
     def __repr__(self) -> str:
         return f"DistributedOptimizer({self.wrapped_optimizer!r})"
+
+
+class _EvaluatedClosure:
+    """The closure handed to the wrapped optimizer's ``step`` after ``step()`` evaluated the
+    user's (before the gradients were averaged): its first call returns that loss; a second
+    call in the same step is an error (see :meth:`DistributedOptimizer.step`)."""
+
+    def __init__(self, loss: Any, optimizer: str) -> None:
+        self.loss = loss
+        self.optimizer = optimizer
+        self.calls = 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            return self.loss
+        raise UnsupportedError(
+            f"DistributedOptimizer: {self.optimizer}.step() evaluated the closure again in the "
+            "same step; its gradients would be this rank's own and the ranks' models would "
+            "part. The closure is evaluated once per step, before the gradients are averaged: "
+            "use an optimizer that evaluates it once (for LBFGS: max_iter=1), or run it on "
+            "one rank")

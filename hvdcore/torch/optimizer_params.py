@@ -62,6 +62,9 @@ class ParameterSetup:
         if not groups:
             return {}, []
         if isinstance(groups, int):
+            if groups < 0:
+                raise ArgumentError(f"groups must be a non-negative int or a list of lists of "
+                                    f"torch.Tensor, got {groups}")
             n = max(1, min(groups, len(self._params)))
             size, extra = divmod(len(self._params), n)
             members, start = [], 0
@@ -71,18 +74,19 @@ class ParameterSetup:
                 start = stop
         else:
             members = [list(g) for g in groups]
-            known = set(self._params)
+            if any(not isinstance(p, torch.Tensor) for g in members for p in g):
+                raise ArgumentError("groups must be an int or a list of lists of torch.Tensor")
+            # Horovod keeps of each group the trainable parameters of this optimizer (a
+            # frozen one in groups=[list(model.parameters())] is left out, not an error)
+            seen: set[int] = set()
             for g in members:
                 for p in g:
-                    if p not in known:
-                        raise ArgumentError("groups contains a tensor that is not a trainable "
-                                            "parameter of this optimizer")
-        group_of: dict[torch.Tensor, int] = {}
-        for gid, g in enumerate(members):
-            for p in g:
-                if p in group_of:
-                    raise ArgumentError("a parameter appears in more than one group")
-                group_of[p] = gid
+                    if id(p) in seen:
+                        raise ArgumentError("a parameter appears in more than one group")
+                    seen.add(id(p))
+            trainable = {id(p) for p in self._params}
+            members = [kept for g in members if (kept := [p for p in g if id(p) in trainable])]
+        group_of = {p: gid for gid, g in enumerate(members) for p in g}
         return group_of, members
 
     def _check_same_model(self, elastic_sync: bool = False) -> None:

@@ -279,8 +279,9 @@ for step in range(4):
     got = (v_step if step % 2 else v_graph)()
     check(f"gradient_tape.repeated_step{step}",
           close(got, 2 * np.arange(5) * np.mean(np.arange(1, N + 1)), 1e-5))
-# (one rank caches too: its round completes at once, and repeats take the cached paths)
-check("gradient_tape.names_cached", len(engine.cache) == cached_before + 1,
+# the repeated steps share one cached request (one rank reduces nothing, as Horovod's
+# _allreduce_cond: its tape returns the gradients as computed)
+check("gradient_tape.names_cached", len(engine.cache) == cached_before + (N > 1),
       f"{len(engine.cache)} cached, {cached_before} before")
 
 # --- process sets ---------------------------------------------------------------------------

@@ -23,7 +23,14 @@ graph run by a Session:
 6. ``broadcast_`` of resource variables in a TF1 graph (test_tensorflow.py
    ``test_horovod_broadcast_inplace_cpu``);
 7. ``broadcast_global_variables(root_rank)`` in a TF1 graph, RuntimeError eagerly
-   (horovod/tensorflow/__init__.py ``broadcast_global_variables``).
+   (horovod/tensorflow/__init__.py ``broadcast_global_variables``);
+8. gradients are reduced only on a member of a process set of 2+ ranks (``_allreduce_cond``
+   in horovod/tensorflow/__init__.py): at one rank and outside the set,
+   ``DistributedGradientTape`` (fp16 compression, a predivide factor) gives ``tape.gradient``'s
+   own bits;
+9. ``hvd.DistributedOptimizer`` of horovod.tensorflow takes a Keras optimizer (Horovod hands it
+   to horovod.tensorflow.keras.DistributedOptimizer): a compiled one-batch fit from different
+   weights broadcast first ends with the same weights on every rank.
 Prints ``CHECK <name> ok`` (rank 0) and ``TF-PARITY-OK rank=R checks=C`` on every rank.
 """
 
@@ -401,6 +408,50 @@ except RuntimeError as exc:
     check("eager.broadcast_global_variables.raises", "broadcast_variables" in str(exc), exc)
 else:
     raise AssertionError(f"rank {R}: broadcast_global_variables did not raise eagerly")
+
+# --- 8. no reduction where there is no other rank: the gradients as computed -----------------
+def tape_gradients(process_set) -> list:
+    w = tf.Variable(values(R, np.float32, 5) / 7.0)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.sin(w) * w)
+    want = tape.gradient(loss, [w])[0].numpy()
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.sin(w) * w)
+    tape = hvd.DistributedGradientTape(tape, compression=hvd.Compression.fp16,
+                                       gradient_predivide_factor=3.0, process_set=process_set)
+    return [tape.gradient(loss, [w])[0].numpy(), want]
+
+
+if N == 1:
+    got, want = tape_gradients(hvd.global_process_set)
+    check("tape.one_rank.as_computed", same(got, want), (got, want))
+else:
+    members = hvd.add_process_set(list(range(N - 1)))
+    got, want = tape_gradients(members)
+    if R == N - 1:
+        check("tape.outside_the_set.as_computed", same(got, want), (got, want))
+    elif N - 1 == 1:
+        check("tape.set_of_one.as_computed", same(got, want), (got, want))
+    else:
+        check("tape.members.reduced", not same(got, want), (got, want))
+    hvd.remove_process_set(members)
+
+# --- 9. horovod.tensorflow.DistributedOptimizer of a Keras optimizer -------------------------
+import keras  # noqa: E402
+import hvdcore.tensorflow.keras as hvd_keras  # noqa: E402
+from hvdcore.tensorflow.keras.optimizer import is_distributed_optimizer  # noqa: E402
+
+keras.utils.set_random_seed(R)  # different initial weights on every rank
+net = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=1)
+check("keras_optimizer.wrapped", is_distributed_optimizer(opt), opt)
+net.compile(optimizer=opt, loss="mse")
+xs, ys = values(R, np.float32, 4)[:, :3] / 40.0, values(R, np.float32, 4)[:, :2] / 40.0
+net.fit(xs, ys, batch_size=4, epochs=1, verbose=0,
+        callbacks=[hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0)])
+flat = np.concatenate([w.ravel() for w in net.get_weights()])
+every = hvd.allgather_object(flat.tobytes())
+check("keras_optimizer.same_weights", all(e == every[0] for e in every))
 ok_after("end")
 
 hvd.shutdown()

@@ -4,8 +4,10 @@ With ``backward_passes_per_step`` k > 1 each rank adds its gradients into local 
 k steps; on the k-th step the accumulated gradients (divided by k when
 ``average_aggregated_gradients``) are reduced over ranks and applied once by the wrapped
 optimizer, and the accumulators are reset. On the other steps the wrapped optimizer is not
-called, so its ``iterations`` counts applied updates. Works eagerly and inside ``tf.function``
-(``tf.cond`` on a step counter that is identical on every rank).
+called, but its ``iterations`` still counts the step, as Horovod's
+(``LocalGradientAggregationHelperEager.apply_gradients``: ``non_aggregation_step``), so a
+learning-rate schedule moves per batch. Works eagerly and inside ``tf.function`` (``tf.cond``
+on a step counter that is identical on every rank).
 
 Variables registered with ``register_local_var`` (Horovod's model-parallel escape hatch) keep
 their local gradient: it is not reduced, and is divided by the set size when
@@ -81,8 +83,11 @@ def _read(v: Any) -> tf.Tensor:
 def distributed_apply(reducer: GradientReducer, grads: Sequence[Any], variables: Sequence[Any],
                       apply_fn: Callable[[list[Any], list[Any]], Any],
                       accumulation: Accumulation | None, var_key: Callable[[Any], Any],
-                      local: LocalVariables | None = None, scale_local: bool = True) -> None:
-    """Reduce ``grads`` over ranks (after local accumulation) and call ``apply_fn``."""
+                      local: LocalVariables | None = None, scale_local: bool = True,
+                      iterations: Any = None) -> None:
+    """Reduce ``grads`` over ranks (after local accumulation) and call ``apply_fn``;
+    ``iterations``: the wrapped optimizer's step counter, counted on the steps that only
+    accumulate."""
     pairs = [(g, v) for g, v in zip(grads, variables, strict=False) if g is not None]
     if not pairs:
         return
@@ -111,5 +116,9 @@ def distributed_apply(reducer: GradientReducer, grads: Sequence[Any], variables:
             accumulation.counter.assign(0)
         return tf.constant(True)
 
-    tf.cond(tf.greater_equal(_read(accumulation.counter), passes), apply_now,
-            lambda: tf.constant(False))
+    def accumulate_only() -> tf.Tensor:
+        if iterations is not None:
+            iterations.assign_add(tf.cast(1, iterations.dtype))
+        return tf.constant(False)
+
+    tf.cond(tf.greater_equal(_read(accumulation.counter), passes), apply_now, accumulate_only)

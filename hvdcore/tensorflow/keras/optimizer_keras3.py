@@ -95,7 +95,7 @@ class Keras3DistributedOptimizer(WrapsKeras3Optimizer, keras.optimizers.Optimize
 
         distributed_apply(self._hvd.reducer, grads, trainable_variables, apply_fn,
                           self._hvd.accumulation, self._var_key, self._hvd.local,
-                          self.scale_local_gradients)
+                          self.scale_local_gradients, self.inner_optimizer.iterations)
 
     def get_config(self) -> dict[str, Any]:
         return options_config(self, keras.saving.serialize_keras_object(self.inner_optimizer))

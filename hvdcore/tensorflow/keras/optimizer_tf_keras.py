@@ -155,7 +155,7 @@ class TfKerasDistributedOptimizer(K2.optimizers.Optimizer):
 
         distributed_apply(self._reducer, [g for g, _ in pairs], variables, apply_fn,
                           self._accumulation, self._var_key, self._local,
-                          self.scale_local_gradients)
+                          self.scale_local_gradients, self._optimizer.iterations)
         return self.iterations
 
     def finalize_variable_values(self, var_list: Any) -> None:

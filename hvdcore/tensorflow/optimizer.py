@@ -1,0 +1,37 @@
+"""``hvdcore.tensorflow.DistributedOptimizer``: Horovod's TensorFlow entry point for an optimizer.
+
+Horovod's ``horovod.tensorflow.DistributedOptimizer`` hands a Keras optimizer on to
+``horovod.tensorflow.keras.DistributedOptimizer``; so does this one (TF2 scripts that import
+``horovod.tensorflow as hvd`` and compile a Keras model with it). TF1's
+``tf.compat.v1.train.Optimizer`` is not supported: the error says to use
+``DistributedGradientTape`` or a Keras optimizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hvdcore import Average, global_process_set
+from hvdcore.tensorflow.compression import Compression, Compressor
+
+__all__ = ["DistributedOptimizer"]
+
+
+def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: bool = False,
+                         device_dense: str = "", device_sparse: str = "",
+                         compression: type[Compressor] = Compression.none,
+                         sparse_as_dense: bool = False, backward_passes_per_step: int = 1,
+                         op: Any = Average, gradient_predivide_factor: float = 1.0,
+                         average_aggregated_gradients: bool = False, num_groups: int = 0,
+                         groups: Any = None, process_set: Any = global_process_set) -> Any:
+    """Wrap a Keras optimizer (Horovod's TF signature; ``use_locking`` is TF1's and unused):
+    :func:`hvdcore.tensorflow.keras.DistributedOptimizer` with the same options."""
+    from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer as keras_optimizer
+
+    return keras_optimizer(optimizer, name=name, device_dense=device_dense,
+                           device_sparse=device_sparse, compression=compression,
+                           sparse_as_dense=sparse_as_dense,
+                           gradient_predivide_factor=gradient_predivide_factor, op=op,
+                           backward_passes_per_step=backward_passes_per_step,
+                           average_aggregated_gradients=average_aggregated_gradients,
+                           num_groups=num_groups, groups=groups, process_set=process_set)
