@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 import hvdcore.runner as _runner_pkg
-from hvdcore import __version__
 from hvdcore.config import markdown_table
 from hvdcore.errors import ConfigError, LaunchError
 from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_slots
@@ -41,6 +40,16 @@ allreduce of a torch tensor took 1.14-1.16x the time of the same call on NumPy m
 ``hvd.allreduce_(t)`` 1.21-1.27x, against 0.98-1.04x and 1.06-1.08x with the switch on."""
 
 
+
+def _installed_version() -> str:
+    """hvdcore's version as installed (the launcher does not import the runtime)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hvdcore")
+    except PackageNotFoundError:
+        return "unknown (hvdcore is not installed)"
+
 def allocator_exports(environ: Mapping[str, str]) -> dict[str, str]:
     """``THP_MEM_ALLOC_ENABLE`` for every rank: the launcher environment's value when it sets
     one (``0`` turns it off), else ``1``. Always on the command line: Open MPI does not forward
@@ -63,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, allow_abbrev=False,
                 description="Launch an hvdcore (Horovod-compatible) job on N ranks.",
                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=epilog)
-    p.add_argument("-v", "--version", action="version", version=__version__,
+    p.add_argument("-v", "--version", action="version", version=_installed_version(),
                    help="print hvdcore's version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N",
                    help="number of ranks (default inside Slurm: the allocation's tasks)")
