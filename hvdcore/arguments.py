@@ -30,6 +30,7 @@ from hvdcore.process_sets import ProcessSet
 __all__ = [
     "SUPPORTED_DTYPES", "dtype_name", "device_of", "resolve_op", "as_array", "scale_factor", "output_for",
     "process_set_id", "broadcast_root", "splits_vector", "alltoall_splits", "part_names",
+    "gradient_groups",
 ]
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
@@ -231,3 +232,21 @@ def alltoall_splits(splits: Any, rows: int, n: int, what: str = "alltoall",
 def part_names(base: str, count: int) -> list[str]:
     """Request names of a grouped call's parts (the base name alone for one part)."""
     return [base] if count == 1 else [f"{base}.{i}" for i in range(count)]
+
+
+def gradient_groups(groups: Any, num_groups: int, what: str) -> Any:
+    """A DistributedOptimizer's ``groups`` as Horovod checks it: ``num_groups`` (deprecated,
+    a warning) stands in when ``groups`` is None; then a positive int or a list (of lists of
+    tensors), else ArgumentError."""
+    if num_groups:
+        import warnings
+
+        warnings.warn(f"{what}: num_groups is deprecated (as in Horovod); use groups",
+                      DeprecationWarning, stacklevel=3)
+        if groups is None:
+            groups = num_groups
+    if groups is not None and not (isinstance(groups, list)
+                                   or (isinstance(groups, int) and groups > 0)):
+        raise ArgumentError(f"{what}: groups must be a positive int or a list of lists of "
+                            f"tensors, got {groups!r}")
+    return groups

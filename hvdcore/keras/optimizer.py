@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hvdcore import Average, global_process_set
+from hvdcore.arguments import gradient_groups
 from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.keras.backend import backend, check_unchanged, describe, unsupported
 from hvdcore.keras_partial import partial_optimizer
@@ -64,6 +65,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
         model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
     """
     _check_optimizer(optimizer)
+    gradient_groups(groups, num_groups, "DistributedOptimizer")
     from hvdcore.keras.eager_optimizer import EagerDistributedOptimizer
 
     return EagerDistributedOptimizer(

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
-from hvdcore.arguments import resolve_op
+from hvdcore.arguments import gradient_groups, resolve_op
 from hvdcore.errors import ArgumentError, NotInitializedError, UnsupportedError
 from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy
@@ -227,6 +227,7 @@ class DistributedGradientTape:
         if not isinstance(gradtape, tf.GradientTape):
             raise UnsupportedError(f"DistributedGradientTape wraps a tf.GradientTape, got "
                                    f"{type(gradtape).__name__}")
+        gradient_groups(groups, num_groups, "DistributedGradientTape")
         self._tape = gradtape
         self._reducer = GradientReducer(op, compression, sparse_as_dense,
                                         gradient_predivide_factor, process_set)

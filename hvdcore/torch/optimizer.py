@@ -45,7 +45,7 @@ import torch
 
 import hvdcore as _core
 from hvdcore import basics
-from hvdcore.arguments import resolve_op
+from hvdcore.arguments import gradient_groups, resolve_op
 from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.errors import ArgumentError, HvdcoreError, UnsupportedError
 from hvdcore.torch.compression import Compression, Compressor
@@ -113,9 +113,7 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         op = resolve_op(None, op, "DistributedOptimizer")
         if gradient_predivide_factor != 1.0 and op != _core.Average:
             raise ArgumentError("gradient_predivide_factor is only supported with op=Average")
-        if num_groups:
-            warnings.warn("DistributedOptimizer: num_groups is deprecated (as in Horovod); "
-                          "use groups", DeprecationWarning, stacklevel=2)
+        groups = gradient_groups(groups, num_groups, "DistributedOptimizer")
         if backward_passes_per_step < 1:
             raise ArgumentError(f"backward_passes_per_step must be >= 1, got "
                                 f"{backward_passes_per_step}")
@@ -136,7 +134,7 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         # Per-step state is keyed by id(p) (the parameters live as long as the optimizer):
         # torch.Tensor.__hash__ is a Python-level call, and the hooks run for every gradient.
         self._delay = {id(p): backward_passes_per_step for p in self._params}
-        self._group_of, self._members = self._make_groups(groups or num_groups)
+        self._group_of, self._members = self._make_groups(groups)
         self._handles: dict[Any, tuple[Any, list[tuple[torch.Tensor, torch.Tensor, Any]]]] = {}
         # With caller progress nothing moves before synchronize() anyway: the hooks only note
         # which gradients are ready, and synchronize() submits them together (one queue

@@ -61,10 +61,7 @@ class ParameterSetup:
     def _make_groups(self, groups: Any) -> tuple[dict[torch.Tensor, int], list[list[Any]]]:
         if not groups:
             return {}, []
-        if isinstance(groups, int):
-            if groups < 0:
-                raise ArgumentError(f"groups must be a non-negative int or a list of lists of "
-                                    f"torch.Tensor, got {groups}")
+        if isinstance(groups, int):  # (> 0: arguments.gradient_groups)
             n = max(1, min(groups, len(self._params)))
             size, extra = divmod(len(self._params), n)
             members, start = [], 0

@@ -37,6 +37,7 @@ Prints ``CHECK <name> ok`` (rank 0) and ``TF-PARITY-OK rank=R checks=C`` on ever
 from __future__ import annotations
 
 import os
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -452,6 +453,20 @@ net.fit(xs, ys, batch_size=4, epochs=1, verbose=0,
 flat = np.concatenate([w.ravel() for w in net.get_weights()])
 every = hvd.allgather_object(flat.tobytes())
 check("keras_optimizer.same_weights", all(e == every[0] for e in every))
+# groups as Horovod checks it: a positive int or a list, else ValueError; num_groups deprecated
+for bad in (-1, 0, "two"):
+    for make in (lambda g: hvd.DistributedGradientTape(tf.GradientTape(), groups=g),
+                 lambda g: hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), groups=g)):
+        try:
+            make(bad)
+        except ValueError as exc:
+            check(f"groups.{bad}.refused", "groups" in str(exc), exc)
+        else:
+            raise AssertionError(f"rank {R}: groups={bad!r} was accepted")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    hvd.DistributedGradientTape(tf.GradientTape(), num_groups=2)
+check("num_groups.deprecated", any(w.category is DeprecationWarning for w in caught), caught)
 ok_after("end")
 
 hvd.shutdown()

@@ -154,7 +154,7 @@ opt = hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.2),
                                groups=[list(dist.parameters())])
 train_against(ref, plain, opt, dist, list(range(N)), "groups with a frozen parameter")
 for bad in ([[dist[0].weight, dist[0].weight]], [[dist[0].weight], [dist[0].weight]],
-            [["weight"]], -1):
+            [["weight"]], -1, 0):  # (Horovod: groups > 0 or a list)
     try:
         hvd.DistributedOptimizer(torch.optim.SGD(dist.parameters(), lr=0.2), groups=bad)
         raise AssertionError(f"groups={bad!r} must be rejected")

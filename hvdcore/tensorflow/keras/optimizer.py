@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from hvdcore import Average, global_process_set
+from hvdcore.arguments import gradient_groups
 from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.keras_partial import partial_optimizer
 from hvdcore.tensorflow.compression import Compression, Compressor
@@ -51,6 +52,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     """
     if is_distributed_optimizer(optimizer):
         raise ArgumentError("optimizer is already a DistributedOptimizer; wrap the plain one once")
+    gradient_groups(groups, num_groups, "DistributedOptimizer")
     kwargs = dict(name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                   gradient_predivide_factor=gradient_predivide_factor, op=op,
                   backward_passes_per_step=backward_passes_per_step,
