@@ -20,7 +20,9 @@ What is recorded
     in the same job (``*_ratio``) are machine-independent and the checks carry their references
     (``--include-ratios`` records them too, for a site that wants its own). An efficiency above
     105 % is never recorded, even where the run's timing noise made the check accept it: a
-    reference is taken from a run that needs no allowance for noise.
+    reference is taken from a run that needs no allowance for noise. ``efficiency`` is recorded
+    without bounds: the checks show it beside the value and never judge it (its 1-rank
+    baseline is an earlier job).
 Keys
     ``<CheckClassName>[@scale=<scale>][@framework=<framework>]`` from the test's display name
     (``%scale=``; ``%framework=`` or ``%baseline.framework=``), e.g.
@@ -147,7 +149,9 @@ def record(obs: Observations, tolerance: float = 0.3,
         tol = max(tolerance, _ceil_hundredth(needed))
         rec = Recorded(system, part, key, var, ref, None, None, unit, sorted(values),
                        tolerance if tol > tolerance else None)
-        if var in smaller_better:
+        if var in references.INFORMATION_ONLY:
+            rec.widened_from = None  # no bounds: the checks show it, never judge it
+        elif var in smaller_better:
             rec.upper = tol
         else:
             rec.lower = -min(tol, 1.0)
@@ -202,6 +206,8 @@ def _bounds(rec: Recorded) -> str:
         return f">= {_fmt(rec.value * (1 + rec.lower))} ({rec.lower * 100:+.0f}%)"
     if rec.upper is not None:
         return f"<= {_fmt(rec.value * (1 + rec.upper))} ({rec.upper * 100:+.0f}%)"
+    if rec.var in references.INFORMATION_ONLY:
+        return "none: information, never judged"
     return "unbounded"
 
 
