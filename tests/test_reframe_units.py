@@ -680,3 +680,26 @@ def test_log_level_follows_checks_log_level(monkeypatch: pytest.MonkeyPatch) -> 
     assert levels() == ("debug", "debug")
     monkeypatch.setenv("CHECKS_LOG_LEVEL", "info")
     assert levels() == ("info", "info")
+
+
+def test_planes_bandwidth_counts_the_bytes_the_buffers_hold() -> None:
+    """algbw and busbw divide the bytes the buffers really hold (nccl-tests: the larger of a
+    rank's input and output), not the nominal size naming the row: at 8 B on 3 ranks the
+    gathered and scattered buffers hold 3 floats (12 B)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_planes_src", CHECKS / "src" /
+                                                  "hvdcore_planes.py")
+    assert spec and spec.loader
+    planes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planes)
+    for n in (1, 2, 3):
+        for nbytes in planes.sizes(1 << 20):
+            for op in planes.OPS:
+                count, piece = planes.inputs(op, nbytes, n)
+                held = max(count, planes.reference(op, 0, n, count, piece).size)
+                assert planes.data_bytes(op, nbytes, n) == 4 * held, (op, nbytes, n)
+    assert [planes.data_bytes(op, 8, 3) for op in planes.OPS] == [8, 12, 12, 12, 8]
+    assert planes.data_bytes("allgather", 1 << 30, 3) == (1 << 30) - 4  # whole floats per rank
+    text = (CHECKS / "src" / "hvdcore_planes.py").read_text()
+    assert "nbytes / t_" not in text and "moved / t_h" in text  # every figure uses them

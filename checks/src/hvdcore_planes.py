@@ -17,8 +17,10 @@ input). At every size, each collective runs ``--reps`` blocks of ``--block`` cal
 side, hvdcore's and raw's blocks alternating (which goes first alternates too), so that load
 which lands on one lands on both; each rank times every call; a block's time is the slowest
 rank's median, a side's time the median of its blocks, and ``ratio`` the median over the
-adjacent pairs of blocks of raw's time over hvdcore's (a burst of load moves one pair). algbw = bytes / time; busbw = algbw x nccl-tests'
-factor (allreduce 2(n-1)/n; allgather, reducescatter, alltoall (n-1)/n; broadcast 1).
+adjacent pairs of blocks of raw's time over hvdcore's (a burst of load moves one pair).
+algbw = the bytes the buffers hold / time (``bytes=`` names the size; at the small sizes the
+gathered and scattered buffers are rounded to whole elements per rank, :func:`data_bytes`);
+busbw = algbw x nccl-tests' factor (allreduce 2(n-1)/n; allgather, reducescatter, alltoall (n-1)/n; broadcast 1).
 Correctness: every result of both sides against a NumPy reference of all ranks' inputs, at
 every size. Rank 0 prints one line per plane, collective and size::
 
@@ -75,6 +77,14 @@ def inputs(op: str, nbytes: int, n: int) -> tuple[int, int]:
     if op == "allgather":
         return total // n, total // n
     return total, total // n  # reducescatter, alltoall: the whole input
+
+
+def data_bytes(op: str, nbytes: int, n: int) -> int:
+    """The bytes a size's buffers really hold (nccl-tests' convention): :func:`inputs` rounds
+    the gathered and scattered buffers to whole elements per rank, so at the small sizes they
+    differ from the nominal ``nbytes`` that names the row."""
+    count, _ = inputs(op, nbytes, n)
+    return 4 * (count * n if op == "allgather" else count)
 
 
 def rank_data(rank: int, count: int) -> np.ndarray:
@@ -268,13 +278,13 @@ def main(argv: list[str] | None = None) -> int:
             t_r = statistics.median(r for _, r in pairs)
             # judged: the median of adjacent blocks' ratios (a burst of load moves one pair)
             ratio = statistics.median(r / h for h, r in pairs)
-            factor = bus_factor(op, n)
+            factor, moved = bus_factor(op, n), data_bytes(op, nbytes, n)
             if rank == 0:
                 print(f"{PREFIX} plane={args.plane} op={op} bytes={nbytes} ranks={n} "
-                      f"time_us={t_h * 1e6:.2f} algbw_GBps={nbytes / t_h / 1e9:.6g} "
-                      f"busbw_GBps={factor * nbytes / t_h / 1e9:.6g} "
+                      f"time_us={t_h * 1e6:.2f} algbw_GBps={moved / t_h / 1e9:.6g} "
+                      f"busbw_GBps={factor * moved / t_h / 1e9:.6g} "
                       f"raw_time_us={t_r * 1e6:.2f} "
-                      f"raw_busbw_GBps={factor * nbytes / t_r / 1e9:.6g} "
+                      f"raw_busbw_GBps={factor * moved / t_r / 1e9:.6g} "
                       f"ratio={ratio:.4f} raw={raw_name} wrong={wrong} "
                       f"pairs={','.join(f'{r / h:.4g}' for h, r in pairs)} "
                       f"best_ratio={min(r for _, r in pairs) / min(h for h, _ in pairs):.4g} "
