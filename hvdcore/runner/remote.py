@@ -67,18 +67,23 @@ def options_from(port: int | None, identity_file: str | None, ssh_args: str) -> 
     return SshOptions(port, identity_file, extra)
 
 
+def _forwarded(name: str, *, gpus: bool) -> bool:
+    """The one rule for what a remote rank receives of the launcher's environment: a plain
+    name, not the remote side's own (``PWD``, ``SSH_*``...), not Horovod's ignored ones
+    (``BASH_FUNC_*``, ``OLDPWD``, ``*_SECRET_KEY``) and, unless ``gpus``, no
+    ``*CUDA_VISIBLE_DEVICES`` (that host's GPUs are not this one's)."""
+    return (bool(_NAME.match(name)) and name not in _REMOTE_OWN
+            and not _NOT_EXPORTED.match(name) and (gpus or "CUDA_VISIBLE_DEVICES" not in name))
+
+
 def exportable(environ: Mapping[str, str]) -> dict[str, str]:
     """The part of ``environ`` a remote rank receives."""
-    return {k: v for k, v in environ.items()
-            if _NAME.match(k) and k not in _REMOTE_OWN and not _NOT_EXPORTED.match(k)}
+    return {k: v for k, v in environ.items() if _forwarded(k, gpus=True)}
 
 
 def mpi_exportable(name: str) -> bool:
-    """True when Open MPI should forward ``name`` to remote ranks (``-x NAME``): Horovod's
-    rule (not ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``: that host's GPUs are not
-    this one's; ``*_SECRET_KEY``), less what belongs to the remote side (``PWD``, ``SSH_*``...)."""
-    return (bool(_NAME.match(name)) and name not in _REMOTE_OWN
-            and not _NOT_EXPORTED.match(name) and "CUDA_VISIBLE_DEVICES" not in name)
+    """True when Open MPI should forward ``name`` to remote ranks (``-x NAME``)."""
+    return _forwarded(name, gpus=False)
 
 
 def ssh_command(host: str, command: Sequence[str], env: Mapping[str, str], cwd: str,
