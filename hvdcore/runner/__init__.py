@@ -60,8 +60,8 @@ Gloo jobs (``--gloo``) and other hosts
     processes; any other over ``ssh -o BatchMode=yes -o StrictHostKeyChecking=no`` with
     ``-p``/``--ssh-port``, ``-i``/``--ssh-identity-file`` and ``--ssh-args '...'`` (more ssh
     options, e.g. ``-J login1``). A remote rank gets the launcher's working directory and whole
-    environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*_SECRET_KEY``) and ends when the
-    launcher stops it or ends. ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on
+    environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``, ``*_SECRET_KEY``,
+    as horovodrun) and ends when the launcher stops it or ends. ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on
     every host, the rendezvous on the first (under mpirun, as horovodrun:
     ``NCCL_SOCKET_IFNAME`` and Open MPI's ``-mca btl_tcp_if_include``).
 
