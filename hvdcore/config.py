@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,11 +43,23 @@ def _parse_bool(text: str) -> bool:
         return True
     if low in _FALSE:
         return False
-    raise ValueError("expected one of 1/0, true/false, yes/no, on/off")
+    if re.fullmatch(r"[+-]?\d+", low):  # Horovod's rule for its switches: a number > 0 is on
+        return int(low) > 0
+    raise ValueError("expected one of 1/0 (any integer: > 0 is on), true/false, yes/no, on/off")
 
 
 def _parse_int(text: str) -> int:
-    return int(text.strip(), 0)
+    stripped = text.strip()
+    # Horovod reads its integers with strtol, which stops at the '.': "67108864.0" means
+    # 67108864 there; a fraction or an exponent would be cut silently, so those stay errors
+    whole = re.fullmatch(r"([+-]?\d+)\.0*", stripped)
+    if whole:
+        return int(whole.group(1))
+    try:
+        return int(stripped, 0)
+    except ValueError:
+        raise ValueError("expected a whole number, e.g. 67108864 or 67108864.0 (Horovod would "
+                         "cut a fraction or exponent off unnoticed)") from None
 
 
 def _parse_nonneg_int(text: str) -> int:

@@ -23,6 +23,18 @@ Which launcher
     ``--verbose`` prints the exact command (shell-quoted) on stderr before running it;
     ``--dry-run`` prints it on stdout and runs nothing.
 
+More horovodrun flags
+    ``--config-file FILE``: horovodrun's YAML settings (``controller``, ``params``, ``timeline``,
+    ``stall_check``, ``library_options``, ``logging``, ``autotune``); flags on the command line
+    win wherever they stand; unknown keys are ignored with a note (needs PyYAML).
+    ``--output-filename DIR``: Open MPI ``--output-filename``, Hydra ``-outfile-pattern``,
+    ``--gloo`` ``DIR/rank.N/stdout|stderr``. ``-prefix-timestamp``: Open MPI
+    ``--timestamp-output``, ``--gloo`` the time before each tag. ``--tcp``:
+    ``NCCL_IB_DISABLE=1`` (Open MPI also ``-mca pml ob1 -mca btl ^openib``). ``--autotune*``,
+    ``--mpi-threads-disable``, ``--num-nccl-streams``, ``--thread-affinity`` and the log
+    timestamp switches are accepted with no effect and a note saying why; ``--jsrun`` is
+    refused (no LSF launcher).
+
 Hostfile
     One host per line: ``node1 slots=4`` (Open MPI/Horovod), ``node1:4`` or ``node1`` (1 slot);
     ``#`` comments. A bad line is reported as ``file:line``.
@@ -60,8 +72,8 @@ Gloo jobs (``--gloo``) and other hosts
     processes; any other over ``ssh -o BatchMode=yes -o StrictHostKeyChecking=no`` with
     ``-p``/``--ssh-port``, ``-i``/``--ssh-identity-file`` and ``--ssh-args '...'`` (more ssh
     options, e.g. ``-J login1``). A remote rank gets the launcher's working directory and whole
-    environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*_SECRET_KEY``) and ends when the
-    launcher stops it or ends. ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on
+    environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``, ``*_SECRET_KEY``,
+    as horovodrun) and ends when the launcher stops it or ends. ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on
     every host, the rendezvous on the first (under mpirun, as horovodrun:
     ``NCCL_SOCKET_IFNAME`` and Open MPI's ``-mca btl_tcp_if_include``).
 

@@ -14,6 +14,14 @@ from typing import NoReturn
 import hvdcore.runner as _runner_pkg
 from hvdcore.config import markdown_table
 from hvdcore.errors import ConfigError, LaunchError
+from hvdcore.runner.config_file import apply_config_file
+from hvdcore.runner.horovod_flags import (
+    InterfacesAction,
+    add_horovod_flags,
+    notices,
+    refuse_jsrun,
+    tcp_exports,
+)
 from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_slots
 from hvdcore.runner.knob_flags import add_knob_flags, knob_exports, validate_environment
 from hvdcore.runner.launch import run_job
@@ -107,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "Open MPI's plm_rsh_args), e.g. '-J login1' or "
                         "'-F ~/.ssh/cluster'")
     p.add_argument("--network-interfaces", "--network-interface", dest="network_interfaces",
-                   metavar="IFACE[,IFACE]", help="the interfaces the ranks talk over: --gloo: "
+                   action=InterfacesAction, metavar="IFACE[,IFACE]",
+                   help="the interfaces the ranks talk over (repeatable, as horovodrun): --gloo: "
                    "Gloo's (GLOO_SOCKET_IFNAME) and the rendezvous' (the first; default: "
                    "HVDCORE_GLOO_IFACE, else loopback on one host); mpirun: NCCL_SOCKET_IFNAME "
                    "and Open MPI's -mca btl_tcp_if_include")
@@ -149,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     cb.add_argument("--require-available", metavar="NAMES", default="",
                     help="exit 1 unless these are built and usable on this node now")
     add_knob_flags(p)
+    add_horovod_flags(p, ctl)
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the program every rank runs (after '--' if it could look like a flag)")
     return p
@@ -222,6 +232,10 @@ def build_command(
         if hosts is not None:
             raise UsageError("--launcher srun takes hosts from the Slurm allocation: drop "
                              "-H/--hostfile")
+        if args.output_filename:
+            raise UsageError("--output-filename: srun writes no per-rank files of its own; "
+                             "pass srun's --mpi-args '--output DIR/rank.%t.out', or "
+                             "--launcher mpirun")
         srun = which("srun")
         if srun is None:
             raise UsageError("--launcher srun: srun is not on PATH (module load slurm?)")
@@ -239,7 +253,11 @@ def build_command(
         launcher, flavor, np, hosts, exports, environ, args.command,
         uid=os.getuid() if uid is None else uid,
         binding_args=_split(args.binding_args, "--binding-args"), mpi_args=mpi_args,
-        ssh=ssh_args(ssh_options(args)), tcp_ifaces=args.network_interfaces)
+        ssh=ssh_args(ssh_options(args)), tcp_ifaces=args.network_interfaces,
+        output_dir=args.output_filename, timestamps=args.prefix_output_with_timestamp,
+        tcp_only=args.tcp)
+    if flavor.hydra and args.prefix_output_with_timestamp:
+        _note("--prefix-output-with-timestamp: no effect under MPICH/Intel MPI (as horovodrun)")
     return cmd, os.path.basename(launcher)
 
 
@@ -261,7 +279,12 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         return check_build.run_check_build(args.json, require, available)
     if not args.command:
         raise UsageError("no command given: hvdcorerun -np N [options] [--] program [args...]")
-    exports = {**allocator_exports(environ), **knob_exports(args)}
+    refuse_jsrun(args)
+    for line in (apply_config_file(args, args.config_file) if args.config_file else []):
+        _note(line)
+    for line in notices(args):
+        _note(line)
+    exports = {**allocator_exports(environ), **knob_exports(args), **tcp_exports(args)}
     validate_environment(environ, exports)
     if _elastic_asked(args):
         from hvdcore.runner.elastic_cli import run_elastic
@@ -269,6 +292,10 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         if args.mpi:
             raise UsageError("elastic jobs (--min-np/--max-np/--host-discovery-script) run on "
                              "the Gloo controller: drop --mpi")
+        if args.output_filename or args.prefix_output_with_timestamp:
+            raise UsageError("--output-filename and --prefix-output-with-timestamp are not "
+                             "supported for elastic jobs yet (the workers' lines are tagged "
+                             "[host:slot]): drop them, or redirect hvdcorerun's output")
         return run_elastic(args, environ, exports, _hosts(args))
     ssh = ssh_options(args)
     if args.gloo:
@@ -316,7 +343,15 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
         if args.dry_run:
             return 0
     return gloo_launch.run_gloo_job(places, args.command, environ, exports,
-                                    cfg.rendezvous_timeout, iface, ssh)
+                                    cfg.rendezvous_timeout, iface, ssh,
+                                    output_dir=args.output_filename,
+                                    timestamps=args.prefix_output_with_timestamp)
+
+
+def _note(line: str) -> None:
+    """A notice on stderr (the launch goes on)."""
+    text = line if line.startswith(f"{PROG}: ") else f"{PROG}: note: {line}"
+    print(text, file=sys.stderr, flush=True)
 
 
 def ssh_options(args: argparse.Namespace) -> SshOptions:

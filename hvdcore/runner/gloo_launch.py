@@ -5,7 +5,8 @@ Horovod's variables (``HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_
 ``HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT``, ``HOROVOD_CONTROLLER=gloo``), starts each rank on its host
 (a host that names this machine, such as ``localhost``, ``127.0.0.1`` or its own name, as a
 local process; any other over ``ssh``: :mod:`hvdcore.runner.remote`), prefixes each output
-line with ``[rank]<stdout>:`` / ``[rank]<stderr>:``, and ends the job when a rank fails: the others get SIGTERM, then SIGKILL,
+line with ``[rank]<stdout>:`` / ``[rank]<stderr>:`` (also into per-rank files with
+``--output-filename``), and ends the job when a rank fails: the others get SIGTERM, then SIGKILL,
 and one line names the rank and its exit code.
 """
 
@@ -97,21 +98,42 @@ def iface_address(ifaces: str) -> str:
     return have[names[0]]
 
 
-def _pump(stream: object, rank: int, kind: str, out: object, lock: threading.Lock) -> None:
-    prefix = f"[{rank}]<{kind}>:".encode()
-    for line in iter(stream.readline, b""):  # type: ignore[attr-defined]
-        with lock:
-            try:
-                out.write(prefix + line)  # type: ignore[attr-defined]
-                out.flush()  # type: ignore[attr-defined]
-            except (OSError, ValueError):
-                pass
+def _pump(stream: object, rank: int, kind: str, out: object, lock: threading.Lock,
+          copy: str | None = None, timestamps: bool = False) -> None:
+    """Copy a rank's stream line by line to ``out`` with its tag, and to the file ``copy``."""
+    tag = f"[{rank}]<{kind}>:".encode()
+    sink = open(copy, "wb") if copy else None
+    try:
+        for line in iter(stream.readline, b""):  # type: ignore[attr-defined]
+            text = (time.ctime().encode() if timestamps else b"") + tag + line
+            with lock:
+                try:
+                    out.write(text)  # type: ignore[attr-defined]
+                    out.flush()  # type: ignore[attr-defined]
+                except (OSError, ValueError):
+                    pass
+            if sink is not None:
+                sink.write(text)
+                sink.flush()
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+def output_files(output_dir: str, rank: int, size: int) -> tuple[str, str]:
+    """horovodrun's per-rank files under ``--output-filename``: DIR/rank.N/stdout and stderr,
+    N zero-padded to the width of the largest rank (created here)."""
+    folder = os.path.join(output_dir, f"rank.{rank:0{len(str(max(size - 1, 0)))}d}")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
 
 
 def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: Mapping[str, str],
                  exports: Mapping[str, str], timeout_s: float, iface: str | None,
-                 ssh: SshOptions | None = None) -> int:
-    """Run ``command`` on every rank of ``places`` (see the module docstring); the exit code."""
+                 ssh: SshOptions | None = None, *, output_dir: str | None = None,
+                 timestamps: bool = False) -> int:
+    """Run ``command`` on every rank of ``places`` (see the module docstring); the exit code.
+    ``output_dir``/``timestamps``: horovodrun's ``--output-filename``/``-prefix-timestamp``."""
     import torch.distributed as dist  # the store the ranks meet at
 
     addr = _address(places, iface_address(iface) if iface else None)
@@ -146,9 +168,12 @@ def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: M
             _stop(procs, signal.SIGKILL)
             return 127
         procs.append(proc)
-        for stream, kind, out in ((proc.stdout, "stdout", sys.stdout.buffer),
-                                  (proc.stderr, "stderr", sys.stderr.buffer)):
-            t = threading.Thread(target=_pump, args=(stream, p.rank, kind, out, lock),
+        files = (output_files(output_dir, p.rank, len(places)) if output_dir
+                 else (None, None))
+        for stream, kind, out, copy in ((proc.stdout, "stdout", sys.stdout.buffer, files[0]),
+                                        (proc.stderr, "stderr", sys.stderr.buffer, files[1])):
+            t = threading.Thread(target=_pump,
+                                 args=(stream, p.rank, kind, out, lock, copy, timestamps),
                                  daemon=True)
             t.start()
             pumps.append(t)

@@ -2,8 +2,8 @@
 
 Every knob with a ``cli_flag`` becomes a flag. A bool knob's flag takes no value: ``--no-X``
 where the knob is called ``X`` sets it to false (``--no-abort-on-exception``), any other flag
-sets it to true (``--no-stall-check`` sets ``STALL_CHECK_DISABLE``) and has Horovod's ``--no-``
-form, which sets it to false (``--no-hierarchical-allreduce``). ``--fusion-threshold-mb``
+sets it to true (``--no-stall-check`` sets ``STALL_CHECK_DISABLE``) and has Horovod's opposite,
+which sets it to false (``--no-hierarchical-allreduce``, ``--stall-check``). ``--fusion-threshold-mb``
 takes mebibytes (float) while the knob is bytes. Values are checked with the knob's own
 ``Knob.convert`` so a bad value fails in the launcher with the same message ``init()`` would give.
 """
@@ -35,6 +35,12 @@ def _negates(k: Knob) -> bool:
     return k.cli_flag == "--no-" + k.name.lower().replace("_", "-")
 
 
+def _opposite(flag: str) -> str:
+    """Horovod's name for the flag that undoes ``flag``: ``--no-stall-check`` is undone by
+    ``--stall-check``, ``--hierarchical-allreduce`` by ``--no-hierarchical-allreduce``."""
+    return "--" + flag[5:] if flag.startswith("--no-") else "--no-" + flag[2:]
+
+
 def add_knob_flags(parser: argparse.ArgumentParser) -> None:
     """Add one flag per knob that declares ``cli_flag`` (in a "tuning knobs" group)."""
     group = parser.add_argument_group(
@@ -49,7 +55,7 @@ def add_knob_flags(parser: argparse.ArgumentParser) -> None:
             pair.add_argument(k.cli_flag, dest=_dest(k), action="store_true", default=None,
                               help=help_text)
             if not _negates(k):
-                pair.add_argument("--no-" + k.cli_flag[2:], dest=_dest(k), action="store_false",
+                pair.add_argument(_opposite(k.cli_flag), dest=_dest(k), action="store_false",
                                   default=None, help=f"Sets {k.env}=0.")
             continue
         metavar = "MB" if k.cli_flag.endswith("-mb") else k.kind.split()[0].upper()

@@ -94,10 +94,14 @@ def build_mpirun_command(
     mpi_args: Sequence[str] = (),
     ssh: Sequence[str] = (),
     tcp_ifaces: str | None = None,
+    output_dir: str | None = None,
+    timestamps: bool = False,
+    tcp_only: bool = False,
 ) -> list[str]:
     """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``); ``ssh``
     are arguments for the ssh that starts the daemons of other hosts, ``tcp_ifaces`` Open MPI's
-    TCP interfaces (both as Horovod's)."""
+    TCP interfaces, ``output_dir``/``timestamps``/``tcp_only`` horovodrun's
+    ``--output-filename``/``--prefix-output-with-timestamp``/``--tcp`` (all as Horovod's)."""
     remote = bool(hosts) and not all(is_local(h.name) for h in hosts or ())
     forward = sorted(v for v in environ if mpi_exportable(v) and v not in exports)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts) if hosts else None
@@ -115,6 +119,8 @@ def build_mpirun_command(
         cmd += list(binding_args or ())
         if ssh:
             cmd += ["-bootstrap", "ssh", "-bootstrap-exec-args", " ".join(ssh)]
+        if output_dir:
+            cmd += ["-outfile-pattern", output_dir]
         for name, value in exports.items():
             cmd += ["-genv", name, value]
     else:
@@ -127,6 +133,12 @@ def build_mpirun_command(
             cmd += ["-mca", "plm_rsh_args", " ".join(ssh)]
         if tcp_ifaces:
             cmd += ["-mca", "btl_tcp_if_include", tcp_ifaces]
+        if tcp_only:
+            cmd += ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+        if timestamps:
+            cmd.append("--timestamp-output")
+        if output_dir:
+            cmd += ["--output-filename", output_dir]
         for name, value in exports.items():
             cmd += ["-x", f"{name}={value}"]
         if remote:

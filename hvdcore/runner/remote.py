@@ -3,7 +3,7 @@
 Horovod's conventions: ``ssh`` without a password prompt and without asking about an unknown host
 key (``BatchMode=yes``, ``StrictHostKeyChecking=no``), ``-p`` / ``-i`` from ``--ssh-port`` /
 ``--ssh-identity-file``, and the launcher's whole environment exported to the rank (but for
-``BASH_FUNC_*``, ``OLDPWD`` and ``*_SECRET_KEY``), so ``PATH``, a virtual environment and the
+``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES`` and ``*_SECRET_KEY``), so ``PATH``, a virtual environment and the
 modules loaded where ``hvdcorerun`` runs hold on the remote host as on a shared-filesystem
 cluster. The rank starts in the launcher's working directory.
 
@@ -67,18 +67,23 @@ def options_from(port: int | None, identity_file: str | None, ssh_args: str) -> 
     return SshOptions(port, identity_file, extra)
 
 
+def _forwarded(name: str) -> bool:
+    """The one rule for what a remote rank receives of the launcher's environment, under
+    mpirun and over ssh alike: a plain name, not the remote side's own (``PWD``, ``SSH_*``...)
+    and not one Horovod ignores (``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``: that
+    host's GPUs are not this one's; ``*_SECRET_KEY``)."""
+    return (bool(_NAME.match(name)) and name not in _REMOTE_OWN
+            and not _NOT_EXPORTED.match(name) and "CUDA_VISIBLE_DEVICES" not in name)
+
+
 def exportable(environ: Mapping[str, str]) -> dict[str, str]:
-    """The part of ``environ`` a remote rank receives."""
-    return {k: v for k, v in environ.items()
-            if _NAME.match(k) and k not in _REMOTE_OWN and not _NOT_EXPORTED.match(k)}
+    """The part of ``environ`` a remote rank receives (``ssh`` launches)."""
+    return {k: v for k, v in environ.items() if _forwarded(k)}
 
 
 def mpi_exportable(name: str) -> bool:
-    """True when Open MPI should forward ``name`` to remote ranks (``-x NAME``): Horovod's
-    rule (not ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``: that host's GPUs are not
-    this one's; ``*_SECRET_KEY``), less what belongs to the remote side (``PWD``, ``SSH_*``...)."""
-    return (bool(_NAME.match(name)) and name not in _REMOTE_OWN
-            and not _NOT_EXPORTED.match(name) and "CUDA_VISIBLE_DEVICES" not in name)
+    """True when Open MPI should forward ``name`` to remote ranks (``-x NAME``)."""
+    return _forwarded(name)
 
 
 def ssh_command(host: str, command: Sequence[str], env: Mapping[str, str], cwd: str,
