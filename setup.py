@@ -5,6 +5,14 @@ mpi4py uses; its flags come from the MPI compiler wrapper (``$MPICC``, else ``mp
 a wrapper, or when compiling fails, hvdcore installs without it and runs the same steady path
 in Python (slower at small sizes, same results). ``HVDCORE_BUILD_HOTPATH=0`` skips it. The
 round's constants come from ``_round_wire.h``, generated from hvdcore/backends/round_wire.py.
+
+The licence (Apache-2.0; the text is LICENSE, shipped as License-File in sdist and wheel) is set
+here too, because no one form in pyproject.toml suits every setuptools that builds hvdcore: the
+table ``license = { text = ... }`` is deprecated from setuptools 77 (builds stop after
+2027-02-18), while the PEP 639 string ``license = "..."`` is an error before 77, and EasyBuild's
+foss/2023a-2025a toolchains build with their own setuptools 67.7.2-75.6.0 (no build isolation).
+So pyproject.toml lists ``license`` as dynamic, and setup.py writes License-Expression where the
+setuptools has it, the License field otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +22,10 @@ import shlex
 import shutil
 import subprocess
 
+import setuptools
 from setuptools import Extension, setup
+
+LICENCE = "Apache-2.0"
 
 
 def _wrapper_flags(wrapper: str) -> list[str] | None:
@@ -52,4 +63,13 @@ def _hotpath() -> list[Extension]:
         extra_link_args=[f for f in other if f.startswith("-Wl,")], optional=True)]
 
 
-setup(ext_modules=_hotpath())
+def _licence() -> dict[str, str]:
+    """The licence in the metadata field this setuptools knows (License-Expression from 77)."""
+    try:
+        major = int(setuptools.__version__.split(".")[0])
+    except ValueError:
+        major = 0
+    return {"license_expression": LICENCE} if major >= 77 else {"license": LICENCE}
+
+
+setup(ext_modules=_hotpath(), **_licence())

@@ -12,9 +12,17 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 rm -f "$out"/hvdcore-*.tar.gz
 cd "$root"
-name=$("$python" -c 'import contextlib, sys
+# setuptools' chatter goes to a log, shown only when the build fails (with the reason in it)
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! name=$("$python" -c 'import contextlib, sys
 from setuptools import build_meta
 with contextlib.redirect_stdout(sys.stderr):
     name = build_meta.build_sdist(sys.argv[1])
-print(name)' "$out" 2>/dev/null)
+print(name)' "$out" 2>"$log"); then
+    tail -n 40 "$log" >&2
+    echo "build-sdist.sh: building the sdist with '$python' failed (output above); it needs a" \
+         "Python 3 with setuptools>=64: set PYTHON=/path/to/python" >&2
+    exit 1
+fi
 echo "$out/$name"

@@ -98,6 +98,22 @@ def sdist_context(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ctx
 
 
+def test_build_sdist_says_why_it_failed(tmp_path: Path) -> None:
+    """With a Python that has no setuptools, containers/build-sdist.sh exits non-zero and its
+    stderr carries the Python error and what the script needs (it used to print nothing)."""
+    bare = tmp_path / "python-without-site"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # no site-packages
+    bare.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "containers" / "build-sdist.sh"), str(tmp_path / "dist")],
+        env={"PATH": "/usr/bin:/bin", "PYTHON": str(bare)},
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and proc.stdout == "", (proc.returncode, proc.stdout)
+    assert "No module named 'setuptools'" in proc.stderr, proc.stderr
+    assert "build-sdist.sh: building the sdist with" in proc.stderr
+    assert "PYTHON=" in proc.stderr, proc.stderr
+
+
 def test_project_recipes_exist() -> None:
     names = {p.name for p in RECIPES}
     assert {
@@ -130,6 +146,15 @@ def test_project_recipe_ships_the_licence(recipe: Path) -> None:
     """The image carries the Apache-2.0 text where Debian keeps a package's licence."""
     files = [(f.src, f.dst) for f in parse(recipe).final.files()]
     assert ("LICENSE", "/usr/share/doc/hvdcore/LICENSE") in files, files
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_project_recipe_labels_the_licence(recipe: Path) -> None:
+    """The OCI licence annotation, as an SPDX identifier (what registries and scanners read)."""
+    labels = parse(recipe).final.section("labels")
+    assert labels is not None
+    found = dict(t.strip().split(None, 1) for _, t in labels.lines() if t.strip())
+    assert found.get("org.opencontainers.image.licenses") == "Apache-2.0", found
 
 
 def test_project_recipes_without_sdist_report_missing_files(tmp_path: Path) -> None:

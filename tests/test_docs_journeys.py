@@ -26,8 +26,9 @@ The convention (the pages follow it; :func:`extract_blocks` enforces it):
 The prelude stands in for what a site has and CI does not; the pages say nothing about it:
 
 - admins' page: the module ``Python/3.11``, an Lmod *external* module that puts the test's
-  virtualenv (torch, mpi4py, numpy, setuptools, wheel) on ``PATH``, with its
-  ``--external-modules-metadata`` given through ``EASYBUILD_EXTERNAL_MODULES_METADATA``; an
+  virtualenv (torch, mpi4py, numpy, setuptools, wheel) on ``PATH`` (its EasyBuild metadata is
+  NOT given here: the pages write it and pass ``--external-modules-metadata`` themselves, as an
+  admin who types them must; :data:`PAGE_GIVES` lists what the prelude leaves to them); an
   ``eb`` on ``PATH`` that runs the virtualenv's EasyBuild (the site's ``module load EasyBuild``);
   a copy of this checkout's working tree as ``hvdcore/`` in the working directory (the checkout
   the page starts from); ``$HOME`` is the (writable, temporary) working directory.
@@ -461,9 +462,6 @@ def _site(base: Path) -> str:
         f'whatis("Python {PYFULL}: stands in for the site\'s Python: the test virtualenv '
         f'{sys.prefix} (torch, mpi4py, numpy, setuptools, wheel)")\n'
         f'prepend_path("PATH", "{Path(sys.prefix) / "bin"}")\n')
-    meta = site / "external-modules.cfg"
-    meta.write_text(f"[Python/{PYSHORT}]\nname = Python\nversion = {PYFULL}\n"
-                    f"prefix = {sys.prefix}\n")
     eb = site / "bin" / "eb"
     eb.write_text(f"""#!/bin/sh
 # stands in for the site's EasyBuild module: the eb of the test virtualenv
@@ -474,12 +472,16 @@ exec {shlex.quote(str(EB))} "$@"
     return "\n".join([
         f"module use {shlex.quote(str(site / 'modules'))}",
         f"export PATH={shlex.quote(str(site / 'bin'))}:$PATH",
-        # the site's EasyBuild configuration (whichever eb runs: after 'module load Python/3.11'
-        # the virtualenv's own eb comes first on PATH)
-        f"export EASYBUILD_EXTERNAL_MODULES_METADATA={shlex.quote(str(meta))}",
+        # no EASYBUILD_EXTERNAL_MODULES_METADATA: the pages give it (PAGE_GIVES)
         "export EASYBUILD_OUTPUT_STYLE=basic",
         'if [ "$(id -u)" = 0 ]; then export EASYBUILD_ALLOW_USE_AS_ROOT_AND_ACCEPT_CONSEQUENCES=1; fi',
     ])
+
+
+#: What the pages must give ``eb`` themselves, so the prelude may not: a site stand-in that set
+#: one of these (as ``EASYBUILD_EXTERNAL_MODULES_METADATA`` once was) would let a documented
+#: command pass here and fail as written.
+PAGE_GIVES = ("EXTERNAL_MODULES_METADATA", "external-modules-metadata")
 
 
 #: Epilogue: which hvdcore the session's ``python`` imports at the end, where it ends (its
@@ -667,6 +669,40 @@ def test_both_pages_follow_the_convention() -> None:
         assert needed in run, f"{admin_page}: no run block does {needed!r}"
     user_page, user = _page(USER_PAGE)
     assert any(b.action == "run" for b in user), f"{user_page} has no block to run"
+
+
+def _system_eb_commands(text: str) -> list[str]:
+    """The ``eb`` commands of a page's run blocks that install the SYSTEM variant, each with its
+    continuation lines joined."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    return [line.strip() for line in joined.splitlines()
+            if re.match(r"\s*(\S*/)?eb\s", line) and "-Python-3.11.eb" in line]
+
+
+@pytest.mark.parametrize("page", [ADMIN_PAGE, "README.md"])
+def test_the_system_install_names_its_metadata_file(page: str, tmp_path: Path) -> None:
+    """Fast (no eb): a page's SYSTEM-variant ``eb`` command works as written. It passes
+    ``--external-modules-metadata=FILE``, a run block before it writes FILE, and the journeys'
+    prelude sets nothing of the kind (it would hide a command that fails without it:
+    ``Failed to resolve all templates in "lib/python%(pyshortver)s/..."``)."""
+    if page == "README.md":
+        readme = Path(os.environ.get("HVDCORE_README") or ROOT / "README.md")
+        name, blocks = page, extract_blocks(readme.read_text(), page)
+    else:
+        name, blocks = _page(page)
+    run = [b for b in blocks if b.action == "run" and b.language == "bash"]
+    found = [(b, cmd) for b in run for cmd in _system_eb_commands(b.text)]
+    assert found, f"{name}: no run block installs hvdcore-0.1.0-Python-3.11.eb with eb"
+    for block, cmd in found:
+        given = re.search(r"--external-modules-metadata=(\S+)", cmd)
+        assert given, (f"{name}:{block.line}: {cmd!r} does not pass --external-modules-metadata "
+                       "(the SYSTEM variant's external Python is then unknown to EasyBuild)")
+        meta = os.path.basename(given.group(1).strip("\"'"))
+        before = "".join(b.text for b in run if b.number <= block.number)
+        assert re.search(rf">\s*\S*{re.escape(meta)}\b", before), (
+            f"{name}:{block.line}: no run block up to this one writes {meta}")
+    prelude = _site(tmp_path)
+    assert not [g for g in PAGE_GIVES if g in prelude], prelude
 
 
 # --------------------------------------------------------------- the session runner, without eb
