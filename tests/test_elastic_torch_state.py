@@ -105,6 +105,20 @@ def test_sampler_loads_horovods_state_dict_and_set_epoch_starts_over(
     assert s.get_indices(1, 2) == horovod_shares(10, 2, epoch=3)[1][2:4]
 
 
+def test_the_same_sampler_redealt_after_a_resize_and_a_new_seed(world: dict[str, int]) -> None:
+    """A restore or sync re-deals the sampler in place (``load_state_dict``)."""
+    world["size"], world["rank"] = 3, 1
+    s = hvd.elastic.ElasticSampler(list(range(17)), seed=2)
+    list(iter(s))
+    s.record_batch(0, 2)
+    world["size"] = 2
+    s.load_state_dict(s.state_dict())
+    assert list(iter(s)) == horovod_shares(17, 2, seed=2, processed_num=6)[1]
+    s.seed = 9
+    s.reset()
+    assert list(iter(s)) == horovod_shares(17, 2, seed=9, processed_num=6)[1]
+
+
 def test_sampler_state_is_two_numbers_whatever_the_dataset(world: dict[str, int]) -> None:
     """What a commit copies and a sync broadcasts does not grow with the dataset."""
     world["size"] = 4

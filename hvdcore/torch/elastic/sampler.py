@@ -43,6 +43,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.num_samples = 0
         self.total_size = 0
         self.indices: list[int] = []
+        self._order: list[int] = []
+        self._order_of: tuple[int, bool, int, int] | None = None
         self.reset()
 
     def set_epoch(self, epoch: int) -> None:
@@ -79,10 +81,13 @@ class ElasticSampler(torch.utils.data.Sampler):
         initialized = basics.is_initialized()
         self.num_replicas = basics.size() if initialized else 1
         self.rank = basics.rank() if initialized else 0
-        order = list(range(len(self.dataset)))
-        if self.shuffle:
-            random.Random(self.seed + self.epoch).shuffle(order)
-        self.remaining_indices = order[self.processed_num:]
+        key = (len(self.dataset), self.shuffle, self.seed, self.epoch)
+        if key != self._order_of:  # a restore or sync in the same epoch: the same shuffle
+            self._order = list(range(key[0]))
+            if self.shuffle:
+                random.Random(self.seed + self.epoch).shuffle(self._order)
+            self._order_of = key
+        self.remaining_indices = self._order[self.processed_num:]
         self.num_samples = math.ceil(len(self.remaining_indices) / self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
 
