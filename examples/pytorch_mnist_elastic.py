@@ -76,6 +76,12 @@ def _resumed_after(marker: Path, resumed_at: float) -> float:
         return float("nan")
 
 
+def processed(sampler: hvd.elastic.ElasticSampler) -> int:
+    """The distinct samples of the epoch processed so far: the sampler counts whole batches on
+    every rank, the last one's padding too."""
+    return min(sampler.processed_num, len(sampler.dataset))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     hvd.init()
@@ -104,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if hvd.rank() == 0:
             print(f"reset {resets[0]}: {hvd.size()} rank(s) from epoch {state.epoch}, "
                   f"{len(state.sampler)} samples of this epoch left per rank, "
-                  f"steps={state.steps} processed={len(state.sampler.processed_indices)}",
+                  f"steps={state.steps} processed={processed(state.sampler)}",
                   flush=True)
 
     state.register_reset_callbacks([on_reset])
@@ -134,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             if hvd.rank() == 0:
                 print(f"epoch {state.epoch}: ranks={hvd.size()} test_accuracy={acc:.4f} "
                       f"steps={state.steps} "
-                      f"processed={len(state.sampler.processed_indices)}", flush=True)
+                      f"processed={processed(state.sampler)}", flush=True)
             state.epoch += 1
             state.sampler.set_epoch(state.epoch)
             state.commit()

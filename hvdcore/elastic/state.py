@@ -8,7 +8,6 @@ after every reset ``sync()`` hands rank 0's copy to every rank, new workers incl
 from __future__ import annotations
 
 import abc
-import copy
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -86,7 +85,12 @@ class State(abc.ABC):
 
 class ObjectState(State):
     """Picklable attributes kept across resets: ``ObjectState(bcast, rank, epoch=0, batch=0)``
-    makes ``state.epoch`` and ``state.batch``; ``sync`` broadcasts the last commit's values."""
+    makes ``state.epoch`` and ``state.batch``; ``sync`` broadcasts the last commit's values.
+
+    As in Horovod, a commit keeps references, not copies: ``state.x is x``, ``restore()``
+    rebinds each attribute to the object it named at the last commit (``state.epoch = 5``
+    is undone), and a change made inside that object (``state.hist.append(1)``) stays.
+    """
 
     def __init__(self, bcast_object: Callable[..., Any], get_rank: Callable[[], int],
                  **kwargs: Any) -> None:
@@ -96,8 +100,7 @@ class ObjectState(State):
 
     def save(self) -> None:
         """See :meth:`State.save`."""
-        self._saved_state = {name: copy.deepcopy(getattr(self, name))
-                             for name in self._saved_state}
+        self._saved_state = {name: getattr(self, name) for name in self._saved_state}
 
     def restore(self) -> None:
         """See :meth:`State.restore`."""
@@ -111,4 +114,4 @@ class ObjectState(State):
 
     def _set_attrs(self) -> None:
         for name, value in self._saved_state.items():
-            setattr(self, name, copy.deepcopy(value))
+            setattr(self, name, value)

@@ -67,9 +67,10 @@ def train(state):
         indices = list(iter(state.sampler))
         # after a reset the sampler holds what is left of the epoch: a new pass from 0
         for b in range(len(indices) // B + (len(indices) % B > 0)):
-            before = set(state.sampler.processed_indices)
+            # the ranks' batch b together: the next B * size of the pass's order (dealt out)
+            n = hvd.size()
+            batch = sorted(state.sampler.remaining_indices[b * B * n:(b + 1) * B * n])
             state.sampler.record_batch(b, B)
-            batch = sorted(state.sampler.processed_indices - before)
             x = torch.full((2, 4), float(state.steps % 5 + 1))
             opt.zero_grad()
             model(x).pow(2).sum().backward()

@@ -13,14 +13,16 @@ __all__ = ["ElasticSampler"]
 
 
 class ElasticSampler(torch.utils.data.Sampler):
-    """Horovod's elastic sampler: each rank's share of the dataset's indices not yet processed
-    in this epoch, shuffled by ``seed + epoch`` and padded (by repeating the first indices) to
-    an equal length on every rank.
+    """Horovod 0.28.1's elastic sampler: the epoch's order is one shuffle of all the dataset's
+    indices (by ``seed + epoch``); the samples left are that order without its first
+    ``processed_num``, padded (by repeating its first indices) to a multiple of the ranks and
+    dealt out in turn, so rank ``r`` gets positions ``r``, ``r + size``, ...
 
-    Call :meth:`record_batch` (or :meth:`record_indices`) after each batch and commit the
-    state that holds the sampler: after a reset the samples processed before the last commit,
-    on any rank, are not processed again and the rest are divided among the new ranks.
-    :meth:`set_epoch` starts an epoch with nothing processed.
+    Call :meth:`record_batch` after each batch and commit the state that holds the sampler:
+    every rank counts every rank's batch (``batch_size * size`` samples), so after a reset the
+    samples processed before the last commit, on any rank, are not processed again and the
+    rest are divided among the new ranks. :meth:`set_epoch` starts an epoch with nothing
+    processed. The state (:meth:`state_dict`) is Horovod's ``{'epoch', 'processed_num'}``.
 
     Example::
 
@@ -34,39 +36,28 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
-        self.processed_indices: set[int] = set()
+        self.processed_num = 0
         self.num_replicas = 1
         self.rank = 0
         self.remaining_indices: list[int] = []
         self.num_samples = 0
         self.total_size = 0
         self.indices: list[int] = []
-        self._order: list[int] = []  # this pass's padded order, every rank's share in turn
+        self._order: list[int] = []
+        self._order_of: tuple[int, bool, int, int] | None = None
         self.reset()
 
     def set_epoch(self, epoch: int) -> None:
-        """Start ``epoch``: nothing processed yet, a new shuffle."""
+        """Start ``epoch``: nothing processed yet, a new shuffle (call it at the end of an
+        epoch, so that a reset in the middle of one does not repeat its samples)."""
         self.epoch = epoch
-        self.processed_indices = set()
+        self.processed_num = 0
         self.reset()
 
     def record_batch(self, batch_idx: int, batch_size: int) -> None:
-        """Mark batch number ``batch_idx`` (of ``batch_size``) as processed, on every rank.
-
-        Synchronous training steps through the ranks' batches together, and each rank's share
-        of this pass follows from the shuffle, so this rank records every rank's batch
-        ``batch_idx``, not only its own (Horovod records its own and unites the ranks' records
-        at the next sync). The difference shows when a rank dies: its committed batches are
-        not processed again.
-        """
-        start = batch_idx * batch_size
-        for r in range(self.num_replicas):
-            share = self._order[r:self.total_size:self.num_replicas]
-            self.record_indices(share[start:start + batch_size])
-
-    def record_indices(self, indices: Any) -> None:
-        """Mark dataset indices as processed."""
-        self.processed_indices.update(int(i) for i in indices)
+        """Count one batch of ``batch_size`` on every rank as processed (``batch_idx`` is not
+        used, as in Horovod)."""
+        self.processed_num += batch_size * self.num_replicas
 
     def get_indices(self, batch_idx: int, batch_size: int) -> list[int]:
         """The dataset indices of this rank's batch number ``batch_idx`` in this pass."""
@@ -74,33 +65,35 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.indices[start:min(start + batch_size, len(self.indices))]
 
     def state_dict(self) -> dict[str, Any]:
-        """The epoch and the processed indices (what a commit keeps)."""
-        return {"epoch": self.epoch, "processed_indices": set(self.processed_indices)}
+        """``{'epoch', 'processed_num'}`` (what a commit keeps), as Horovod's."""
+        return {"epoch": self.epoch, "processed_num": self.processed_num}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict` (on the job's current ranks)."""
+        """Resume from :meth:`state_dict` (Horovod's too) on the job's current ranks."""
         self.epoch = state_dict["epoch"]
-        self.processed_indices = set(state_dict["processed_indices"])
+        self.processed_num = state_dict["processed_num"]
         self.reset()
 
     def reset(self) -> None:
-        """Divide the unprocessed indices among the job's current ranks."""
+        """Divide the samples not yet processed among the job's current ranks."""
         from hvdcore.torch import basics
 
         initialized = basics.is_initialized()
         self.num_replicas = basics.size() if initialized else 1
         self.rank = basics.rank() if initialized else 0
-        self.remaining_indices = [i for i in range(len(self.dataset))
-                                  if i not in self.processed_indices]
+        key = (len(self.dataset), self.shuffle, self.seed, self.epoch)
+        if key != self._order_of:  # a restore or sync in the same epoch: the same shuffle
+            self._order = list(range(key[0]))
+            if self.shuffle:
+                random.Random(self.seed + self.epoch).shuffle(self._order)
+            self._order_of = key
+        self.remaining_indices = self._order[self.processed_num:]
         self.num_samples = math.ceil(len(self.remaining_indices) / self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
 
     def __iter__(self) -> Iterator[int]:
         order = list(self.remaining_indices)
-        if self.shuffle:
-            random.Random(self.seed + self.epoch).shuffle(order)
         order += order[:self.total_size - len(order)]
-        self._order = order
         self.indices = order[self.rank:self.total_size:self.num_replicas]
         return iter(self.indices)
 

@@ -21,6 +21,11 @@ class _Handler:
         self.value = value
         self.save()
 
+    def set_value(self, value: Any) -> None:
+        """Track ``value`` from now on, saved as it is now."""
+        self.value = value
+        self.save()
+
     def save(self) -> None:
         self._saved = copy.deepcopy(self.value.state_dict())
 
@@ -52,15 +57,9 @@ class _OptimizerHandler(_Handler):
 
 class _SamplerHandler(_Handler):
     def sync(self) -> None:
-        from hvdcore.torch.functions import allgather_object, broadcast_object
+        from hvdcore.torch.functions import broadcast_object
 
-        # Every rank recorded only its own batches: the union is what the job processed
-        done: set[int] = set()
-        for part in allgather_object(set(self.value.processed_indices)):
-            done |= part
-        mine = self.value.state_dict()
-        mine["processed_indices"] = done
-        self.value.load_state_dict(broadcast_object(mine, root_rank=0))
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(), root_rank=0))
 
 
 def _forget_pending(optimizer: Any) -> None:
@@ -87,7 +86,11 @@ class TorchState(ObjectState):
     :class:`ElasticSampler` objects are copied at each commit, restored after a failure and
     broadcast from rank 0 after a reset; any other keyword is a picklable value, as in
     :class:`~hvdcore.elastic.ObjectState`. All are attributes: ``state.model``,
-    ``state.epoch``.
+    ``state.epoch``; ``model`` and ``optimizer`` are plain ``None`` when not given.
+
+    Assigning a new object to a handled attribute (``state.optimizer = new_opt``, say in a
+    reset callback) makes commit, restore and sync act on it from then on, and saves its
+    current state, as Horovod's ``TorchState`` does.
     """
 
     def __init__(self, model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
@@ -95,10 +98,7 @@ class TorchState(ObjectState):
         from hvdcore.torch.functions import broadcast_object
 
         values = dict(kwargs)
-        if model is not None:
-            values["model"] = model
-        if optimizer is not None:
-            values["optimizer"] = optimizer
+        values.update(model=model, optimizer=optimizer)
         self._handlers: dict[str, _Handler] = {}
         plain: dict[str, Any] = {}
         for name, value in values.items():
@@ -127,3 +127,10 @@ class TorchState(ObjectState):
         for handler in self._handlers.values():
             handler.sync()
         super().sync()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Re-point the handler of a handled attribute that is already set (then save it)."""
+        handlers = self.__dict__.get("_handlers")
+        if handlers is not None and name in handlers and name in self.__dict__:
+            handlers[name].set_value(value)
+        super().__setattr__(name, value)
