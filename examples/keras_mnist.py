@@ -270,7 +270,7 @@ def train_hvd(learning_rate: float = 1.0, batch_size: int = 128, epochs: int = 2
     if hvd.rank() == 0:
         os.makedirs(checkpoint_dir, exist_ok=True)
         callbacks.append(hvd.callbacks.BestModelCheckpoint(
-            os.path.join(checkpoint_dir, "mnist-hvd-best.keras"), monitor="val_loss"))
+            monitor="val_loss", filepath=os.path.join(checkpoint_dir, "mnist-hvd-best.keras")))
 
     model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs,
               verbose=2 if hvd.rank() == 0 else 0,  # hvd: 10. one rank prints

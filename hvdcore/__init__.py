@@ -25,8 +25,8 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys((
         "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-        "cross_rank", "cross_size", "mpi_threads_supported", "start_timeline",
-        "stop_timeline"), "hvdcore.basics"),
+        "cross_rank", "cross_size", "is_homogeneous", "mpi_threads_supported",
+        "start_timeline", "stop_timeline"), "hvdcore.basics"),
     **dict.fromkeys((
         "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
         "rocm_built", "ddl_built", "ccl_built"), "hvdcore.capabilities"),
@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         cross_rank,
         cross_size,
         init,
+        is_homogeneous,
         is_initialized,
         local_rank,
         local_size,

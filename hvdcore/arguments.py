@@ -30,7 +30,7 @@ from hvdcore.process_sets import ProcessSet
 __all__ = [
     "SUPPORTED_DTYPES", "dtype_name", "device_of", "resolve_op", "as_array", "scale_factor", "output_for",
     "process_set_id", "broadcast_root", "splits_vector", "alltoall_splits", "part_names",
-    "gradient_groups",
+    "gradient_groups", "keras_optimizer_op",
 ]
 
 SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
@@ -81,6 +81,19 @@ def resolve_op(average: bool | None, op: Any, what: str = "allreduce",
             f"{_where(what, rank)}: Adasum is not supported by hvdcore yet; use op=Average "
             "(or Sum)")
     return op
+
+
+def keras_optimizer_op(op: Any, what: str = "DistributedOptimizer") -> ReduceOp:
+    """Horovod's rule for a Keras DistributedOptimizer: ``op`` is Average or Sum, anything
+    else (Adasum, Min, Max, Product) an :class:`ArgumentError` (a ValueError) when the
+    optimizer is made."""
+    resolved = resolve_op(None, op, what)
+    if resolved in (ReduceOp.AVERAGE, ReduceOp.SUM):
+        return resolved
+    why = (" (hvdcore does not support Adasum yet)" if resolved is ReduceOp.ADASUM
+           else " (as in Horovod's Keras)")
+    raise ArgumentError(
+        f"{what}: op must be Average or Sum, got {resolved.name.capitalize()}{why}")
 
 
 def as_array(tensor: Any, what: str, rank: int | None = None,

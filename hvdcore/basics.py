@@ -53,6 +53,7 @@ class ProcessState:
     # grouped allreduce name -> its last checked call's arguments and metas (see
     # hvdcore.ops.grouped_allreduce_async: a training step's named group skips the checks)
     groups: dict[str, tuple] = field(default_factory=dict)
+    homogeneous: bool = True  # every node runs the same number of ranks (see is_homogeneous)
 
     def request_name(self, kind: str, set_id: int, name: str | None) -> str:
         """``name`` (checked to be a str), or the next automatic name of ``kind`` in the set:
@@ -164,6 +165,8 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | str | None = Non
         formed = controller.form(cfg, comm, why,
                                  lambda r: _setup_logging(cfg.log_level, r))
         rank, size = formed.rank, formed.size
+        # one small collective here, so that is_homogeneous() is a local query later
+        homogeneous = len(set(formed.world.allgather(formed.local_size))) == 1
         plane = formed.plane
         sets = {0: SetState(0, tuple(range(size)), formed.set0)}
         global_process_set.ranks = list(range(size))
@@ -187,7 +190,7 @@ def init(comm: Any = None, process_sets: Sequence[ProcessSet] | str | None = Non
                         abort_on_fatal=not formed.elastic)
         _state = ProcessState(cfg, formed.world, rank, size, formed.local_rank,
                               formed.local_size, formed.cross_rank, formed.cross_size, engine,
-                              registry, comms=list(formed.comms),
+                              registry, homogeneous=homogeneous, comms=list(formed.comms),
                               host_plane=formed.host_plane, formed=formed)
         _state.watchdog = liveness.start(formed.world, rank, size, _peer_gone)
         path = Timeline.resolve(cfg.timeline, rank)
@@ -286,6 +289,11 @@ def cross_rank() -> int:
 def cross_size() -> int:
     """Number of nodes (ranks sharing this local rank)."""
     return _require().cross_size
+
+
+def is_homogeneous() -> bool:
+    """True when every node runs the same number of ranks (Horovod's ``is_homogeneous``)."""
+    return _require().homogeneous
 
 
 def mpi_threads_supported() -> bool:

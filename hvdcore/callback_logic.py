@@ -51,8 +51,9 @@ class BroadcastLogic:
 
     Runs at the start of ``fit`` (the optimizer is built first, so its slots are synced too);
     a model that is not yet built is broadcast after its first batch instead.
-    ``local_variables`` (a variable or a list) are left as they are on every rank, as in
-    Horovod (e.g. the weights of model-parallel layers). In an elastic job it broadcasts again
+    ``local_variables`` (a variable or a list of variables; anything else is a ValueError, as
+    in Horovod) are left as they are on every rank (e.g. the weights of model-parallel
+    layers). In an elastic job it broadcasts again
     in each generation's first ``fit``, on every rank.
     """
 
@@ -65,7 +66,14 @@ class BroadcastLogic:
         self.broadcast_done = False
         self._generation: Any = None
         self.local_variables = self._hooks.local_variables()
-        for var in as_list(local_variables):
+        variables = as_list(local_variables)
+        for var in variables:
+            if not callable(getattr(var, "assign", None)):
+                # as Horovod (ValueError): a value has no identity to leave out
+                raise ArgumentError(
+                    f"BroadcastGlobalVariablesCallback: local_variables must be variables "
+                    f"(tf.Variable, keras.Variable), got {type(var).__name__}")
+        for var in variables:
             self.local_variables.add(var)
 
     def _broadcast(self) -> None:
@@ -240,16 +248,40 @@ class RankZeroCheckpointLogic:
     """``ModelCheckpoint(save_best_only=True)`` that writes only on rank 0 (mixed into the
     binding's ``ModelCheckpoint``).
 
-    Every rank may keep it in its callback list; ranks other than 0 never touch the file.
-    Put ``MetricAverageCallback`` first so the monitored value is the all-rank average.
+    Horovod's argument order (``horovod.tensorflow.keras``): ``monitor``, ``verbose``,
+    ``save_weights_only``, ``mode``, ``save_freq``; the path is ``filepath=`` (or the
+    ``filepath`` attribute, set before ``fit``). Every rank may keep it in its callback list;
+    ranks other than 0 never touch the file. Put ``MetricAverageCallback`` first so the
+    monitored value is the all-rank average.
+
+    Example: ``hvd.callbacks.BestModelCheckpoint(monitor="val_loss", filepath="best.keras")``.
     """
 
-    def __init__(self, filepath: str, monitor: str = "val_loss", verbose: int = 0,
-                 mode: str = "auto", save_weights_only: bool = False,
-                 save_freq: str | int = "epoch") -> None:
-        super().__init__(filepath, monitor=monitor, verbose=verbose,  # type: ignore[call-arg]
-                         save_best_only=True, save_weights_only=save_weights_only, mode=mode,
-                         save_freq=save_freq)
+    def __init__(self, monitor: str = "val_loss", verbose: int = 0,
+                 save_weights_only: bool = False, mode: str = "auto",
+                 save_freq: str | int = "epoch", filepath: str | None = None) -> None:
+        if not isinstance(save_weights_only, (bool, int, np.bool_)):
+            # horovod.keras' order puts mode third: refuse, rather than save weights only
+            raise ArgumentError(
+                f"BestModelCheckpoint: save_weights_only must be a bool, got "
+                f"{save_weights_only!r}; the order is (monitor, verbose, save_weights_only, "
+                f"mode, save_freq, filepath): pass mode= by keyword")
+        if filepath is None and str(monitor).endswith((".keras", ".h5")):
+            raise ArgumentError(
+                f"BestModelCheckpoint: monitor={monitor!r} looks like a file path; the first "
+                f"argument is the monitored metric, as in Horovod: pass filepath= by keyword")
+        # Keras 3 checks the path's suffix when it is made: a stand-in until filepath is set
+        stand_in = "unset.weights.h5" if save_weights_only else "unset.keras"
+        super().__init__(filepath or stand_in, monitor=monitor,  # type: ignore[call-arg]
+                         verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+        self.filepath = filepath
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if self.filepath is None:
+            raise ArgumentError("BestModelCheckpoint: no filepath; pass filepath= or set the "
+                                "callback's filepath attribute before fit")
+        super().on_train_begin(logs)  # type: ignore[misc]
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if rank() == 0:

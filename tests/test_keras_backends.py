@@ -125,7 +125,8 @@ def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
     torch or JAX loads no TensorFlow (on JAX no torch); ``hvdcorerun --check-build``'s Keras
     line names the backend and what hvdcore.keras trains on (the report's text from the real
     probes, in the same process); JAX not installed: importing hvdcore.keras on it says what
-    to install."""
+    to install. Horovod's Keras rules on torch and JAX: DistributedOptimizer(op=Adasum/Min)
+    and non-variable local_variables are ValueErrors; BestModelCheckpoint's order."""
     proc = subprocess.run([sys.executable, program("keras_backend_errors.py")],
                           env=mpi_env({"KERAS_BACKEND": backend}), capture_output=True,
                           text=True, timeout=180)
@@ -136,7 +137,8 @@ def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
         assert "CHECK jax.import_without_jax ok" in proc.stdout
     elif backend in ("torch", "jax"):
         for name in ("import_without_tensorflow", "check_build.keras_line", "tensorflow_gradient",
-                     "backend_switched"):
+                     "backend_switched", "optimizer_op_adasum", "local_variables_ndarray",
+                     "best_checkpoint_order", "best_checkpoint_path_first"):
             assert f"CHECK {backend}.{name} ok" in proc.stdout, name
     else:
         assert f"CHECK {backend}.distributed_optimizer_unsupported ok" in proc.stdout

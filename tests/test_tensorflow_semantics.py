@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from conftest import program, run_mpi
 from keras_flavours import KERAS_FLAVOURS, flavour_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
@@ -94,3 +95,26 @@ def test_keras_local_variables_config_and_saving(world_size: int, flavour: str,
     proc = shared_launch("keras", world_size, flavour_env(flavour))
     _assert_ok(proc, f"KERAS-SEMANTICS-OK flavour={flavour}", world_size)
     assert f"CHECK {flavour}.save.h5.trains_on_in_sync ok" in proc.stdout
+
+
+@pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
+def test_horovod_names_and_argument_orders(world_size: int, flavour: str) -> None:
+    """Horovod 0.28.1's names and argument orders (tests/programs/tensorflow_api_parity.py,
+    whose docstring quotes them): is_homogeneous, size_op / process_set_included_op of a set,
+    the global set, an unknown and a removed id (eagerly, tf.function, TF1 graph);
+    broadcast_object_fn; Keras allreduce / reducescatter with ``name`` second (a prescale
+    factor and an op given by position act); Keras DistributedOptimizer refusing Adasum, Min,
+    Max, Product with a ValueError when it is made; BroadcastGlobalVariablesCallback refusing
+    non-variable local_variables (ValueError); BestModelCheckpoint in Horovod's order with the
+    path by keyword or set before fit (rank 0 writes it). On each Keras flavour (their
+    ModelCheckpoint and Callback differ); a launch of its own (~15 s)."""
+    proc = run_mpi(world_size, [program("tensorflow_api_parity.py")], env=flavour_env(flavour),
+                   timeout=300)
+    _assert_ok(proc, "TF-API-PARITY-OK", world_size)
+    for name in ("included.unknown.v1graph", "broadcast_object_fn.call1",
+                 "keras.allreduce.prescale", "keras.reducescatter.sum",
+                 "optimizer.op.ADASUM.keras", "local_variables.ndarray", "best.positional",
+                 "best.path_set_later"):
+        assert f"CHECK {name} ok" in proc.stdout, name
+    if world_size > 1:
+        assert "CHECK included.member.v1graph ok" in proc.stdout

@@ -78,5 +78,6 @@ def test_optimizer_and_process_set_rules_are_horovods(world_size: int, shared_la
     rank outside the optimizer's process set steps alone; a closure is evaluated once and a
     second evaluation at several ranks is an error; groups keep their trainable parameters;
     a duplicate process set is a ValueError; objects travel by cloudpickle where it is
-    installed, else a lambda is a clear error on every rank."""
+    installed, else a lambda is a clear error on every rank; is_homogeneous() is True on
+    one host."""
     ok_lines(shared_launch("torch", world_size), world_size, "torch-horovod-rules")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hvdcore import Average, global_process_set
-from hvdcore.arguments import gradient_groups
+from hvdcore.arguments import gradient_groups, keras_optimizer_op
 from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.keras.backend import backend, check_unchanged, describe, unsupported
 from hvdcore.keras_partial import partial_optimizer
@@ -66,6 +66,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     """
     _check_optimizer(optimizer)
     gradient_groups(groups, num_groups, "DistributedOptimizer")
+    keras_optimizer_op(op)
     from hvdcore.keras.eager_optimizer import EagerDistributedOptimizer
 
     return EagerDistributedOptimizer(
@@ -80,13 +81,13 @@ def PartialDistributedOptimizer(optimizer: Any, name: str | None = None,
                                 device_dense: str = "", device_sparse: str = "",
                                 compression: Any = None, sparse_as_dense: bool = False,
                                 gradient_predivide_factor: float = 1.0, op: Any = Average,
+                                groups: Any = None, process_set: Any = global_process_set,
+                                local_layers: Any = None, scale_local_gradients: bool = True,
                                 backward_passes_per_step: int = 1,
-                                average_aggregated_gradients: bool = False, groups: Any = None,
-                                process_set: Any = global_process_set,
-                                local_layers: Any = None,
-                                scale_local_gradients: bool = True) -> Any:
+                                average_aggregated_gradients: bool = False) -> Any:
     """A DistributedOptimizer whose ``local_layers`` (a layer or a list) keep local gradients
-    (divided by the set size when ``scale_local_gradients``).
+    (divided by the set size when ``scale_local_gradients``); Horovod's argument order, with
+    ``backward_passes_per_step`` and ``average_aggregated_gradients`` last.
 
     Example::
 

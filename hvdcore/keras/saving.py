@@ -24,12 +24,13 @@ def register_for_broadcast(model: Any) -> None:
 
 def load_model(filepath: str, custom_optimizers: list[type] | None = None,
                custom_objects: dict[str, Any] | None = None, compression: Any = None,
-               **optimizer_kwargs: Any) -> Any:
+               legacy_opts: bool = False, **optimizer_kwargs: Any) -> Any:
     """Load a saved Keras model with its optimizer wrapped in a DistributedOptimizer.
 
     A model saved with a DistributedOptimizer (on any backend) comes back with one;
     ``compression`` is applied again. A plain optimizer is wrapped, keeping its state;
-    ``optimizer_kwargs`` go to DistributedOptimizer.
+    ``optimizer_kwargs`` go to DistributedOptimizer. ``legacy_opts`` (Horovod's fifth argument)
+    has no effect: the optimizer the model comes back with is the one wrapped.
 
     Example: ``model = hvd.load_model("ckpt.keras"); model.fit(...)``.
     """

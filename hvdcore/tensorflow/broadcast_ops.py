@@ -1,11 +1,12 @@
 """The broadcasts: ``broadcast`` (with its gradient), the in-place ``broadcast_`` of variables,
-and ``broadcast_object``.
+``broadcast_object`` and ``broadcast_object_fn``.
 
 Part of :mod:`hvdcore.tensorflow.collectives` (its docstring has the rules they share).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 from hvdcore.tensorflow.op_building import _grad_name, _label, build_name
 from hvdcore.tensorflow.reduce_ops import _dense_allreduce
 
-__all__ = ["broadcast", "broadcast_", "broadcast_object"]
+__all__ = ["broadcast", "broadcast_", "broadcast_object", "broadcast_object_fn"]
 
 
 def _raw_broadcast(t: tf.Tensor, root_rank: int, name: str | None, process_set: Any) -> tf.Tensor:
@@ -95,3 +96,22 @@ def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None, name: st
                      process_set: Any = global_process_set) -> Any:
     """Pickle ``obj`` on ``root_rank`` and return it on every rank (eager only)."""
     return _core.broadcast_object(obj, root_rank=root_rank, name=name, process_set=process_set)
+
+
+def broadcast_object_fn(root_rank: int = 0, session: Any = None, name: str | None = None,
+                        process_set: Any = global_process_set) -> Callable[[Any], Any]:
+    """A function ``fn(obj)`` that returns ``root_rank``'s ``obj`` on every rank, each call a
+    :func:`broadcast_object` named ``name`` (default ``"broadcast_object_fn"``).
+
+    Horovod builds it from placeholders for TF1 sessions; hvdcore broadcasts on the host, so
+    it works eagerly and in graph mode alike (``session`` is accepted and unused).
+
+    Example: ``bcast = hvd.broadcast_object_fn(root_rank=0); config = bcast(config)``.
+    """
+    label = name or "broadcast_object_fn"
+
+    def bcast(obj: Any) -> Any:
+        return _core.broadcast_object(obj, root_rank=root_rank, name=label,
+                                      process_set=process_set)
+
+    return bcast

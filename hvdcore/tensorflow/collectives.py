@@ -21,14 +21,20 @@ Example::
 The collectives live by family: :mod:`~hvdcore.tensorflow.reduce_ops` (allreduce,
 reducescatter and their grouped forms), :mod:`~hvdcore.tensorflow.gather_ops` (allgather,
 grouped_allgather, alltoall, allgather_object), :mod:`~hvdcore.tensorflow.broadcast_ops`
-(broadcast, broadcast_, broadcast_object) and :mod:`~hvdcore.tensorflow.scalar_ops` (barrier,
-join and the ``*_op`` scalars); what they share while their ops are built (names, static
+(broadcast, broadcast_, broadcast_object, broadcast_object_fn) and
+:mod:`~hvdcore.tensorflow.scalar_ops` (barrier, join and the ``*_op`` scalars, among them
+``process_set_included_op``); what they share while their ops are built (names, static
 shapes, scale factors) is :mod:`~hvdcore.tensorflow.op_building`. This module gathers them.
 """
 
 from __future__ import annotations
 
-from hvdcore.tensorflow.broadcast_ops import broadcast, broadcast_, broadcast_object
+from hvdcore.tensorflow.broadcast_ops import (
+    broadcast,
+    broadcast_,
+    broadcast_object,
+    broadcast_object_fn,
+)
 from hvdcore.tensorflow.gather_ops import allgather, allgather_object, alltoall, grouped_allgather
 from hvdcore.tensorflow.op_building import build_name, op_factor  # noqa: F401 (public here before)
 from hvdcore.tensorflow.reduce_ops import (
@@ -42,6 +48,7 @@ from hvdcore.tensorflow.scalar_ops import (
     join,
     local_rank_op,
     local_size_op,
+    process_set_included_op,
     rank_op,
     size_op,
 )
@@ -49,6 +56,6 @@ from hvdcore.tensorflow.scalar_ops import (
 __all__ = [
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
     "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier", "join",
-    "broadcast_object", "allgather_object", "size_op", "rank_op", "local_size_op",
-    "local_rank_op",
+    "broadcast_object", "broadcast_object_fn", "allgather_object", "size_op",
+    "process_set_included_op", "rank_op", "local_size_op", "local_rank_op",
 ]

@@ -1,5 +1,6 @@
 """The ops whose result is one int32 scalar, evaluated when the op runs: ``barrier`` (None when
-eager), ``join``, ``size_op``, ``rank_op``, ``local_size_op`` and ``local_rank_op``.
+eager), ``join``, ``size_op``, ``process_set_included_op``, ``rank_op``, ``local_size_op`` and
+``local_rank_op``.
 
 Part of :mod:`hvdcore.tensorflow.collectives`.
 """
@@ -12,10 +13,15 @@ import numpy as np
 import tensorflow as tf
 
 import hvdcore as _core
-from hvdcore import global_process_set
+from hvdcore import basics, global_process_set
 from hvdcore.tensorflow.bridge import run_numpy
 
-__all__ = ["barrier", "join", "size_op", "rank_op", "local_size_op", "local_rank_op"]
+__all__ = ["barrier", "join", "size_op", "process_set_included_op", "rank_op", "local_size_op",
+           "local_rank_op", "PROCESS_SET_ERROR_UNKNOWN_SET"]
+
+PROCESS_SET_ERROR_UNKNOWN_SET = -3
+"""What ``size_op`` and ``process_set_included_op`` return for an id no registered set has
+(Horovod's ``HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET``)."""
 
 
 def _scalar_op(fn: Any, label: str) -> tf.Tensor:
@@ -43,9 +49,41 @@ def join(device: str = "") -> tf.Tensor:
     return _scalar_op(_core.join, "join")
 
 
-def size_op(name: str | None = None) -> tf.Tensor:
-    """``size()`` as an int32 tensor, evaluated when the op runs."""
-    return _scalar_op(_core.size, "size")
+def _registered(process_set_id: int) -> Any:
+    return basics.state().sets.get(process_set_id)
+
+
+def size_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
+    """The size of the process set ``process_set_id`` (0: the job, i.e. ``size()``) as an int32
+    tensor, evaluated when the op runs; ``PROCESS_SET_ERROR_UNKNOWN_SET`` for an unknown id."""
+    set_id = int(process_set_id)
+
+    def fn() -> int:
+        if set_id == 0:
+            return _core.size()
+        ps = _registered(set_id)
+        return PROCESS_SET_ERROR_UNKNOWN_SET if ps is None else len(ps.ranks)
+
+    return _scalar_op(fn, "size")
+
+
+def process_set_included_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
+    """1 if this rank belongs to the process set ``process_set_id`` (always for 0, the global
+    set), else 0, or ``PROCESS_SET_ERROR_UNKNOWN_SET`` for an unknown id: an int32 tensor,
+    evaluated when the op runs.
+
+    Example: ``tf.equal(hvd.process_set_included_op(evens.process_set_id), 1)``.
+    """
+    set_id = int(process_set_id)
+
+    def fn() -> int:
+        basics.state()  # not initialized: an error, as the other scalar ops
+        if set_id == 0:
+            return 1
+        ps = _registered(set_id)
+        return PROCESS_SET_ERROR_UNKNOWN_SET if ps is None else int(bool(ps.included()))
+
+    return _scalar_op(fn, "process_set_included")
 
 
 def rank_op(name: str | None = None) -> tf.Tensor:

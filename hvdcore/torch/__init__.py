@@ -46,6 +46,7 @@ from hvdcore.torch.basics import (
     gloo_enabled,
     gpu_operations,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -107,7 +108,7 @@ from hvdcore.torch import elastic  # noqa: E402 - hvd.elastic needs the names ab
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "mpi_threads_supported",
+    "cross_rank", "cross_size", "is_homogeneous", "mpi_threads_supported",
     "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
     "rocm_built", "ddl_built", "ccl_built", "gpu_operations", "cpu_operations",
     "ReduceOp", "Average", "Sum", "Adasum", "Min", "Max", "Product",

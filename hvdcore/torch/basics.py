@@ -15,10 +15,10 @@ from hvdcore.torch import dataplanes
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "mpi_enabled",
-    "gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
-    "ccl_built", "gpu_operations", "cpu_operations", "add_process_set", "remove_process_set", "start_timeline",
-    "stop_timeline",
+    "cross_rank", "cross_size", "is_homogeneous", "mpi_threads_supported", "mpi_built",
+    "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built",
+    "ddl_built", "ccl_built", "gpu_operations", "cpu_operations", "add_process_set",
+    "remove_process_set", "start_timeline", "stop_timeline",
 ]
 
 is_initialized = _core.is_initialized
@@ -28,6 +28,7 @@ local_rank = _core.local_rank
 local_size = _core.local_size
 cross_rank = _core.cross_rank
 cross_size = _core.cross_size
+is_homogeneous = _core.is_homogeneous
 mpi_threads_supported = _core.mpi_threads_supported
 mpi_built = _core.mpi_built
 mpi_enabled = _core.mpi_enabled

@@ -9,6 +9,10 @@
   ``--check-build``'s Keras line names the backend and the backends hvdcore.keras trains on;
   without JAX installed, ``import hvdcore.keras`` on jax is an UnsupportedError naming 'jax'
   and what to install;
+- torch, jax: Horovod's Keras rules hold there too: ``DistributedOptimizer(op=Adasum or Min)``
+  and ``BroadcastGlobalVariablesCallback(local_variables=[ndarray])`` are ValueErrors,
+  ``BestModelCheckpoint`` takes (monitor, verbose, save_weights_only, mode, save_freq) and its
+  path by keyword;
 - numpy (a Keras backend hvdcore.keras does not train on): ``DistributedOptimizer`` is an
   UnsupportedError naming 'numpy' and the supported backends.
 """
@@ -77,6 +81,33 @@ line = next((ln for ln in format_report(capabilities(["keras"])).splitlines() if
 wanted = ", ".join(b for b in ("jax", "tensorflow", "torch") if importlib.util.find_spec(b))
 check("check_build.keras_line", line.strip().startswith(f"[X] Keras [hvdcore.keras: {wanted}] ")
       and f"(backend {BACKEND}" in line, line)
+# Horovod's Keras rules hold on this backend too: DistributedOptimizer takes Average or Sum,
+# local_variables are variables, BestModelCheckpoint takes (monitor, verbose,
+# save_weights_only, mode, save_freq) and the path by keyword
+for bad in (hvd.Adasum, hvd.Min):
+    try:
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=bad)
+    except ValueError as exc:
+        check(f"optimizer_op_{bad.name.lower()}", "Average or Sum" in str(exc), exc)
+    else:
+        raise AssertionError(f"DistributedOptimizer(op={bad.name}) was accepted")
+try:
+    hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[np.zeros(2)])
+except ValueError as exc:
+    check("local_variables_ndarray", "local_variables" in str(exc), exc)
+else:
+    raise AssertionError("local_variables=[ndarray] was accepted")
+check("local_variables_variable", hvd.callbacks.BroadcastGlobalVariablesCallback(
+    0, local_variables=keras.Variable(np.zeros(2))).root_rank == 0)
+best = hvd.callbacks.BestModelCheckpoint("val_acc", 1, False, "max")
+check("best_checkpoint_order", (best.monitor, best.verbose, best.mode, best.filepath)
+      == ("val_acc", 1, "max", None))
+try:
+    hvd.callbacks.BestModelCheckpoint("best.keras")
+except ValueError as exc:
+    check("best_checkpoint_path_first", "filepath=" in str(exc), exc)
+else:
+    raise AssertionError("BestModelCheckpoint('best.keras') was accepted")
 if importlib.util.find_spec("tf_keras") is not None:
     import tf_keras
 

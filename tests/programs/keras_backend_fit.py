@@ -185,7 +185,7 @@ def run_case(name, make_opt, epochs, passes=1, average=False, warmup=0, checkpoi
         callbacks.insert(1, hvd.callbacks.LearningRateWarmupCallback(
             initial_lr=base_lr, warmup_epochs=warmup, momentum_correction=False, verbose=1))
     if checkpoint:
-        callbacks.append(hvd.callbacks.BestModelCheckpoint(checkpoint, monitor="val_loss"))
+        callbacks.append(hvd.callbacks.BestModelCheckpoint(monitor="val_loss", filepath=checkpoint))
     model.fit(shard(x, R), shard(y, R), batch_size=B, epochs=epochs, shuffle=False, verbose=0,
               validation_data=(shard(xv, R), shard(yv, R)), callbacks=callbacks)
     expected_lrs: list[float] = []

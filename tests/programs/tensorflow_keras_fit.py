@@ -155,7 +155,7 @@ def run_case(name: str, make_opt, epochs: int, passes: int = 1, average: bool = 
         callbacks.insert(1, hvd.callbacks.LearningRateWarmupCallback(
             initial_lr=base_lr, warmup_epochs=warmup, momentum_correction=False, verbose=1))
     if checkpoint:
-        callbacks.append(hvd.callbacks.BestModelCheckpoint(checkpoint, monitor="val_loss"))
+        callbacks.append(hvd.callbacks.BestModelCheckpoint(monitor="val_loss", filepath=checkpoint))
     model.fit(shard(x, R), shard(y, R), batch_size=B, epochs=epochs, shuffle=False, verbose=0,
               validation_data=(shard(xv, R), shard(yv, R)), callbacks=callbacks)
     check(f"{name}.compiled", not model.run_eagerly)

@@ -11,7 +11,9 @@ The anchors (horovod/torch/optimizer.py, horovod/common/process_sets.py, basics.
 - ``groups=[...]`` keeps of each group the trainable parameters; a non-tensor or a parameter
   in two groups is a ValueError;
 - ``add_process_set`` of ranks that already form a set: ValueError ("duplicate");
-- ``broadcast_object`` / ``allgather_object`` serialize with cloudpickle (lambdas too).
+- ``broadcast_object`` / ``allgather_object`` serialize with cloudpickle (lambdas too);
+- ``is_homogeneous()`` (horovod/torch/mpi_ops.py: ``_basics.is_homogeneous``): a bool, True
+  when every node runs as many ranks (one host here).
 
 Each rule is checked against the plain torch optimizer run in this process on the same data
 (bit for bit where no reduction happens), on every rank. Prints ``torch-horovod-rules ... OK``.
@@ -193,6 +195,8 @@ for call in ("broadcast_object", "allgather_object"):
         ok(not CLOUDPICKLE and "cloudpickle" in str(e), f"{call}: {e}")
     ok(hvd.broadcast_object({"after": call}, root_rank=0) == {"after": call},
        f"{call}: the next call works")
+
+ok(hvd.is_homogeneous() is True, f"is_homogeneous(): {hvd.is_homogeneous()!r}")
 
 print(f"torch-horovod-rules rank={ME} size={N} cloudpickle={CLOUDPICKLE} checks={CHECKS} OK",
       flush=True)

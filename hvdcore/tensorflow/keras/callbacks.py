@@ -13,7 +13,7 @@ Example::
         hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.1 * hvd.size(), warmup_epochs=3),
     ]
     if hvd.rank() == 0:
-        callbacks.append(hvd.callbacks.BestModelCheckpoint("best.keras"))
+        callbacks.append(hvd.callbacks.BestModelCheckpoint(filepath="best.keras"))
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from hvdcore import Average, global_process_set
-from hvdcore.arguments import gradient_groups
+from hvdcore.arguments import gradient_groups, keras_optimizer_op
 from hvdcore.errors import ArgumentError, UnsupportedError
 from hvdcore.keras_partial import partial_optimizer
 from hvdcore.tensorflow.compression import Compression, Compressor
@@ -53,6 +53,7 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     if is_distributed_optimizer(optimizer):
         raise ArgumentError("optimizer is already a DistributedOptimizer; wrap the plain one once")
     gradient_groups(groups, num_groups, "DistributedOptimizer")
+    keras_optimizer_op(op)
     kwargs = dict(name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                   gradient_predivide_factor=gradient_predivide_factor, op=op,
                   backward_passes_per_step=backward_passes_per_step,
@@ -86,16 +87,17 @@ def PartialDistributedOptimizer(optimizer: Any, name: str | None = None,
                                 compression: type[Compressor] = Compression.none,
                                 sparse_as_dense: bool = False,
                                 gradient_predivide_factor: float = 1.0, op: Any = Average,
+                                groups: Any = None, process_set: Any = global_process_set,
+                                local_layers: Any = None, scale_local_gradients: bool = True,
                                 backward_passes_per_step: int = 1,
-                                average_aggregated_gradients: bool = False, groups: Any = None,
-                                process_set: Any = global_process_set,
-                                local_layers: Any = None,
-                                scale_local_gradients: bool = True) -> Any:
+                                average_aggregated_gradients: bool = False) -> Any:
     """A DistributedOptimizer whose ``local_layers`` (a layer or a list) keep local gradients.
 
     Every trainable weight of those layers is registered with ``register_local_var``: its
     gradient is not reduced over ranks (and is divided by the set size when
-    ``scale_local_gradients``). Other arguments are :func:`DistributedOptimizer`'s.
+    ``scale_local_gradients``). Other arguments are :func:`DistributedOptimizer`'s, in
+    Horovod's order (``horovod.keras``); ``backward_passes_per_step`` and
+    ``average_aggregated_gradients``, which Horovod's lacks, come last.
 
     Example::
 

@@ -25,13 +25,15 @@ def register_for_broadcast(model: Any) -> None:
 
 def load_model(filepath: str, custom_optimizers: list[type] | None = None,
                custom_objects: dict[str, Any] | None = None,
-               compression: type[Compressor] = Compression.none, **optimizer_kwargs: Any) -> Any:
+               compression: type[Compressor] = Compression.none, legacy_opts: bool = False,
+               **optimizer_kwargs: Any) -> Any:
     """Load a saved Keras model with its optimizer wrapped in a DistributedOptimizer.
 
     A model saved with a DistributedOptimizer comes back with one (its reduction settings are
     in the saved config; ``compression`` is applied again). A model saved with a plain optimizer
     gets it wrapped, keeping the optimizer's state. ``optimizer_kwargs`` go to
-    DistributedOptimizer (e.g. ``backward_passes_per_step``).
+    DistributedOptimizer (e.g. ``backward_passes_per_step``). ``legacy_opts`` (Horovod's fifth
+    argument) has no effect: the optimizer the model comes back with is the one wrapped.
 
     Example: ``model = hvd.load_model("ckpt.keras"); model.fit(...)``.
     """
