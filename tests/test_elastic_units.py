@@ -1,7 +1,8 @@
 """Elastic training's parts that need no job: hvdcorerun's elastic flags (the real launcher, its
-usage errors), the discovery script's output, the blacklist's cooldown and backoff, the store
-protocol's values, and ``hvd.elastic.run`` outside an elastic launch (one process, and
-``mpirun`` at 2 ranks: the function runs once, a failure is not retried)."""
+usage errors), the discovery script's output, the blacklist's cooldown and backoff, the slots
+the driver assigns, the store protocol's values, and ``hvd.elastic.run`` outside an elastic
+launch (one process, and ``mpirun`` at 2 ranks: the function runs once, a failure is not
+retried)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pytest
 from conftest import mpi_env
 
 from hvdcore.elastic_wire import Assignment, decode, encode
-from hvdcore.runner.elastic_hosts import Blacklist, Discovery, DiscoveryError, _tasks_per_node
+from hvdcore.runner.elastic_hosts import (Blacklist, Discovery, DiscoveryError,
+                                          _tasks_per_node, cooldown_seconds)
+from hvdcore.runner.elastic_slots import Slot, plan_slots
 from hvdcore.runner.hosts import Host
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,8 +40,13 @@ def hvdcorerun(*args: str) -> subprocess.CompletedProcess[str]:
      "--min-np 3 is more than the 2 slot(s) given"),
     (["--min-np", "1", "--host-discovery-script", "/nonexistent/hosts.sh", "python", "x.py"],
      "--host-discovery-script /nonexistent/hosts.sh: not an executable file"),
-    (["--min-np", "1", "--blacklist-cooldown-range", "9", "3", "python", "x.py"],
-     "--blacklist-cooldown-range 9 3: needs 0 <= MIN <= MAX"),
+    (["--min-np", "1", "--blacklist-cooldown-range", "0.5", "3", "python", "x.py"],
+     "--blacklist-cooldown-range 0.5 3: MIN must be at least 1 s"),
+    (["--min-np", "1", "--blacklist-cooldown-range", "10", "4000", "python", "x.py"],
+     "--blacklist-cooldown-range 10 4000: MAX must be at most 3600 s"),
+    (["--min-np", "1", "--host-discovery-script", "no-such-command-x hosts", "python", "x.py"],
+     "--host-discovery-script no-such-command-x hosts: no-such-command-x is not a command on "
+     "PATH"),
     (["--min-np", "1", "--elastic-timeout", "-4", "python", "x.py"],
      "--elastic-timeout='-4' is not a valid float (s, > 0)"),
 ])
@@ -104,20 +112,76 @@ def test_discovery_errors_name_the_script_and_what_went_wrong(tmp_path: Path, bo
     assert path in str(err.value) and message in str(err.value)
 
 
-def test_blacklist_cooldown_doubles_and_ends() -> None:
+@pytest.mark.parametrize(("lo", "hi", "times", "jitter", "wait"), [
+    (10, 100, 1, 0.0, 20.0), (10, 100, 1, 0.5, 25.0), (10, 100, 3, 0.999, 89.99),
+    (10, 100, 4, 0.0, 100.0), (10, 100, 6, 0.9, 100.0),  # 1615 s before: MAX bounds it
+    (1, 2, 1, 0.3, 2.0), (60, 300, 2, 0.0, 240.0), (9, 3, 1, 0.5, 9.0),  # MIN > MAX: MIN
+    (1, 3600, 10_000, 0.5, 3600.0),
+])
+def test_cooldown_is_horovods_backoff_within_min_and_max(lo: float, hi: float, times: int,
+                                                        jitter: float, wait: float) -> None:
+    assert cooldown_seconds(lo, hi, times, jitter) == pytest.approx(wait)
+
+
+def test_blacklist_cooldown_grows_never_past_max_and_ends() -> None:
     now = [100.0]
-    bl = Blacklist((2.0, 2.0), clock=lambda: now[0])
-    assert bl.add("n1") == 2.0 and bl.blocked("n1")
-    now[0] += 2.0
+    bl = Blacklist((10.0, 100.0), clock=lambda: now[0])
+    first = bl.add("n1")
+    assert 20.0 <= first < 30.0 and bl.blocked("n1")
+    now[0] += first
     assert not bl.blocked("n1")
-    assert bl.add("n1") == 4.0 and bl.add("n1") == 8.0 and bl.times("n1") == 3
-    for _ in range(10):
-        wait = bl.add("n1")
-    assert wait == 2.0 * 32  # the backoff is capped at 2^5
+    waits = [bl.add("n1") for _ in range(12)]
+    assert all(10.0 <= w <= 100.0 for w in waits) and waits[-1] == 100.0
+    assert bl.times("n1") == 13
     forever = Blacklist(None, clock=lambda: now[0])
     assert forever.add("n2") == float("inf") and forever.for_good("n2")
     now[0] += 1e9
     assert forever.blocked("n2")
+
+
+def test_discovery_runs_through_the_shell_with_arguments(tmp_path: Path) -> None:
+    """Horovod runs the script with shell=True: ``sh disc.sh``, arguments, pipes work."""
+    plain = tmp_path / "disc.sh"  # not executable: ``sh`` runs it
+    plain.write_text('echo "node1:${1:-2}"\n')
+    assert Discovery(f"sh {plain}", None)() == [Host("node1", 2)]
+    assert Discovery(f"sh {plain} 5 | tr 1 7", None)() == [Host("node7", 5)]
+    with pytest.raises(DiscoveryError, match=r"exited with status 127 \(the shell could not "
+                                             r"run it\): .*no-such-command-x"):
+        Discovery("no-such-command-x --flag", None)()
+
+
+def _plan(hosts: str, running: list[Slot], max_np: int | None = None,
+          blocked: frozenset[str] = frozenset()) -> tuple[list, list]:
+    found = [Host(n, int(k)) for n, k in (h.split(":") for h in hosts.split(","))]
+    plan = plan_slots(found, running, max_np, blocked.__contains__)
+    return plan.start, plan.stop
+
+
+def test_slots_first_generation_takes_every_slot_up_to_max_np() -> None:
+    assert _plan("a:2,b:2", [], 3) == ([("a", 0), ("a", 1), ("b", 0)], [])
+    assert _plan("a:2,b:2", [])[0] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert _plan("a:2,b:2", [], 3, frozenset({"a"}))[0] == [("b", 0), ("b", 1)]
+
+
+def test_slots_of_a_running_host_are_added_and_removed() -> None:
+    """A change in a host's slot count is an update, as Horovod's check_update counts it."""
+    a0 = Slot("a", 0, 0)
+    assert _plan("a:2", [a0], 4) == ([("a", 1)], [])
+    assert _plan("a:3", [a0, Slot("a", 1, 1)], 2) == ([], [])  # --max-np
+    assert _plan("a:1,b:1", [a0, Slot("a", 1, 1)]) == ([("b", 0)], [("a", 1)])
+
+
+def test_slots_keep_rank_0s_host_first_and_report_a_lost_survivor() -> None:
+    """The host of the last rank 0 keeps its slots whatever the listing's order; when every
+    worker of the last generation would go, no survivor is kept (Horovod's error)."""
+    running = [Slot("b", 0, 0), Slot("a", 0, 1)]
+    start, stop = _plan("a:1,b:1", running, 1)
+    assert (start, stop) == ([], [("a", 0)])
+    plan = plan_slots([Host("c", 1)], [Slot("a", 0, 0)], None)
+    assert (plan.start, plan.stop) == ([("c", 0)], [("a", 0)])
+    assert not plan.keeps_a_survivor([Slot("a", 0, 0)])
+    assert plan_slots([Host("a", 1), Host("c", 1)], [Slot("a", 0, 0)], None) \
+        .keeps_a_survivor([Slot("a", 0, 0)])
 
 
 def test_tasks_per_node_expands_slurms_compressed_form() -> None:

@@ -78,14 +78,18 @@ Gloo jobs (``--gloo``) and other hosts
     ``NCCL_SOCKET_IFNAME`` and Open MPI's ``-mca btl_tcp_if_include``).
 
 Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is not one)
-    The Gloo controller, no MPI: hvdcorerun starts one worker per slot of the usable hosts,
-    hosts their rendezvous and decides who is in the job. A worker that fails blacklists its
-    host (``--blacklist-cooldown-range MIN MAX`` lets it back after a cooldown, doubled at
-    each further failure); the survivors roll back to their last ``state.commit()`` and go on
-    in process while at least ``--min-np`` remain (below it they wait up to
-    ``--elastic-timeout`` seconds for hosts). The discovery script, run about once a second,
-    prints ``host:slots`` (or ``host`` with ``--slots-per-host``) per line; new hosts join at
-    the next commit, hosts no longer listed leave there. ``--reset-limit N`` ends the job
+    The Gloo controller, no MPI: once ``-np`` (default ``--min-np``) slots are listed,
+    hvdcorerun starts one worker per usable slot up to ``--max-np``, hosts their rendezvous
+    and decides who is in the job. A worker that fails blacklists its host
+    (``--blacklist-cooldown-range MIN MAX``, 1 <= MIN, MAX <= 3600, lets it back after a
+    cooldown of MIN doubled at each failure plus jitter, at most MAX); the survivors roll back
+    to their last ``state.commit()`` and go on in process while at least ``--min-np`` remain
+    (below it they wait up to ``--elastic-timeout`` seconds for hosts). If no worker of the
+    last generation is left to broadcast the state, the job fails. The discovery script, a
+    shell command run about once a second (``sh disc.sh`` works), prints ``host:slots`` (or
+    ``host`` with ``--slots-per-host``) per line; new hosts and slots join at the next commit,
+    hosts or slots no longer listed leave there. If its first run fails the job fails; later
+    failures are warnings and the job keeps its hosts. ``--reset-limit N`` ends the job
     instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
     ``localhost:-np``) are the hosts. The script uses ``hvd.elastic`` (the manual's elastic
     page); output lines are prefixed ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan

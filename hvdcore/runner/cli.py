@@ -129,16 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the most workers (default: every slot of the hosts); without "
                          "--min-np or --host-discovery-script, ignored as by horovodrun")
     el.add_argument("--host-discovery-script", metavar="SCRIPT",
-                    help="executable printing the usable hosts, one 'host:slots' (or 'host' "
-                         "with --slots-per-host) per line; run about once a second")
+                    help="shell command printing the usable hosts, one 'host:slots' (or "
+                         "'host' with --slots-per-host) per line; run about once a second")
     el.add_argument("--slots-per-host", type=int, metavar="N",
                     help="slots of a host the discovery script prints without ':slots'")
     el.add_argument("--reset-limit", type=int, metavar="N",
                     help="end the job (exit 1) instead of a reset after N resets")
     el.add_argument("--blacklist-cooldown-range", nargs=2, type=float, metavar=("MIN", "MAX"),
-                    help="a host where a worker failed is used again after a cooldown drawn "
-                         "from [MIN, MAX] seconds, doubled at each further failure (default: "
-                         "blacklisted for good)")
+                    help="a host where a worker failed is used again after a cooldown of MIN "
+                         "doubled at each failure, plus jitter, at most MAX seconds (1 <= MIN, "
+                         "MAX <= 3600; default: blacklisted for good)")
     p.add_argument("--verbose", action="store_true",
                    help="print the exact launch command on stderr before running it")
     p.add_argument("--dry-run", action="store_true",

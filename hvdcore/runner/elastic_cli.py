@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 import shutil
+import subprocess
 from collections.abc import Mapping
 
 from hvdcore.config import load
@@ -26,7 +27,8 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
                 exports: Mapping[str, str], hosts: list[Host] | None) -> int:
     """Check the elastic flags and run the job (:mod:`hvdcore.runner.elastic_driver`)."""
     from hvdcore.runner.elastic_driver import ElasticSettings, run_elastic_job
-    from hvdcore.runner.elastic_hosts import Discovery, FixedHosts, SlurmNodes
+    from hvdcore.runner.elastic_hosts import (Discovery, FixedHosts, SlurmNodes,
+                                              check_cooldown_range)
 
     if not args.command:
         raise _usage("no command given")
@@ -47,15 +49,18 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
     srun = None
     if args.blacklist_cooldown_range is not None:
         lo, hi = args.blacklist_cooldown_range
-        if not 0 <= lo <= hi:
-            raise _usage(f"--blacklist-cooldown-range {lo:g} {hi:g}: needs 0 <= MIN <= MAX")
+        try:
+            check_cooldown_range(lo, hi)
+        except ValueError as exc:
+            raise _usage(str(exc)) from None
         cooldown = (lo, hi)
     if args.host_discovery_script is not None:
         if hosts is not None:
             raise _usage("--host-discovery-script replaces -H/--hostfile: give one of them")
         script = args.host_discovery_script
-        if not (os.path.isfile(script) and os.access(script, os.X_OK)):
-            raise _usage(f"--host-discovery-script {script}: not an executable file")
+        problem = _command_problem(script)
+        if problem:
+            raise _usage(f"--host-discovery-script {script}: {problem}")
         discover = Discovery(script, args.slots_per_host)
     elif hosts is None and in_allocation(environ) and shutil.which("srun"):
         discover = SlurmNodes(environ, args.slots_per_host)
@@ -80,6 +85,40 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
                                args.network_interfaces or cfg.gloo_iface or None,
                                ssh)
     return run_elastic_job(settings, args.command, environ, exports)
+
+
+def _command_problem(script: str) -> str | None:
+    """Why the discovery command cannot run at all, or None. It runs through the shell as in
+    Horovod (``sh disc.sh``, arguments, pipes); only its first word, when it is a plain name
+    or path, is checked here: the shell reports anything else at the first run."""
+    try:
+        words = shlex.split(script)
+    except ValueError as exc:
+        return f"not a shell command: {exc}"
+    if not words:
+        return "empty command"
+    first = words[0]
+    if "=" in first or any(c in first for c in "$`;&|<>(){}*?[]~"):
+        return None  # shell syntax: the shell decides
+    if "/" in first:
+        if os.path.isfile(first) and os.access(first, os.X_OK):
+            return None
+        return ("not an executable file" if len(words) == 1
+                else f"{first} is not an executable file")
+    if shutil.which(first) or _shell_knows(first):
+        return None
+    here = os.path.isfile(first) and os.access(first, os.X_OK)
+    return (f"{first} is not a command on PATH" + (f" (this directory's: ./{first})" if here
+                                                    else ""))
+
+
+def _shell_knows(name: str) -> bool:
+    """True when ``sh`` runs ``name`` as a builtin (``exec``, ``.``) or a function."""
+    try:
+        return subprocess.run(["sh", "-c", 'command -v -- "$1"', "sh", name],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: let the first run report it
 
 
 def _dry_run_text(args: argparse.Namespace, min_np: int, discover: object,

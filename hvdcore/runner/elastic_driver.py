@@ -11,13 +11,17 @@ after them, ``out`` for the workers of a host that left. The workers' ``hvd.init
 - A worker that fails (non-zero exit, or a signal) blacklists its host
   (:class:`~hvdcore.runner.elastic_hosts.Blacklist`); the host's other workers are stopped;
   the survivors roll back and continue at ``>= --min-np``.
-- The discovery script is polled about once a second; new hosts get workers (up to
-  ``--max-np``) and the running workers are interrupted at their next commit; a host that is
-  no longer listed leaves at the next commit (its workers end with status 0).
+- The job starts once ``-np`` (else ``--min-np``) slots are listed, with a worker on every
+  slot up to ``--max-np`` (:mod:`hvdcore.runner.elastic_slots`). The discovery script is then
+  polled about once a second; new hosts and new slots get workers (up to ``--max-np``) and the
+  running workers are interrupted at their next commit; a host that is no longer listed, or
+  the slots a host no longer lists, leave at the next commit (their workers end with status 0).
+  A failure of the script's first run ends the job; later failures are reported and the job
+  goes on with the hosts it has (Horovod's driver).
 - Below ``--min-np`` the launcher waits up to ``--elastic-timeout`` for hosts; after
-  ``--reset-limit`` resets, when every host is blacklisted for good, or when the discovery
-  script keeps failing, it ends the job: the reason goes to every waiting worker (which raise
-  it) and to stderr, and hvdcorerun exits non-zero.
+  ``--reset-limit`` resets, when every host is blacklisted for good, or when no worker of the
+  last generation is left to broadcast the committed state, it ends the job: the reason goes to
+  every waiting worker (which raise it) and to stderr, and hvdcorerun exits non-zero.
 - The job succeeds when every worker that was not removed has exited with status 0.
 """
 
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 
 from hvdcore.elastic_wire import Assignment, Keys, encode
 from hvdcore.runner.elastic_hosts import Blacklist, DiscoveryError
+from hvdcore.runner.elastic_slots import NO_SURVIVOR, Slot, plan_slots
 from hvdcore.runner.gloo_launch import _own_names, _pump, iface_address, is_local
 from hvdcore.runner.hosts import Host
 from hvdcore.runner.remote import SshOptions, ssh_command
@@ -47,7 +52,7 @@ log = logging.getLogger("hvdcore.runner")
 
 _TICK_S = 0.05
 _DISCOVERY_PERIOD_S = 1.0
-_DISCOVERY_FAILURES = 3  # consecutive failures of the script that end the job
+_FAILURE_NOTE_S = 30.0  # a discovery script failing every second is reported this often
 _GRACE_S = 10.0  # for workers to read the launcher's reason and exit, before SIGKILL
 
 
@@ -75,11 +80,49 @@ class _Worker:
     slot: int
     proc: subprocess.Popen[bytes]
     rank: int = -1  # in the last generation published (-1: none yet)
+    gen: int = 0  # the last generation it was in
     state: str = "running"  # running, done, failed, stopped (its host failed), removed
+    told: bool = False  # removed, and a generation published says so (it cannot come back)
+
+    def revivable(self) -> bool:
+        """Removed, but no generation said so yet: listed again, it keeps its slot."""
+        return self.state == "removed" and not self.told and self.proc.poll() is None
 
 
 def _say(text: str) -> None:
     print(f"hvdcorerun: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class _Failures:
+    """A discovery script's failures in a row, reported as warnings: the first, then one at
+    most every _FAILURE_NOTE_S (it runs every second), and its recovery."""
+
+    count: int = 0
+    noted: float = 0.0
+
+    def failed(self, exc: DiscoveryError) -> None:
+        """Count a failure; report it when it is the first or the last report is old."""
+        self.count += 1
+        now = time.monotonic()
+        if self.count == 1 or now - self.noted >= _FAILURE_NOTE_S:
+            self.noted = now
+            _say(f"warning: {exc} ({self.count} failure(s) in a row); the job goes on with "
+                 "the hosts it has")
+
+    def worked(self) -> None:
+        """The script ran: report the recovery after failures."""
+        if self.count:
+            _say(f"host discovery works again after {self.count} failure(s)")
+            self.count = 0
+
+
+def _no_survivor(workers: Sequence[_Worker], gen: int) -> str:
+    """Why the job ends when no worker of generation ``gen`` is left with its state."""
+    if not any(w.state == "removed" for w in workers if w.gen == gen):
+        return f"every worker of generation {gen} failed: none is left to broadcast the state"
+    return (f"{NO_SURVIVOR} (no worker of generation {gen} is left: new workers would start "
+            "from the initial state, not from the last commit)")
 
 
 class _Driver:
@@ -91,6 +134,12 @@ class _Driver:
         self.command = list(command)
         self.environ, self.exports = environ, exports
         self.own = _own_names()
+        # the script's first run: its hosts place the store, its failure ends the job (run())
+        self.first: list[Host] | DiscoveryError
+        try:
+            self.first = settings.discover()
+        except DiscoveryError as exc:
+            self.first = exc
         local = self._all_local_hint() and not settings.iface
         self.store = dist.TCPStore("127.0.0.1" if local else "0.0.0.0", 0,
                                    None, True,
@@ -108,16 +157,15 @@ class _Driver:
         self.resets = 0
         self.incarnation: dict[tuple[str, int], int] = {}
         self.hosts: list[Host] = []
-        self.discovery_failures = 0
+        self.discovery_failures = _Failures()
         self.short_since: float | None = None  # when the job fell below --min-np
         self.finished_at: float | None = None  # when the first worker succeeded
         self.failed_after_finish = False
 
     def _all_local_hint(self) -> bool:
-        try:
-            return all(is_local(h.name, self.own) for h in self.s.discover())
-        except DiscoveryError:
+        if isinstance(self.first, DiscoveryError):
             return True
+        return all(is_local(h.name, self.own) for h in self.first)
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -167,50 +215,64 @@ class _Driver:
 
     # -- hosts -------------------------------------------------------------------------------
 
-    def _discover(self) -> bool:
-        """Poll the hosts; True when the job's hosts changed (workers added or removed)."""
+    def _poll(self, first: bool = False) -> bool:
+        """Run the discovery script; False when it failed (the job keeps its last hosts).
+        The first run's failure is raised: a script that never worked ends the job."""
         try:
-            found = self.s.discover()
-            self.discovery_failures = 0
+            if first and isinstance(self.first, DiscoveryError):
+                raise self.first
+            found = self.first if first and isinstance(self.first, list) else self.s.discover()
         except DiscoveryError as exc:
-            self.discovery_failures += 1
-            _say(f"{exc} ({self.discovery_failures} of {_DISCOVERY_FAILURES} failures in a "
-                 "row)")
-            if self.discovery_failures >= _DISCOVERY_FAILURES:
+            if first:
                 raise
+            self.discovery_failures.failed(exc)
             return False
+        self.discovery_failures.worked()
         self.hosts = found
-        listed = {h.name for h in found}
+        return True
+
+    def _discover(self) -> bool:
+        """Poll the hosts; True when the job's workers changed (added or removed)."""
+        return self._poll() and self._apply()
+
+    def _apply(self) -> bool:
+        """Start and stop workers so that they fill the hosts' usable slots up to --max-np;
+        True when the workers changed."""
+        have = [w for w in self.workers if w.state == "running" or w.revivable()]
+        plan = plan_slots(self.hosts, [Slot(w.host, w.slot, w.rank) for w in have],
+                          self.s.max_np, self.blacklist.blocked)
         changed = False
-        for w in self._live():
-            if w.host not in listed:
-                w.state = "removed"
+        for w in have:  # a slot listed again before its worker was told to leave keeps it
+            if w.state == "removed" and (w.host, w.slot) not in plan.stop:
+                w.state = "running"
                 changed = True
-        if changed:
-            _say("hosts left the job: " + ", ".join(sorted(
-                {w.host for w in self.workers if w.state == "removed" and w.rank >= 0})))
-        cap = self.s.max_np if self.s.max_np is not None else sys.maxsize
-        if self.gen == 0 and self.s.start_np is not None:
-            cap = min(cap, self.s.start_np)
-        used = {w.host for w in self._live()}
+        gone = [w for w in have if w.state == "running" and (w.host, w.slot) in plan.stop]
+        for w in gone:
+            w.state = "removed"
+        listed = {h.name for h in self.hosts}
+        left = sorted({w.host for w in gone if w.host not in listed and w.rank >= 0})
+        if left:
+            _say("hosts left the job: " + ", ".join(left))
+        for host in dict.fromkeys(w.host for w in gone if w.host in listed):
+            _say(f"host {host} lists fewer slots: worker(s) " + ", ".join(
+                w.wid for w in gone if w.host == host) + " leave the job")
+        changed |= bool(gone)
+        if not plan.start:
+            return changed
         limit = self.s.reset_limit
-        for h in found:
-            if h.name in used or self.blacklist.blocked(h.name):
-                continue
-            free = cap - len(self._live())
-            if free <= 0:
-                break
-            if self.gen > 0 and limit is not None and self.resets >= limit:
-                # the reset this host needs is over --reset-limit: run() ends the job, so no
-                # worker is started only to be killed after the abort's grace period
-                changed = True
-                break
+        if self.gen > 0 and limit is not None and self.resets >= limit:
+            # the reset these workers need is over --reset-limit: run() ends the job, so no
+            # worker is started only to be killed after the abort's grace period
+            return True
+        used = {w.host for w in self._live()}
+        for host in dict.fromkeys(h for h, _ in plan.start):
+            slots = [slot for h, slot in plan.start if h == host]
             if self.gen > 0:
-                _say(f"host {h.name} joins the job with {min(h.slots, free)} slot(s)")
-            for slot in range(min(h.slots, free)):
-                self._spawn(h.name, slot)
-            changed = True
-        return changed
+                _say(f"host {host} joins the job with {len(slots)} slot(s)" if host not in used
+                     else f"host {host}: {len(slots)} more slot(s) used")
+            for slot in slots:
+                self._spawn(host, slot)
+        return True
 
     def _usable_slots(self) -> int:
         return sum(h.slots for h in self.hosts if not self.blacklist.blocked(h.name))
@@ -233,10 +295,11 @@ class _Driver:
             a = Assignment(rank, len(ordered), local, len(per_host[w.host]),
                            cross.index(w.host), len(cross), w.host, w.rank < 0)
             self.store.set(Keys.worker(self.gen, w.wid), encode(a))
-            w.rank = rank
+            w.rank, w.gen = rank, self.gen
         for w in self.workers:
             if w.state == "removed":
                 self.store.set(Keys.worker(self.gen, w.wid), encode(None))
+                w.told = True
         self.store.set(Keys.counts(self.gen), f"{self.store.add(Keys.UPDATES, 0)} "
                                                f"{self.store.add(Keys.FAILURES, 0)}")
         self.store.set(Keys.GEN, str(self.gen))
@@ -272,6 +335,12 @@ class _Driver:
              + (f", its {len(others)} other worker(s) stopped" if others else ""))
         return True
 
+    def _survivors(self, revivable: bool = False) -> list[_Worker]:
+        """The running workers of the last generation, which hold its committed state
+        (``revivable``: with those removed but not told yet, which a listing may bring back)."""
+        return [w for w in self.workers if w.rank >= 0 and (
+            w.state == "running" or (revivable and w.revivable()))]
+
     def _abort(self, reason: str) -> int:
         self.store.set(Keys.ABORT, reason)
         _say(f"job failed: {reason}")
@@ -283,17 +352,23 @@ class _Driver:
 
     def run(self) -> int:
         start = time.monotonic()
-        while True:  # the first generation: at least --min-np slots
+        need, flag = ((self.s.start_np, "-np") if self.s.start_np is not None
+                      else (self.s.min_np, "--min-np"))
+        first = True
+        while True:  # the first generation: once -np (else --min-np) slots are listed
             try:
-                self._discover()
+                polled = self._poll(first)
             except DiscoveryError as exc:
                 return self._abort(str(exc))
-            if len(self._live()) >= self.s.min_np:
-                break
+            first = False
+            if polled and self._usable_slots() >= need:
+                self._apply()
+                if len(self._live()) >= self.s.min_np:
+                    break
             if time.monotonic() - start > self.s.elastic_timeout:
                 return self._abort(
-                    f"{len(self._live())} slot(s) available, fewer than --min-np "
-                    f"{self.s.min_np}, for --elastic-timeout {self.s.elastic_timeout:g} s")
+                    f"{self._usable_slots()} slot(s) available, fewer than {flag} "
+                    f"{need}, for --elastic-timeout {self.s.elastic_timeout:g} s")
             time.sleep(_DISCOVERY_PERIOD_S)
         self._publish()
         next_poll = time.monotonic() + _DISCOVERY_PERIOD_S
@@ -318,12 +393,9 @@ class _Driver:
             now = time.monotonic()
             if now >= next_poll:
                 next_poll = now + _DISCOVERY_PERIOD_S
-                try:
-                    if self._discover():
-                        self.store.add(Keys.UPDATES, 1)
-                        pending = True
-                except DiscoveryError as exc:
-                    return self._abort(str(exc))
+                if self._discover():
+                    self.store.add(Keys.UPDATES, 1)
+                    pending = True
             if not pending:
                 continue
             live = len(self._live())
@@ -333,6 +405,8 @@ class _Driver:
                         f"every host is blacklisted ({', '.join(h.name for h in self.hosts)}):"
                         f" {live} worker(s) left, fewer than --min-np {self.s.min_np}; give "
                         "--blacklist-cooldown-range to let failed hosts back")
+                if not self._survivors(revivable=True):
+                    return self._abort(_no_survivor(self.workers, self.gen))
                 if self.short_since is None:
                     self.short_since = now
                     _say(f"{live} worker(s) left, fewer than --min-np {self.s.min_np}; waiting "
@@ -343,6 +417,8 @@ class _Driver:
                         f"--elastic-timeout {self.s.elastic_timeout:g} s")
                 continue
             self.short_since = None
+            if not self._survivors():
+                return self._abort(_no_survivor(self.workers, self.gen))
             self.resets += 1
             if self.s.reset_limit is not None and self.resets > self.s.reset_limit:
                 return self._abort(f"the job was reset {self.resets - 1} time(s), the "

@@ -1,15 +1,18 @@
 """Where an elastic job may run: the host discovery script, and the hosts it must avoid.
 
-The discovery script (``--host-discovery-script``) prints one host per line, ``host:slots`` or
-``host`` (then ``--slots-per-host`` slots); hvdcorerun runs it about once a second. A host on
-which a worker failed is blacklisted: for good without ``--blacklist-cooldown-range``, else
-for a cooldown drawn from the range and doubled at each further failure of that host
-(exponential backoff, capped at 2^5 times the range), after which it is used again.
+The discovery script (``--host-discovery-script``, a shell command as in Horovod: ``sh
+disc.sh`` or a script with arguments) prints one host per line, ``host:slots`` or ``host``
+(then ``--slots-per-host`` slots); hvdcorerun runs it about once a second. A host on which a
+worker failed is blacklisted: for good without ``--blacklist-cooldown-range MIN MAX``, else for
+Horovod's cooldown (:func:`cooldown_seconds`: exponential backoff from MIN with jitter, never
+above MAX), after which it is used again.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -18,10 +21,33 @@ from dataclasses import dataclass, field
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host, HostSpecError, parse_host_list
 
-__all__ = ["DiscoveryError", "Discovery", "FixedHosts", "SlurmNodes", "Blacklist"]
+__all__ = ["DiscoveryError", "Discovery", "FixedHosts", "SlurmNodes", "Blacklist",
+           "cooldown_seconds", "check_cooldown_range", "COOLDOWN_LIMITS"]
 
 _SCRIPT_TIMEOUT_S = 30.0
-_MAX_BACKOFF_DOUBLINGS = 5
+#: the bounds Horovod puts on --blacklist-cooldown-range's MIN and MAX (seconds)
+COOLDOWN_LIMITS = (1.0, 3600.0)
+_MAX_DOUBLINGS = 16  # 2**16 s is far above the largest MAX: more only risks a float overflow
+
+
+def check_cooldown_range(lo: float, hi: float) -> None:
+    """Horovod's check of ``--blacklist-cooldown-range``: ValueError when MIN is below 1 s or
+    MAX above an hour (MIN above MAX is accepted: the cooldown is then always MIN)."""
+    low, high = COOLDOWN_LIMITS
+    if lo < low:
+        raise ValueError(f"--blacklist-cooldown-range {lo:g} {hi:g}: MIN must be at least "
+                         f"{low:g} s")
+    if hi > high:
+        raise ValueError(f"--blacklist-cooldown-range {lo:g} {hi:g}: MAX must be at most "
+                         f"{high:g} s")
+
+
+def cooldown_seconds(lo: float, hi: float, times: int, jitter: float) -> float:
+    """The cooldown after a host's ``times``-th blacklisting (1, 2, ...) with ``jitter`` in
+    [0, 1): ``lo`` doubled ``times`` times plus up to ``lo`` more, kept within [lo, hi], as
+    Horovod's ``HostState`` computes it."""
+    grown = lo * 2.0 ** min(times, _MAX_DOUBLINGS) + jitter * lo
+    return max(lo, min(hi, grown))
 
 
 class DiscoveryError(LaunchError):
@@ -73,26 +99,45 @@ def _tasks_per_node(text: str) -> list[int]:
 
 
 class Discovery:
-    """The discovery script, run on each call; its hosts in its order."""
+    """The discovery script, a shell command (``/bin/sh -c``, as Horovod runs it) run on each
+    call; its hosts in its order."""
 
     def __init__(self, script: str, slots_per_host: int | None) -> None:
         self.script = script
         self.slots_per_host = slots_per_host
 
+    def _run(self) -> tuple[int, str, str]:
+        try:
+            # its own session: a timeout kills the shell and what it started, whose open
+            # pipes would otherwise keep this call waiting
+            proc = subprocess.Popen(self.script, shell=True, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise DiscoveryError(f"host discovery script {self.script}: {exc}") from None
+        try:
+            out, err = proc.communicate(timeout=_SCRIPT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.communicate()
+            raise DiscoveryError(f"host discovery script {self.script}: no answer in "
+                                 f"{_SCRIPT_TIMEOUT_S:g} s") from None
+        return proc.returncode, out, err
+
     def __call__(self) -> list[Host]:
         """Run the script; :class:`DiscoveryError` naming it, its exit status and its
         stderr when it fails, or the line it could not read."""
-        try:
-            done = subprocess.run([self.script], capture_output=True, text=True,
-                                  timeout=_SCRIPT_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise DiscoveryError(f"host discovery script {self.script}: {exc}") from None
-        if done.returncode != 0:
-            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        code, out, err = self._run()
+        if code != 0:
+            tail = " | ".join(err.strip().splitlines()[-3:])
+            hint = " (the shell could not run it)" if code in (126, 127) else ""
             raise DiscoveryError(f"host discovery script {self.script} exited with status "
-                                 f"{done.returncode}" + (f": {tail}" if tail else ""))
+                                 f"{code}{hint}" + (f": {tail}" if tail else ""))
         hosts: list[Host] = []
-        for line in done.stdout.splitlines():
+        for line in out.splitlines():
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
@@ -128,8 +173,7 @@ class Blacklist:
         if self.cooldown is None:
             wait = float("inf")
         else:
-            lo, hi = self.cooldown
-            wait = self.rng.uniform(lo, hi) * 2 ** min(n - 1, _MAX_BACKOFF_DOUBLINGS)
+            wait = cooldown_seconds(*self.cooldown, n, self.rng.random())
         self._until[host] = self.clock() + wait
         return wait
 

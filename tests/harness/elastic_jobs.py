@@ -38,13 +38,16 @@ def reference(steps: int) -> list[float]:
 
 def run(tmp_path: Path, schedule: list | None, plan: dict, *flags: str, timeout: float = 240,
         env: dict[str, str] | None = None, prefix: list[str] | None = None,
-        program: Path = PROGRAM) -> tuple[subprocess.CompletedProcess[str], str]:
+        program: Path = PROGRAM, script: Path | None = None
+        ) -> tuple[subprocess.CompletedProcess[str], str]:
     """One elastic job; (the process, its output with the launcher's prefixes removed).
     ``schedule`` None: no discovery script (the hosts come from ``flags`` or Slurm);
-    ``prefix``: what runs hvdcorerun (``salloc ...``); ``program``: the workers' script."""
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {HOSTS}\n")
-    script.chmod(0o755)
+    ``prefix``: what runs hvdcorerun (``salloc ...``); ``program``: the workers' script;
+    ``script``: the discovery script (default: one that runs the schedule)."""
+    if script is None:
+        script = tmp_path / "discover.sh"
+        script.write_text(f"#!/bin/sh\nexec {sys.executable} {HOSTS}\n")
+        script.chmod(0o755)
     progress = tmp_path / "progress"
     plan = {"epochs": 3, "samples": 12, "batch": 2, "progress": str(progress), **plan}
     base = {**os.environ, **(env or {})}
