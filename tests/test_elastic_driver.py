@@ -56,8 +56,9 @@ def test_no_host_of_the_last_generation_left_ends_the_job(tmp_path: Path) -> Non
 
 def failing_script(tmp_path: Path, times: int, from_epoch: int) -> Path:
     """The schedule's discovery script, failing ``times`` times in a row once rank 0 reached
-    ``from_epoch`` (0: from its first run)."""
-    count = tmp_path / "failed"
+    ``from_epoch`` (0: from its first run). The schedule's hosts are those of the epoch this
+    script read, not a later one (rank 0 may pass two epochs while the script starts Python)."""
+    count, seen = tmp_path / "failed", tmp_path / "epoch_seen"
     script = tmp_path / "flaky.sh"
     script.write_text(f"""#!/bin/sh
 epoch=$(cat "$ELASTIC_PROGRESS" 2>/dev/null || echo 0)
@@ -65,7 +66,8 @@ n=$(cat {count} 2>/dev/null || echo 0)
 if [ "${{epoch:-0}}" -ge {from_epoch} ] && [ "$n" -lt {times} ]; then
   echo $((n + 1)) > {count}; echo "backend down ($n)" >&2; exit 5
 fi
-exec {sys.executable} {HOSTS}
+echo "${{epoch:-0}}" > {seen}
+ELASTIC_PROGRESS={seen} exec {sys.executable} {HOSTS}
 """)
     script.chmod(0o755)
     return script
