@@ -38,7 +38,7 @@ def test_unknown_horovod_variable_is_ignored() -> None:
         ("HVDCORE_FUSION_THRESHOLD", "-1", "integer >= 0"),
         ("HVDCORE_FUSION_THRESHOLD", "64MB", "not a valid int"),
         ("HVDCORE_CYCLE_TIME", "nan", "number >= 0"),
-        ("HVDCORE_STALL_CHECK_DISABLE", "maybe", "1/0, true/false"),
+        ("HVDCORE_STALL_CHECK_DISABLE", "maybe", "1/0 (any integer: > 0 is on), true/false"),
         ("HVDCORE_LOG_LEVEL", "verbose", "accepted values are trace, debug"),
         ("HVDCORE_GPU_OPERATIONS", "rccl", "auto, nccl, mpi"),
     ],

@@ -61,5 +61,6 @@ def test_tensorflow_binding_on(spec: str) -> None:
     # every selected test ran, none skipped: the collectives, the Keras fit and semantics with
     # this TensorFlow's Keras (keras2, or keras3), the eager zero-copy exchange with this
     # TensorFlow, and the Horovod parity program (issue 52: TF1 graphs, dtypes, IndexedSlices,
-    # scaling) and the model-parallel one (issue 58: register_local_source, TF1 broadcast grads)
-    assert int(summary[-1].split()[0]) == 7, tail
+    # scaling), the model-parallel one (issue 58: register_local_source, TF1 broadcast grads)
+    # and the API parity program (Horovod's names and argument orders, Keras 2 and 3)
+    assert int(summary[-1].split()[0]) == 8, tail
