@@ -8,17 +8,21 @@ The easyconfigs in ``easyconfigs/h/hvdcore/`` install the project's own sdist
    Python, without build isolation, from a clean copy of the tree so the checkout is not touched),
    optionally leaving sub-packages out (``--exclude hvdcore/torch``: used by the tests to prove that
    the sanity check catches a build without the torch binding);
-2. runs ``eb --inject-checksums=sha256 --force`` on the easyconfigs, either in place (a release:
-   commit the result) or on copies written to ``--ec-outdir`` (what the install test does).
+2. runs ``eb --inject-checksums=sha256 --force`` on the easyconfigs of this version
+   (``hvdcore-<version>-*.eb``; earlier releases' keep their own checksum), either in place (a
+   development build: do not commit it; a release's checksums are written by
+   ``scripts/release.py cut``) or on copies written to ``--ec-outdir`` (what the install test
+   does).
 
 Examples::
 
-    # release: build dist/hvdcore-0.1.0.tar.gz and update the committed checksums
+    # development build: dist/hvdcore-0.2.0.tar.gz, its checksum in the committed
+    # hvdcore-0.2.0-*.eb (not to be committed: releases use scripts/release.py cut)
     python easyconfigs/build_sdist.py --outdir dist --in-place
 
     # test: sdist into /tmp/src, easyconfigs with the matching checksum into /tmp/ecs
     python easyconfigs/build_sdist.py --outdir /tmp/src --ec-outdir /tmp/ecs \\
-        easyconfigs/h/hvdcore/hvdcore-0.1.0-Python-3.11.eb
+        easyconfigs/h/hvdcore/hvdcore-0.2.0-Python-3.11.eb
 
 ``eb`` is looked up next to the Python running this script (``<venv>/bin/eb``) unless ``--eb`` is
 given, and runs with ``EB_PYTHON`` set to that Python; the venv's ``bin/`` is never put on PATH.
@@ -40,8 +44,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
-    "ROOT", "EASYCONFIG_DIR", "project_version", "build_sdist", "normalize_tarball", "eb_env",
-    "inject_checksums",
+    "ROOT", "EASYCONFIG_DIR", "project_version", "current_easyconfigs", "build_sdist",
+    "normalize_tarball", "eb_env", "inject_checksums",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +67,18 @@ def project_version(root: Path = ROOT) -> str:
     if match is None:
         raise SystemExit(f"build_sdist: no __version__ = \"...\" line in {path}")
     return match.group(1)
+
+
+def current_easyconfigs(root: Path = ROOT) -> list[Path]:
+    """The easyconfigs of the checkout's version, ``hvdcore-<version>-*.eb``: the ones its sdist
+    installs. Earlier releases' easyconfigs stay beside them with their own release's checksum
+    (their sdist is ``hvdcore-<old version>.tar.gz``, which this script does not build)."""
+    version = project_version(root)
+    ecs = sorted((root / "easyconfigs" / "h" / "hvdcore").glob(f"hvdcore-{version}-*.eb"))
+    if not ecs:
+        raise SystemExit(f"build_sdist: no easyconfigs hvdcore-{version}-*.eb in "
+                         f"{root / 'easyconfigs' / 'h' / 'hvdcore'}")
+    return ecs
 
 
 def _copy_tree(root: Path, dest: Path, exclude: Sequence[str]) -> None:
@@ -223,7 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("easyconfigs", nargs="*", type=Path,
-                        help="easyconfigs to update (default: all of easyconfigs/h/hvdcore)")
+                        help="easyconfigs to update (default: this version's, "
+                             "easyconfigs/h/hvdcore/hvdcore-VERSION-*.eb)")
     parser.add_argument("--outdir", type=Path, default=ROOT / "dist",
                         help="where the sdist goes; also the --sourcepath for eb (default: dist/)")
     parser.add_argument("--exclude", action="append", default=[], metavar="PATH",
@@ -241,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.in_place and args.ec_outdir is None:
         parser.error("say where the easyconfigs go: --in-place or --ec-outdir DIR (or --no-inject)")
-    ecs = args.easyconfigs or sorted(EASYCONFIG_DIR.glob("*.eb"))
+    ecs = args.easyconfigs or current_easyconfigs()
     for ec in inject_checksums(ecs, args.outdir, args.ec_outdir if not args.in_place else None,
                                eb=args.eb):
         print(f"checksum injected: {ec}")

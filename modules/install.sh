@@ -2,8 +2,8 @@
 # Install hvdcore with one of the hand-written modules in modules/all/hvdcore/, in the EESSI /
 # EasyBuild layout: <PREFIX>/software/hvdcore/<modver>/ and <PREFIX>/modules/all/hvdcore/<modver>.lua.
 #
-#   modules/install.sh prefix    PREFIX SDIST [MODVER]   # pip install --prefix, default 0.1.0-foss-2023a
-#   modules/install.sh apptainer PREFIX IMAGE [MODVER]   # Apptainer image, default 0.1.0-apptainer
+#   modules/install.sh prefix    PREFIX SDIST [MODVER]   # pip install --prefix, default 0.2.0-foss-2023a
+#   modules/install.sh apptainer PREFIX IMAGE [MODVER]   # Apptainer image, default 0.2.0-apptainer
 #
 # 'prefix' builds SDIST (from easyconfigs/build_sdist.py) with the 'python' on PATH (or $PYTHON):
 # load the framework and mpi4py modules first (for EESSI: module load EESSI/2023.06
@@ -29,8 +29,8 @@ die() {
 [ $# -ge 3 ] || usage
 kind=$1 prefix=$2 src=$3
 case $kind in
-  prefix) modver=${4:-0.1.0-foss-2023a} ;;
-  apptainer) modver=${4:-0.1.0-apptainer} ;;
+  prefix) modver=${4:-0.2.0-foss-2023a} ;;
+  apptainer) modver=${4:-0.2.0-apptainer} ;;
   *) usage ;;
 esac
 modfile=$here/all/hvdcore/$modver.lua

@@ -217,14 +217,14 @@ def env_difference(before: dict[str, str], after: dict[str, str]) -> dict[str, t
     return {k: (b.get(k), a.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
 
 
-#: Stand-ins for the EESSI modules hvdcore/0.1.0-foss-2023a depends on (name -> dependencies).
+#: Stand-ins for the EESSI modules hvdcore/0.2.0-foss-2023a depends on (name -> dependencies).
 EESSI_STAND_INS = {
     "Python/3.11.3-GCCcore-12.3.0": [],
     "mpi4py/3.1.4-gompi-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
     "PyTorch/2.1.2-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
 }
 
-#: hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0 needs TensorFlow instead of PyTorch.
+#: hvdcore/0.2.0-foss-2023a-TensorFlow-2.13.0 needs TensorFlow instead of PyTorch.
 TF_STAND_INS = {
     **{k: v for k, v in EESSI_STAND_INS.items() if not k.startswith("PyTorch/")},
     "TensorFlow/2.13.0-foss-2023a": ["Python/3.11.3-GCCcore-12.3.0"],
@@ -298,7 +298,7 @@ def python_state(python: str = sys.executable) -> PythonState:
     return PythonState(packages, pip_show, hvdcore_file, (bin_dir / "hvdcorerun").exists())
 
 
-def require_module_python(module: str = "hvdcore/0.1.0-foss-2023a") -> None:
+def require_module_python(module: str = "hvdcore/0.2.0-foss-2023a") -> None:
     """Skip unless this Python can stand in for the module's: a venv with the Python 3.11 of
     foss/2023a (``modules/install.sh`` checks the version against the module file)."""
     require_venv()
@@ -307,7 +307,7 @@ def require_module_python(module: str = "hvdcore/0.1.0-foss-2023a") -> None:
                     f"{sys.version.split()[0]}")
 
 
-def install_hvdcore_tree(base: Path, module: str = "hvdcore/0.1.0-foss-2023a") -> Path:
+def install_hvdcore_tree(base: Path, module: str = "hvdcore/0.2.0-foss-2023a") -> Path:
     """An EESSI-layout tree under ``base/stack``: the stand-ins (TensorFlow's instead of
     PyTorch's for a ``-TensorFlow-`` module), plus hvdcore installed as ``module`` by
     ``modules/install.sh prefix`` from a real sdist of this checkout, with this test's Python

@@ -517,7 +517,7 @@ def admin_run() -> Iterator[AdminRun]:
     require_eb()
     require_venv()
     if PYSHORT != "3.11":
-        pytest.skip(f"the pages install hvdcore-0.1.0-Python-3.11.eb; tests run on {PYFULL}")
+        pytest.skip(f"the pages install hvdcore-0.2.0-Python-3.11.eb; tests run on {PYFULL}")
     page, blocks = _page(ADMIN_PAGE)
     base = eb_workdir("hvdcore-journey-")
     try:
@@ -550,7 +550,7 @@ def test_admins_easybuild_page_runs(admin_run: AdminRun) -> None:
     # the page really installed hvdcore with eb: its module tree is on the session's MODULEPATH
     trees = [Path(p) for p in journey.info.get("modulepath", "").split(":") if p]
     built = [t for t in trees if t.is_relative_to(admin_run.home)
-             and list(t.glob(f"hvdcore/0.1.0-Python-{PYSHORT}.lua"))]
+             and list(t.glob(f"hvdcore/0.2.0-Python-{PYSHORT}.lua"))]
     assert built, f"no hvdcore module under {admin_run.home} on MODULEPATH: {trees}"
     assert "hvdcore" in journey.info, f"{journey.page} ends without an hvdcore module loaded"
     _assert_imports_the_install(journey, admin_run.home)
@@ -692,7 +692,7 @@ def test_the_system_install_names_its_metadata_file(page: str, tmp_path: Path) -
         name, blocks = _page(page)
     run = [b for b in blocks if b.action == "run" and b.language == "bash"]
     found = [(b, cmd) for b in run for cmd in _system_eb_commands(b.text)]
-    assert found, f"{name}: no run block installs hvdcore-0.1.0-Python-3.11.eb with eb"
+    assert found, f"{name}: no run block installs hvdcore-0.2.0-Python-3.11.eb with eb"
     for block, cmd in found:
         given = re.search(r"--external-modules-metadata=(\S+)", cmd)
         assert given, (f"{name}:{block.line}: {cmd!r} does not pass --external-modules-metadata "

@@ -39,7 +39,7 @@ from reframe_helpers import ONE_CHUNK_MNIST, QUICK_TORCH_MNIST
 
 pytestmark = [pytest.mark.easybuild, pytest.mark.lmod, pytest.mark.torch, pytest.mark.mpi]
 
-EC = ROOT / "easyconfigs" / "h" / "hvdcore" / "hvdcore-0.1.0-Python-3.11.eb"
+EC = ROOT / "easyconfigs" / "h" / "hvdcore" / "hvdcore-0.2.0-Python-3.11.eb"
 PROGRAM = ROOT / "tests" / "programs" / "easybuild_allreduce.py"
 INSTALL_TARGET_S = 60.0
 PYSHORT = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -53,7 +53,7 @@ class Site:
     base: Path
     ext_modules: Path  # where the external Python module lives
     modules: Path  # EasyBuild's modules/all
-    module: str  # hvdcore/0.1.0-Python-3.x
+    module: str  # hvdcore/0.2.0-Python-3.x
     easyconfig: Path  # the easyconfig with the injected checksum
     sources: Path
     proc: object
@@ -69,7 +69,7 @@ def _prepare(base: Path, exclude: tuple[str, ...] = ()) -> tuple[Path, Path, Pat
     if PYSHORT != "3.11":  # the shipped file names Python/3.11; follow the venv's Python
         text = ec.read_text().replace("-Python-3.11", f"-Python-{PYSHORT}")
         text = text.replace("'Python/3.11'", f"'Python/{PYSHORT}'")
-        new = ec.with_name(f"hvdcore-0.1.0-Python-{PYSHORT}.eb")
+        new = ec.with_name(f"hvdcore-0.2.0-Python-{PYSHORT}.eb")
         new.write_text(text)
         ec.unlink()
         ec = new
@@ -119,7 +119,7 @@ def site() -> Iterator[Site]:
     proc, seconds = _install(base, sources, ec, ext, meta)
     who = "as nobody" if drop_root_command() else "as the current user"
     print(f"\neb install of {ec.name} ({who}): {seconds:.1f} s (target < {INSTALL_TARGET_S:.0f} s)")
-    yield Site(base, ext, base / "eb" / "modules" / "all", f"hvdcore/0.1.0-Python-{PYSHORT}",
+    yield Site(base, ext, base / "eb" / "modules" / "all", f"hvdcore/0.2.0-Python-{PYSHORT}",
                ec, sources, proc, seconds)
     shutil.rmtree(base, ignore_errors=True)
 
@@ -147,7 +147,7 @@ def test_install_succeeds_and_sanity_check_runs_check_build(site: Site,
 
 def test_generated_module_depends_on_external_python(site: Site) -> None:
     _ok(site)
-    text = (site.modules / "hvdcore" / f"0.1.0-Python-{PYSHORT}.lua").read_text()
+    text = (site.modules / "hvdcore" / f"0.2.0-Python-{PYSHORT}.lua").read_text()
     assert f'depends_on("Python/{PYSHORT}")' in text
     assert f'"python{PYSHORT}", "site-packages"' in text
     assert 'conflict("hvdcore")' in text
@@ -220,7 +220,7 @@ env > after.env
     assert 'mT = {}' not in module_table(loaded)
     assert env_difference(before, after) == {}
     assert "mT = {}" in module_table(after)
-    assert "hvdcore/0.1.0" not in module_table(after)
+    assert "hvdcore/0.2.0" not in module_table(after)
 
 
 def test_wrong_checksum_fails_the_install(site: Site, eb_dir: Path) -> None:
@@ -238,7 +238,7 @@ def test_wrong_checksum_fails_the_install(site: Site, eb_dir: Path) -> None:
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert re.search(r"Checksum verification for .*hvdcore-0\.1\.0\.tar\.gz.* failed", out), out
+    assert re.search(r"Checksum verification for .*hvdcore-0\.2\.0\.tar\.gz.* failed", out), out
 
 
 def test_sdist_without_torch_binding_fails_the_sanity_check(eb_dir: Path) -> None:
@@ -256,7 +256,7 @@ def test_sdist_without_torch_binding_fails_the_sanity_check(eb_dir: Path) -> Non
 
 def test_install_carries_the_examples_and_the_licence(site: Site) -> None:
     _ok(site)
-    share = site.base / "eb" / "software" / "hvdcore" / f"0.1.0-Python-{PYSHORT}" / "share" \
+    share = site.base / "eb" / "software" / "hvdcore" / f"0.2.0-Python-{PYSHORT}" / "share" \
         / "hvdcore"
     for example in sorted((ROOT / "examples").glob("*.py")):
         assert (share / "examples" / example.name).read_bytes() == example.read_bytes(), example.name
@@ -273,5 +273,5 @@ def test_mnist_check_runs_the_installed_examples(site: Site, tmp_path: Path) -> 
     run = run_discovered(["hvdcore_mnist.py"], [site.ext_modules, site.modules], tmp_path,
                          options=[*QUICK_TORCH_MNIST, *ONE_CHUNK_MNIST])
     assert sorted(run.cases) == mnist_cases(site.module, "torch"), run.out[-3000:]
-    root = site.base / "eb" / "software" / "hvdcore" / f"0.1.0-Python-{PYSHORT}"
+    root = site.base / "eb" / "software" / "hvdcore" / f"0.2.0-Python-{PYSHORT}"
     assert_ran_the_module(run, site.module, root / "share" / "hvdcore" / "examples")

@@ -1,5 +1,12 @@
 """Offline EasyBuild checks of easyconfigs/: --check-contrib, --dry-run --robot, easystacks,
-and the broken-easyconfig cases that must fail with EasyBuild's own message."""
+and the broken-easyconfig cases that must fail with EasyBuild's own message.
+
+They judge the current version's easyconfigs, ``hvdcore-<hvdcore.__version__>-*.eb`` (the newest
+release's once it is cut), not every file in ``easyconfigs/h/hvdcore/``: earlier releases'
+easyconfigs stay there as released (easyconfigs/README.md) and are not edited again, so running
+EasyBuild over them would only add time per release. tests/test_release.py checks them: each
+release's easyconfigs carry the checksum of that release's rebuilt sdist.
+"""
 
 from __future__ import annotations
 
@@ -16,48 +23,50 @@ pytestmark = [pytest.mark.easybuild]
 
 EC_DIR = ROOT / "easyconfigs" / "h" / "hvdcore"
 EASYSTACKS = sorted((ROOT / "easyconfigs" / "easystacks").glob("*.yml"))
-ALL_ECS = sorted(EC_DIR.glob("*.eb"))
+VERSION = build_sdist_module().project_version()
+ALL_ECS = build_sdist_module().current_easyconfigs()  # hvdcore-VERSION-*.eb, not earlier releases
 FOSS_ECS = [ec for ec in ALL_ECS if "-foss-" in ec.name]
+PYTORCH_EC = EC_DIR / f"hvdcore-{VERSION}-foss-2023a-PyTorch-2.1.2.eb"
 
 # what each variant must resolve to (the easyconfigs shipped with easybuild-easyconfigs 5.x;
 # the foss/2024a, 2025a and 2025b ones checked against 5.4.1, the floor in pyproject.toml)
 EXPECTED_DEPS = {
-    "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb": [
+    f"hvdcore-{VERSION}-foss-2023a-PyTorch-2.1.2.eb": [
         "PyTorch/2.1.2-foss-2023a", "mpi4py/3.1.4-gompi-2023a", "Python/3.11.3-GCCcore-12.3.0",
         "SciPy-bundle/2023.07-gfbf-2023a"],
-    "hvdcore-0.1.0-foss-2023a-CUDA-12.1.1-PyTorch-2.1.2.eb": [
+    f"hvdcore-{VERSION}-foss-2023a-CUDA-12.1.1-PyTorch-2.1.2.eb": [
         "PyTorch/2.1.2-foss-2023a-CUDA-12.1.1", "NCCL/2.18.3-GCCcore-12.3.0-CUDA-12.1.1",
         "CUDA/12.1.1", "mpi4py/3.1.4-gompi-2023a"],
-    "hvdcore-0.1.0-foss-2023a-TensorFlow-2.13.0.eb": [
+    f"hvdcore-{VERSION}-foss-2023a-TensorFlow-2.13.0.eb": [
         "TensorFlow/2.13.0-foss-2023a", "mpi4py/3.1.4-gompi-2023a"],
-    "hvdcore-0.1.0-foss-2023a-CUDA-12.1.1-TensorFlow-2.15.1.eb": [
+    f"hvdcore-{VERSION}-foss-2023a-CUDA-12.1.1-TensorFlow-2.15.1.eb": [
         "TensorFlow/2.15.1-foss-2023a-CUDA-12.1.1", "CUDA/12.1.1", "mpi4py/3.1.4-gompi-2023a"],
-    "hvdcore-0.1.0-foss-2023b-PyTorch-2.3.0.eb": [
+    f"hvdcore-{VERSION}-foss-2023b-PyTorch-2.3.0.eb": [
         "PyTorch/2.3.0-foss-2023b", "mpi4py/3.1.5-gompi-2023b", "Python/3.11.5-GCCcore-13.2.0",
         "SciPy-bundle/2023.11-gfbf-2023b"],
-    "hvdcore-0.1.0-foss-2023b-CUDA-12.4.0-PyTorch-2.3.0.eb": [
+    f"hvdcore-{VERSION}-foss-2023b-CUDA-12.4.0-PyTorch-2.3.0.eb": [
         "PyTorch/2.3.0-foss-2023b-CUDA-12.4.0", "NCCL/2.20.5-GCCcore-13.2.0-CUDA-12.4.0",
         "CUDA/12.4.0", "mpi4py/3.1.5-gompi-2023b"],
-    "hvdcore-0.1.0-foss-2024a-PyTorch-2.9.1.eb": [
+    f"hvdcore-{VERSION}-foss-2024a-PyTorch-2.9.1.eb": [
         "PyTorch/2.9.1-foss-2024a", "mpi4py/4.0.1-gompi-2024a", "Python/3.12.3-GCCcore-13.3.0",
         "SciPy-bundle/2024.05-gfbf-2024a"],
-    "hvdcore-0.1.0-foss-2024a-CUDA-12.6.0-PyTorch-2.9.1.eb": [
+    f"hvdcore-{VERSION}-foss-2024a-CUDA-12.6.0-PyTorch-2.9.1.eb": [
         "PyTorch/2.9.1-foss-2024a-CUDA-12.6.0", "NCCL/2.27.5-GCCcore-13.3.0-CUDA-12.6.0",
         "CUDA/12.6.0", "mpi4py/4.0.1-gompi-2024a"],
-    "hvdcore-0.1.0-foss-2024a-TensorFlow-2.18.1.eb": [
+    f"hvdcore-{VERSION}-foss-2024a-TensorFlow-2.18.1.eb": [
         "TensorFlow/2.18.1-foss-2024a", "mpi4py/4.0.1-gompi-2024a"],
-    "hvdcore-0.1.0-foss-2024a-CUDA-12.6.0-TensorFlow-2.18.1.eb": [
+    f"hvdcore-{VERSION}-foss-2024a-CUDA-12.6.0-TensorFlow-2.18.1.eb": [
         "TensorFlow/2.18.1-foss-2024a-CUDA-12.6.0", "CUDA/12.6.0", "mpi4py/4.0.1-gompi-2024a"],
-    "hvdcore-0.1.0-foss-2025a-PyTorch-2.9.1.eb": [
+    f"hvdcore-{VERSION}-foss-2025a-PyTorch-2.9.1.eb": [
         "PyTorch/2.9.1-foss-2025a", "mpi4py/4.1.0-gompi-2025a", "Python/3.13.1-GCCcore-14.2.0",
         "SciPy-bundle/2025.06-gfbf-2025a"],
-    "hvdcore-0.1.0-foss-2025a-CUDA-12.8.0-PyTorch-2.9.1.eb": [
+    f"hvdcore-{VERSION}-foss-2025a-CUDA-12.8.0-PyTorch-2.9.1.eb": [
         "PyTorch/2.9.1-foss-2025a-CUDA-12.8.0", "NCCL/2.27.7-GCCcore-14.2.0-CUDA-12.8.0",
         "CUDA/12.8.0", "mpi4py/4.1.0-gompi-2025a"],
-    "hvdcore-0.1.0-foss-2025b-PyTorch-2.9.1.eb": [
+    f"hvdcore-{VERSION}-foss-2025b-PyTorch-2.9.1.eb": [
         "PyTorch/2.9.1-foss-2025b", "mpi4py/4.1.0-gompi-2025b", "Python/3.13.5-GCCcore-14.3.0",
         "SciPy-bundle/2025.07-gfbf-2025b"],
-    "hvdcore-0.1.0-foss-2025b-CUDA-12.9.1-PyTorch-2.9.1.eb": [
+    f"hvdcore-{VERSION}-foss-2025b-CUDA-12.9.1-PyTorch-2.9.1.eb": [
         "PyTorch/2.9.1-foss-2025b-CUDA-12.9.1", "NCCL/2.27.7-GCCcore-14.3.0-CUDA-12.9.1",
         "CUDA/12.9.1", "mpi4py/4.1.0-gompi-2025b"],
 }
@@ -80,7 +89,9 @@ def _planned_modules(output: str) -> set[str]:
 def test_every_variant_is_shipped() -> None:
     names = {ec.name for ec in ALL_ECS}
     assert set(EXPECTED_DEPS) <= names
-    assert "hvdcore-0.1.0-Python-3.11.eb" in names
+    assert f"hvdcore-{VERSION}-Python-3.11.eb" in names
+    assert names == set(EXPECTED_DEPS) | {f"hvdcore-{VERSION}-Python-3.11.eb"}, "untested variant"
+    assert {ec.name for ec in FOSS_ECS} == set(EXPECTED_DEPS)
 
 
 def test_check_contrib_passes_for_every_easyconfig(tmp_path: Path) -> None:
@@ -106,11 +117,11 @@ def test_dry_run_robot_resolves_every_foss_easyconfig(tmp_path: Path) -> None:
 
 
 def test_dry_run_system_variant_depends_on_external_python(tmp_path: Path) -> None:
-    ec = EC_DIR / "hvdcore-0.1.0-Python-3.11.eb"
+    ec = EC_DIR / f"hvdcore-{VERSION}-Python-3.11.eb"
     proc = run_eb(["--dry-run", "--robot", str(ec)], tmp_path)
     assert proc.returncode == 0, _out(proc)
     # the external Python module is not something EasyBuild would build
-    assert _planned_modules(_out(proc)) == {"hvdcore/0.1.0-Python-3.11"}
+    assert _planned_modules(_out(proc)) == {f"hvdcore/{VERSION}-Python-3.11"}
     assert "('Python/3.11', EXTERNAL_MODULE)" in ec.read_text()
 
 
@@ -146,6 +157,7 @@ def test_easystack_dry_run_robot(easystack: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     listed = re.findall(r"^\s+-\s+(hvdcore-\S+\.eb)", easystack.read_text(), re.M)
     assert listed, f"no easyconfigs in {easystack}"
+    assert all(name.startswith(f"hvdcore-{VERSION}-") for name in listed), listed  # current
     planned = _planned_modules(out)
     for name in listed:
         assert "hvdcore/" + name[len("hvdcore-"):-len(".eb")] in planned, out
@@ -154,8 +166,7 @@ def test_easystack_dry_run_robot(easystack: Path, tmp_path: Path) -> None:
 
 
 def _broken(tmp_path: Path, name: str, old: str, new: str) -> Path:
-    src = EC_DIR / "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb"
-    text = src.read_text()
+    text = PYTORCH_EC.read_text()
     assert old in text
     path = tmp_path / name
     path.write_text(text.replace(old, new))
@@ -163,7 +174,7 @@ def _broken(tmp_path: Path, name: str, old: str, new: str) -> Path:
 
 
 def test_missing_dependency_fails_dry_run(tmp_path: Path) -> None:
-    ec = _broken(tmp_path, "hvdcore-0.1.0-foss-2023a-PyTorch-2.99.0.eb",
+    ec = _broken(tmp_path, f"hvdcore-{VERSION}-foss-2023a-PyTorch-2.99.0.eb",
                  "local_pytorch_version = '2.1.2'", "local_pytorch_version = '2.99.0'")
     proc = run_eb(["--dry-run", "--robot", str(ec)], tmp_path)
     assert proc.returncode != 0
@@ -178,7 +189,7 @@ def test_wrong_toolchain_fails(tmp_path: Path) -> None:
 
 
 def test_toolchain_version_that_does_not_exist_fails(tmp_path: Path) -> None:
-    ec = _broken(tmp_path, "hvdcore-0.1.0-foss-2099a-PyTorch-2.1.2.eb",
+    ec = _broken(tmp_path, f"hvdcore-{VERSION}-foss-2099a-PyTorch-2.1.2.eb",
                  "'version': '2023a'", "'version': '2099a'")
     proc = run_eb(["--dry-run", "--robot", str(ec)], tmp_path)
     assert proc.returncode != 0
@@ -188,16 +199,16 @@ def test_toolchain_version_that_does_not_exist_fails(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("new", "message"),
     [
-        ("checksums = ['abc']\n", "Non-SHA256 checksum(s) found for hvdcore-0.1.0.tar.gz"),
+        ("checksums = ['abc']\n", f"Non-SHA256 checksum(s) found for hvdcore-{VERSION}.tar.gz"),
         ("", "Checksums missing for one or more sources"),
     ],
     ids=["malformed-checksum", "missing-checksum"],
 )
 def test_bad_checksum_fails_check_contrib(tmp_path: Path, new: str, message: str) -> None:
-    text = (EC_DIR / "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb").read_text()
+    text = PYTORCH_EC.read_text()
     line = re.search(r"^checksums = \['[0-9a-f]{64}'\]\n", text, re.M)
     assert line, "the committed easyconfig has no sha256 checksum line"
-    ec = tmp_path / "hvdcore-0.1.0-foss-2023a-PyTorch-2.1.2.eb"
+    ec = tmp_path / PYTORCH_EC.name
     ec.write_text(text.replace(line.group(0), new))
     proc = run_eb(["--check-contrib", str(ec)], tmp_path)
     assert proc.returncode != 0
@@ -209,16 +220,16 @@ def test_sdist_is_reproducible_and_exclude_works(tmp_path: Path) -> None:
     bs = build_sdist_module()
     first = bs.build_sdist(tmp_path / "a", python=sys.executable)
     second = bs.build_sdist(tmp_path / "b", python=sys.executable)
-    assert first.name == "hvdcore-0.1.0.tar.gz"
+    assert first.name == f"hvdcore-{VERSION}.tar.gz"
     digest = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (first, second)]
     assert digest[0] == digest[1]
     with tarfile.open(first) as tar:
         names = tar.getnames()
-    assert "hvdcore-0.1.0/hvdcore/torch/__init__.py" in names
-    assert "hvdcore-0.1.0/hvdcore/runner/cli.py" in names
+    assert f"hvdcore-{VERSION}/hvdcore/torch/__init__.py" in names
+    assert f"hvdcore-{VERSION}/hvdcore/runner/cli.py" in names
     # the examples the easyconfigs install, and nothing of the tests or checks
-    assert "hvdcore-0.1.0/examples/pytorch_mnist.py" in names
-    assert "hvdcore-0.1.0/examples/keras_mnist.py" in names
+    assert f"hvdcore-{VERSION}/examples/pytorch_mnist.py" in names
+    assert f"hvdcore-{VERSION}/examples/keras_mnist.py" in names
     assert not [n for n in names if n.split("/")[1:2] in (["tests"], ["checks"], ["benchmarks"])]
     without = bs.build_sdist(tmp_path / "c", exclude=["hvdcore/torch"], python=sys.executable)
     with tarfile.open(without) as tar:

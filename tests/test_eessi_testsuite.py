@@ -26,7 +26,7 @@ from reframe_helpers import CHECKS, CONFIGS, QUICK_TORCH_MNIST
 pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.torch,
               pytest.mark.slow]
 
-MODULE = "hvdcore/0.1.0-foss-2023a"
+MODULE = "hvdcore/0.2.0-foss-2023a"
 SETUP_VENV = CHECKS / "eessi" / "setup_venv.sh"
 TESTS = CHECKS / "eessi" / "hvdcore_eessi.py"
 CONFIG = CONFIGS / "eessi_local.py"
@@ -121,7 +121,7 @@ def test_checks_run_in_an_eessi_testsuite_run(eessi_venv: Path, tree: Path,
 
     # The EESSI conventions reached the jobs: modules loaded by the environment and the
     # mixin, one thread per rank, compact binding for a foss module; hvdcore ran from the module.
-    software = tree / "software" / "hvdcore" / "0.1.0-foss-2023a"
+    software = tree / "software" / "hvdcore" / "0.2.0-foss-2023a"
     for name, tc in cases.items():
         where = Path(tc["outputdir"] if tc["result"] == "pass" else tc["stagedir"])
         script = (where / "rfm_job.sh").read_text()

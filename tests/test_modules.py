@@ -44,9 +44,9 @@ from lmod_shell import (
 pytestmark = [pytest.mark.lmod]
 
 MODULES = ROOT / "modules"
-PREFIX_MOD = "hvdcore/0.1.0-foss-2023a"
-APPTAINER_MOD = "hvdcore/0.1.0-apptainer"
-TF_MOD = "hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0"
+PREFIX_MOD = "hvdcore/0.2.0-foss-2023a"
+APPTAINER_MOD = "hvdcore/0.2.0-apptainer"
+TF_MOD = "hvdcore/0.2.0-foss-2023a-TensorFlow-2.13.0"
 DEPS = EESSI_STAND_INS
 
 
@@ -82,14 +82,14 @@ def test_module_tree_syntax_is_clean() -> None:
 
 def test_module_tree_syntax_check_catches_an_error(tmp_path: Path) -> None:
     require_lmod()
-    broken = tmp_path / "all" / "hvdcore" / "0.1.0-foss-2023a.lua"
+    broken = tmp_path / "all" / "hvdcore" / "0.2.0-foss-2023a.lua"
     broken.parent.mkdir(parents=True)
-    text = (MODULES / "all" / "hvdcore" / "0.1.0-foss-2023a.lua").read_text()
+    text = (MODULES / "all" / "hvdcore" / "0.2.0-foss-2023a.lua").read_text()
     broken.write_text(text.replace('conflict("hvdcore")', 'conflict("hvdcore"'))
     proc = subprocess.run([CHECK_SYNTAX, str(tmp_path / "all")], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode != 0
-    assert "0.1.0-foss-2023a.lua" in proc.stdout + proc.stderr
+    assert "0.2.0-foss-2023a.lua" in proc.stdout + proc.stderr
 
 
 def test_spider_lists_every_module() -> None:
@@ -118,8 +118,8 @@ hvdcorerun --check-build --require mpi,torch
     assert proc.returncode == 0, out
     loaded = set(re.findall(r"^(\S+/\S+)$", out, re.M))
     assert {PREFIX_MOD, *DEPS} <= loaded, out
-    root = tree.path / "software" / "hvdcore" / "0.1.0-foss-2023a"
-    assert f"ROOT={root} VERSION=0.1.0" in out
+    root = tree.path / "software" / "hvdcore" / "0.2.0-foss-2023a"
+    assert f"ROOT={root} VERSION=0.2.0" in out
     assert f"IMPORTED {root}/lib/python3.11/site-packages/hvdcore/__init__.py" in out
 
 
@@ -197,7 +197,7 @@ module --terse list 2>&1
 def test_module_outside_its_tree_gives_a_clear_error(tmp_path: Path) -> None:
     require_lmod()
     (tmp_path / "hvdcore").mkdir()
-    shutil.copy(MODULES / "all" / "hvdcore" / "0.1.0-foss-2023a.lua", tmp_path / "hvdcore")
+    shutil.copy(MODULES / "all" / "hvdcore" / "0.2.0-foss-2023a.lua", tmp_path / "hvdcore")
     proc = lmod_shell(f"module use {tmp_path}\nmodule load {PREFIX_MOD}")
     message = " ".join((proc.stdout + proc.stderr).split())  # Lmod wraps long lines
     assert "is not in a <prefix>/modules/all/hvdcore/ tree" in message, message
@@ -217,7 +217,7 @@ def _install_apptainer_module(tree: Tree, tmp_path: Path) -> Path:
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return tree.path / "software" / "hvdcore" / "0.1.0-apptainer"
+    return tree.path / "software" / "hvdcore" / "0.2.0-apptainer"
 
 
 def test_apptainer_module_wraps_commands(tree: Tree, tmp_path: Path) -> None:
@@ -274,10 +274,10 @@ def test_reinstall_replaces_the_earlier_install(tree: Tree, tmp_path: Path) -> N
     failed reinstall puts the earlier one back."""
     stack = tmp_path / "stack"
     shutil.copytree(tree.path / "software", stack / "software", symlinks=True)
-    root = stack / "software" / "hvdcore" / "0.1.0-foss-2023a"
+    root = stack / "software" / "hvdcore" / "0.2.0-foss-2023a"
     (root / "lib" / "python3.11" / "site-packages" / "hvdcore" / "stale.py").write_text("")
     env = clean_env({"PYTHON": sys.executable})
-    bad = tmp_path / "hvdcore-0.1.0.tar.gz"
+    bad = tmp_path / "hvdcore-0.2.0.tar.gz"
     bad.write_bytes(b"not a tarball")
     install = [str(MODULES / "install.sh"), "prefix", str(stack)]
     proc = subprocess.run([*install, str(bad)], env=env, capture_output=True, text=True,
@@ -286,7 +286,7 @@ def test_reinstall_replaces_the_earlier_install(tree: Tree, tmp_path: Path) -> N
     assert (root / "lib" / "python3.11" / "site-packages" / "hvdcore" / "stale.py").exists()
     assert (root / "bin" / "hvdcorerun").exists()
     assert not list(root.parent.glob(f"{root.name}.previous.*")), "the earlier install was left"
-    sdist = tree.path.parent / "dist" / "hvdcore-0.1.0.tar.gz"
+    sdist = tree.path.parent / "dist" / "hvdcore-0.2.0.tar.gz"
     proc = subprocess.run([*install, str(sdist)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -303,11 +303,11 @@ def test_install_refuses_a_target_it_cannot_keep_apart(target: str, tmp_path: Pa
     install it would replace is on that Python's path (the module is loaded)."""
     require_module_python()
     before = python_state()
-    sdist = tmp_path / "hvdcore-0.1.0.tar.gz"
+    sdist = tmp_path / "hvdcore-0.2.0.tar.gz"
     sdist.write_bytes(b"never read: install.sh must refuse first")
     env = clean_env({"PYTHON": sys.executable})
     stack = tmp_path / "stack"
-    installed = stack / "software" / "hvdcore" / "0.1.0-foss-2023a"
+    installed = stack / "software" / "hvdcore" / "0.2.0-foss-2023a"
     if target == "python-prefix":
         prefix, untouched = Path(sys.prefix), Path(sys.prefix) / "software"
         expected = f"is the installation prefix of {sys.executable}"

@@ -69,10 +69,10 @@ def test_dry_run_generates_job_scripts(config: str, tmp_path: Path) -> None:
         assert "--gpus-per-node=A100:" in text  # typed GPU requests, even for 1 rank
     if system == "alvis":
         # EESSI-style discovery found the hvdcore modules in the environment that asks for it.
-        assert "module load hvdcore/0.1.0-foss-2023a-CUDA-12.1.1" in text
+        assert "module load hvdcore/0.2.0-foss-2023a-CUDA-12.1.1" in text
         # ... also for the MNIST check, with no environment entry of its own for the module
         mnist = [s.read_text() for s in scripts if "HvdcoreMnistCheck_" in str(s)]
-        assert any("module load hvdcore/0.1.0-foss-2023a-CUDA-12.1.1" in t
+        assert any("module load hvdcore/0.2.0-foss-2023a-CUDA-12.1.1" in t
                    and "$EBROOTHVDCORE/share/hvdcore/examples" in t for t in mnist)
 
 

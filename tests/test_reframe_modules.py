@@ -3,8 +3,8 @@
 A small EESSI-layout tree is made with real Lmod: stand-ins for EESSI's Python, mpi4py and
 PyTorch or TensorFlow modules (backed by the test's venv, since EESSI is not reachable here), and
 hvdcore installed into it with ``modules/install.sh prefix`` from a real sdist, as one of the
-hand-written modules: ``hvdcore/0.1.0-foss-2023a`` (PyTorch) or
-``hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0``. ReFrame then runs with a config whose only
+hand-written modules: ``hvdcore/0.2.0-foss-2023a`` (PyTorch) or
+``hvdcore/0.2.0-foss-2023a-TensorFlow-2.13.0``. ReFrame then runs with a config whose only
 environment discovers ``hvdcore`` modules (``tests/reframe_configs/lmod_modules.py``; it declares
 torch): the checks must find the module, give it the framework its name says, load it in the job,
 run the examples the module installed under ``$EBROOTHVDCORE/share/hvdcore/examples``, and pass.
@@ -22,13 +22,13 @@ from reframe_helpers import QUICK_TORCH_MNIST, ROOT, job_stdout
 
 pytestmark = [pytest.mark.reframe, pytest.mark.lmod, pytest.mark.mpi, pytest.mark.slow]
 
-MODULE = "hvdcore/0.1.0-foss-2023a"
-TF_MODULE = "hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0"
+MODULE = "hvdcore/0.2.0-foss-2023a"
+TF_MODULE = "hvdcore/0.2.0-foss-2023a-TensorFlow-2.13.0"
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """<tree>/modules/all (stand-ins + hvdcore) and <tree>/software/hvdcore/0.1.0-foss-2023a."""
+    """<tree>/modules/all (stand-ins + hvdcore) and <tree>/software/hvdcore/0.2.0-foss-2023a."""
     return install_hvdcore_tree(tmp_path_factory.mktemp("eessi-rfm"), MODULE)
 
 

@@ -88,11 +88,11 @@ def test_partition_must_not_claim_gpus_it_does_not_configure(real_report: dict) 
 
 
 def test_module_names_say_their_framework() -> None:
-    assert module_frameworks("hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0") == {"tensorflow"}
-    assert module_frameworks("hvdcore/0.1.0-foss-2023a-CUDA-12.1.1-PyTorch-2.1.2") == {"torch"}
-    assert module_frameworks("hvdcore/0.1.0-foss-2023a") == set()
-    assert module_frameworks("hvdcore/0.1.0-tensorflow-2.15") == {"tensorflow"}
-    assert module_frameworks("hvdcore/0.1.0-PyTorchLightning") == set()  # whole words only
+    assert module_frameworks("hvdcore/0.2.0-foss-2023a-TensorFlow-2.13.0") == {"tensorflow"}
+    assert module_frameworks("hvdcore/0.2.0-foss-2023a-CUDA-12.1.1-PyTorch-2.1.2") == {"torch"}
+    assert module_frameworks("hvdcore/0.2.0-foss-2023a") == set()
+    assert module_frameworks("hvdcore/0.2.0-tensorflow-2.15") == {"tensorflow"}
+    assert module_frameworks("hvdcore/0.2.0-PyTorchLightning") == set()  # whole words only
 
 
 def _where(tmp_path: Path, ebroot: str | None, script: str = "keras_mnist.py") -> str:
@@ -176,12 +176,12 @@ def test_report_tool_separates_frameworks(tmp_path: Path) -> None:
     assert report.plot_scaling(cases, png) and png.read_bytes()[:4] == b"\x89PNG"
     # A discovered module gets its own series.
     named = report.Case("HvdcoreMnistCheck %scale=1_node %baseline.framework=torch "
-                        "%baseline.hvdcore_module=hvdcore/0.1.0", "local", "default", "find",
+                        "%baseline.hvdcore_module=hvdcore/0.2.0", "local", "default", "find",
                         "pass", num_tasks=2,
                         params=report._params("%baseline.framework=torch "
-                                              "%baseline.hvdcore_module=hvdcore/0.1.0"),
+                                              "%baseline.hvdcore_module=hvdcore/0.2.0"),
                         perfvars=[report.PerfVar("images_per_sec", 10.0)])
-    assert list(report.scaling_points([named])) == ["local:default+find torch hvdcore/0.1.0"]
+    assert list(report.scaling_points([named])) == ["local:default+find torch hvdcore/0.2.0"]
 
 
 # --- performance references and the report tool on ReFrame JSON reports -------------------

@@ -66,7 +66,7 @@ site_configuration = {
     "environments": [
         common.modules_environment(
             "hvdcore-mod",
-            ["PyTorch/2.1.2-foss-2023a-CUDA-12.1.1", "hvdcore/0.1.0-foss-2023a-CUDA-12.1.1"],
+            ["PyTorch/2.1.2-foss-2023a-CUDA-12.1.1", "hvdcore/0.2.0-foss-2023a-CUDA-12.1.1"],
             target_systems=["alvis"],
         ),
         common.modules_environment(

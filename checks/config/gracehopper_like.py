@@ -57,7 +57,7 @@ site_configuration = {
     "environments": [
         common.venv_environment(venv=os.environ.get("CHECKS_VENV", "$SCRATCH/hvdcore-gh"),
                                 target_systems=["gh"], frameworks=["torch"], pythonpath=None),
-        common.modules_environment("hvdcore-mod", ["cuda/12.4", "hvdcore/0.1.0"],
+        common.modules_environment("hvdcore-mod", ["cuda/12.4", "hvdcore/0.2.0"],
                                    target_systems=["gh"]),
     ],
     "logging": common.logging_config(),

@@ -87,7 +87,7 @@ site_configuration = {
     "environments": [
         common.modules_environment(
             "hvdcore-mod",
-            ["LUMI/23.09", "partition/G", "hvdcore/0.1.0-cpeGNU-23.09-rocm-5.6.1"],
+            ["LUMI/23.09", "partition/G", "hvdcore/0.2.0-cpeGNU-23.09-rocm-5.6.1"],
             target_systems=["lumi"],
         ),
     ],

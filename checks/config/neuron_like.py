@@ -60,7 +60,7 @@ site_configuration = {
     "environments": [
         common.modules_environment(
             "hvdcore-mod",
-            ["gcc/10.2.0", "cuda/12.1", "cudampi/openmpi-4.1.5", "hvdcore/0.1.0"],
+            ["gcc/10.2.0", "cuda/12.1", "cudampi/openmpi-4.1.5", "hvdcore/0.2.0"],
             target_systems=["neuron"],
         ),
         common.venv_environment(venv="$HOME/hvdcore-venv", target_systems=["neuron"],

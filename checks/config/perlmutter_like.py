@@ -85,7 +85,7 @@ site_configuration = {
     "environments": [
         common.modules_environment(
             "hvdcore-mod",
-            ["PrgEnv-gnu", "cudatoolkit/12.2", "craype-accel-nvidia80", "hvdcore/0.1.0"],
+            ["PrgEnv-gnu", "cudatoolkit/12.2", "craype-accel-nvidia80", "hvdcore/0.2.0"],
             target_systems=["perlmutter"],
         ),
         common.venv_environment(venv="$SCRATCH/hvdcore-venv", target_systems=["perlmutter"],

@@ -6,7 +6,7 @@ environment with the feature ``hvdcore`` provides hvdcore itself (venv or explic
 variant :data:`ENV_PROVIDED` runs in those.
 
 Which framework a discovered module provides: the one its name says (EasyBuild's version
-suffix, e.g. ``hvdcore/0.1.0-foss-2023a-TensorFlow-2.13.0`` -> ``tensorflow``), else the
+suffix, e.g. ``hvdcore/0.2.0-foss-2023a-TensorFlow-2.13.0`` -> ``tensorflow``), else the
 frameworks the discovering environment declares in its ``features``.
 """
 

@@ -20,7 +20,7 @@ if [ -n "${VENV_DIR:-}" ]; then
     source "$VENV_DIR/bin/activate"
 else
     module purge
-    module load PyTorch/2.1.2-foss-2023a-CUDA-12.1.1 hvdcore/0.1.0-foss-2023a-CUDA-12.1.1
+    module load PyTorch/2.1.2-foss-2023a-CUDA-12.1.1 hvdcore/0.2.0-foss-2023a-CUDA-12.1.1
 fi
 cd "${SLURM_SUBMIT_DIR:-.}"
 HVDCORERUN="$(command -v hvdcorerun || echo python3 -m hvdcore.runner)"

@@ -20,7 +20,7 @@ if [ -n "${VENV_DIR:-}" ]; then
     # shellcheck source=/dev/null
     source "$VENV_DIR/bin/activate"
 else
-    module load LUMI/23.09 partition/G hvdcore/0.1.0-cpeGNU-23.09-rocm-5.6.1
+    module load LUMI/23.09 partition/G hvdcore/0.2.0-cpeGNU-23.09-rocm-5.6.1
 fi
 cd "${SLURM_SUBMIT_DIR:-.}"
 export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3

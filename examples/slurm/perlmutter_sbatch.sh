@@ -21,7 +21,7 @@ if [ -n "${VENV_DIR:-}" ]; then
     # shellcheck source=/dev/null
     source "$VENV_DIR/bin/activate"
 else
-    module load PrgEnv-gnu cudatoolkit/12.2 craype-accel-nvidia80 hvdcore/0.1.0
+    module load PrgEnv-gnu cudatoolkit/12.2 craype-accel-nvidia80 hvdcore/0.2.0
     export MPICH_GPU_SUPPORT_ENABLED=1
 fi
 cd "${SLURM_SUBMIT_DIR:-.}"

@@ -1,4 +1,4 @@
--- hvdcore 0.1.0 installed with pip (--prefix) on top of the foss/2023a stack of EESSI 2023.06 or a
+-- hvdcore 0.2.0 installed with pip (--prefix) on top of the foss/2023a stack of EESSI 2023.06 or a
 -- site's EasyBuild stack. EESSI/EasyBuild layout: this file is <P>/modules/all/hvdcore/<ver>.lua
 -- and the software is in <P>/software/hvdcore/<ver> (modules/install.sh prefix ... makes both).
 help([==[
@@ -21,7 +21,7 @@ More information
 ]==])
 
 whatis("Name: hvdcore")
-whatis("Version: 0.1.0")
+whatis("Version: 0.2.0")
 whatis("Description: Horovod-compatible distributed deep-learning runtime on MPI (PyTorch binding)")
 whatis("Homepage: https://github.com/hvdcore/hvdcore")
 
@@ -42,4 +42,4 @@ depends_on("PyTorch/2.1.2-foss-2023a")
 prepend_path("PATH", pathJoin(root, "bin"))
 prepend_path("PYTHONPATH", pathJoin(root, "lib", "python3.11", "site-packages"))
 setenv("EBROOTHVDCORE", root)
-setenv("EBVERSIONHVDCORE", "0.1.0")
+setenv("EBVERSIONHVDCORE", "0.2.0")

@@ -1,4 +1,4 @@
--- hvdcore 0.1.0 in an Apptainer image (containers/). Like a singularity-hpc module: the commands
+-- hvdcore 0.2.0 in an Apptainer image (containers/). Like a singularity-hpc module: the commands
 -- on PATH are small wrappers that run the same command inside the image with 'apptainer exec'
 -- (adding --nv or --rocm when the node has NVIDIA or AMD GPUs). Layout: this file is
 -- <P>/modules/all/hvdcore/<ver>.lua; <P>/software/hvdcore/<ver>/ holds hvdcore.sif and bin/
@@ -30,7 +30,7 @@ More information
 ]==])
 
 whatis("Name: hvdcore")
-whatis("Version: 0.1.0")
+whatis("Version: 0.2.0")
 whatis("Description: Horovod-compatible distributed deep-learning runtime, Apptainer image")
 whatis("Homepage: https://github.com/hvdcore/hvdcore")
 
@@ -48,4 +48,4 @@ conflict("hvdcore")
 prepend_path("PATH", pathJoin(root, "bin"))
 setenv("HVDC_IMAGE", pathJoin(root, "hvdcore.sif"))
 setenv("EBROOTHVDCORE", root)
-setenv("EBVERSIONHVDCORE", "0.1.0")
+setenv("EBVERSIONHVDCORE", "0.2.0")
