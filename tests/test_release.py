@@ -1,10 +1,12 @@
-"""Releases: the newest one rebuilds from its recorded commit to its recorded checksums, the
-easyconfigs of a released version carry that sdist's sha256, the sdist and the wheel carry the
-licence, and one version source feeds every copy.
+"""Releases: every recorded one (``releases/*.json``, the newest and the earlier ones whose
+easyconfigs stay in ``easyconfigs/h/hvdcore/``) rebuilds from its recorded commit to its recorded
+checksums, and the easyconfigs of each released version carry that sdist's sha256; the sdist and
+the wheel carry the licence, and one version source feeds every copy.
 
 The rebuild is ``scripts/release.py``'s own ``verify``: ``git archive`` of the recorded commit,
-the sdist and the pure-Python wheel built with ``SOURCE_DATE_EPOCH`` from the commit's date. A
-source differing from the commit by one byte must give a mismatch (the check can fail).
+the sdist and the pure-Python wheel built with ``SOURCE_DATE_EPOCH`` from the commit's date
+(about a second a release). A source differing from the commit by one byte must give a mismatch
+(the check can fail).
 """
 
 from __future__ import annotations
@@ -48,31 +50,51 @@ class Rebuilt:
     wheel: Path
 
 
+RELEASES = sorted(p.stem for p in (ROOT / "releases").glob("*.json"))
+
+
+def _rebuild(version: str, out: Path) -> Rebuilt:
+    _needs_history()
+    record = json.loads((ROOT / "releases" / f"{version}.json").read_text())
+    problems = release.verify(version, outdir=out)
+    return Rebuilt(version, record, problems, out / record["sdist"]["name"],
+                   out / record["wheel"]["name"])
+
+
 @pytest.fixture(scope="module")
 def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rebuilt]:
     """The newest release rebuilt from its recorded commit (one build for the module)."""
-    _needs_history()
-    version = release.newest()
-    record = json.loads((ROOT / "releases" / f"{version}.json").read_text())
-    out = tmp_path_factory.mktemp("rebuilt")
-    problems = release.verify(version, outdir=out)
-    yield Rebuilt(version, record, problems, out / record["sdist"]["name"],
-                  out / record["wheel"]["name"])
+    yield _rebuild(release.newest(), tmp_path_factory.mktemp("rebuilt"))
 
 
-def test_newest_release_rebuilds_to_its_recorded_checksums(rebuilt: Rebuilt) -> None:
-    assert rebuilt.problems == [], "\n".join(rebuilt.problems)
-    assert release.sha256(rebuilt.sdist) == rebuilt.record["sdist"]["sha256"]
+@pytest.fixture(scope="module", params=RELEASES)
+def each_release(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rebuilt]:
+    """Every recorded release rebuilt from its commit (the newest one reuses ``rebuilt``)."""
+    if request.param == release.newest():
+        yield request.getfixturevalue("rebuilt")
+    else:
+        yield _rebuild(request.param, tmp_path_factory.mktemp(f"rebuilt-{request.param}"))
+
+
+def test_every_release_rebuilds_to_its_recorded_checksums(each_release: Rebuilt) -> None:
+    assert each_release.problems == [], "\n".join(each_release.problems)
+    assert release.sha256(each_release.sdist) == each_release.record["sdist"]["sha256"]
     # the commit is in this checkout's history (a merge keeps it), and not the checksums' commit
     subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor",
-                    rebuilt.record["commit"], "HEAD"], check=True)
+                    each_release.record["commit"], "HEAD"], check=True)
 
 
-def test_released_easyconfigs_carry_the_sdist_checksum(rebuilt: Rebuilt) -> None:
-    ecs = sorted((ROOT / "easyconfigs" / "h" / "hvdcore").glob(f"hvdcore-{rebuilt.version}-*.eb"))
-    assert ecs
+def test_released_easyconfigs_carry_the_sdist_checksum(each_release: Rebuilt) -> None:
+    """Each release's easyconfigs stay, with that release's checksum (an earlier release's too:
+    easyconfigs/README.md)."""
+    ecs = sorted((ROOT / "easyconfigs" / "h" / "hvdcore").glob(
+        f"hvdcore-{each_release.version}-*.eb"))
+    assert ecs, f"no easyconfigs of release {each_release.version}"
     for ec in ecs:
-        assert release.CHECKSUM_LINE.findall(ec.read_text()) == [rebuilt.record["sdist"]["sha256"]]
+        assert release.CHECKSUM_LINE.findall(ec.read_text()) == [
+            each_release.record["sdist"]["sha256"]], ec.name
+        assert f"version = '{each_release.version}'" in ec.read_text(), ec.name
 
 
 def test_sdist_and_wheel_carry_the_licence(rebuilt: Rebuilt) -> None:
