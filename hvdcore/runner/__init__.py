@@ -91,7 +91,7 @@ Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is
     hosts or slots no longer listed leave there. If its first run fails the job fails; later
     failures are warnings and the job keeps its hosts. ``--reset-limit N`` ends the job
     instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
-    ``localhost:-np``) are the hosts. The script uses ``hvd.elastic`` (the manual's elastic
+    ``localhost`` with ``--max-np``, else ``-np``, else ``--min-np`` slots) are the hosts. The script uses ``hvd.elastic`` (the manual's elastic
     page); output lines are prefixed ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan
     and starts no worker.
 
