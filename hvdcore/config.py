@@ -313,7 +313,8 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
             hint = f" Did you mean {PREFIX}{close[0]}?" if close else ""
             raise ConfigError(
                 f"unknown configuration variable {var}.{hint} Known HVDCORE_* variables: "
-                f"{', '.join(k.env for k in KNOBS)} (see `hvdcorerun --help`, or the manual's configuration page)."
+                f"{', '.join(k.env for k in KNOBS)} (see `hvdcorerun --help`, or the manual's "
+                "configuration page)."
             )
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

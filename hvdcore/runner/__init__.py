@@ -73,9 +73,10 @@ Gloo jobs (``--gloo``) and other hosts
     ``-p``/``--ssh-port``, ``-i``/``--ssh-identity-file`` and ``--ssh-args '...'`` (more ssh
     options, e.g. ``-J login1``). A remote rank gets the launcher's working directory and whole
     environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``, ``*_SECRET_KEY``,
-    as horovodrun) and ends when the launcher stops it or ends. ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on
-    every host, the rendezvous on the first (under mpirun, as horovodrun:
-    ``NCCL_SOCKET_IFNAME`` and Open MPI's ``-mca btl_tcp_if_include``).
+    as horovodrun) and ends when the launcher stops it or ends.
+    ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on every host, the rendezvous on
+    the first (under mpirun, as horovodrun: ``NCCL_SOCKET_IFNAME`` and Open MPI's
+    ``-mca btl_tcp_if_include``).
 
 Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is not one)
     The Gloo controller, no MPI: once ``-np`` (default ``--min-np``) slots are listed,
@@ -91,9 +92,9 @@ Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is
     hosts or slots no longer listed leave there. If its first run fails the job fails; later
     failures are warnings and the job keeps its hosts. ``--reset-limit N`` ends the job
     instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
-    ``localhost`` with ``--max-np``, else ``-np``, else ``--min-np`` slots) are the hosts. The script uses ``hvd.elastic`` (the manual's elastic
-    page); output lines are prefixed ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan
-    and starts no worker.
+    ``localhost`` with ``--max-np``, else ``-np``, else ``--min-np`` slots) are the hosts.
+    The script uses ``hvd.elastic`` (the manual's elastic page); output lines are prefixed
+    ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan and starts no worker.
 
 Exit code and signals
     The job's exit code is passed on (a rank killed by signal N gives 128+N). SIGINT, SIGTERM
