@@ -103,6 +103,9 @@ Exit code and signals
     ``hvdcorerun: job failed: rank 1 exited with exit code 3 (mpirun exit code 3)``.
     Usage errors (bad flag or value, -np above the slots, malformed hostfile line, no command,
     no MPI launcher on PATH) print one line and exit 2; ``--require`` misses exit 1.
+    When the reader of hvdcorerun's own output goes away (``hvdcorerun -cb | head -3``) it
+    ends quietly: 141, a shell's code for a writer killed by SIGPIPE (0 for --help and
+    --version when argparse dropped the write itself).
 
 Capability report (``--check-build``)
     Horovod's layout (Available Frameworks / Controllers / Tensor Operations) plus devices and
