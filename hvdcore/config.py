@@ -234,9 +234,10 @@ KNOBS: tuple[Knob, ...] = (
          cli_flag="--gloo-timeout-seconds", parse=_parse_pos_float,
          more_aliases=("HOROVOD_GLOO_TIMEOUT_SECONDS",)),
     Knob("ELASTIC_TIMEOUT", "float (s, > 0)", 600.0,
-         "Elastic jobs (hvdcorerun --min-np/--max-np/--host-discovery-script): how long the "
-         "job waits for at least --min-np slots after a host is lost or blacklisted; after "
-         "it every rank and hvdcorerun exit with an error naming the count and the timeout.",
+         "Elastic jobs (hvdcorerun --min-np or --host-discovery-script): how long the "
+         "job waits for at least --min-np slots after a host is lost or blacklisted (and, at "
+         "the start, for -np slots, else --min-np); after it every rank and hvdcorerun exit "
+         "with an error naming the count and the timeout.",
          horovod_alias=True, cli_flag="--elastic-timeout", parse=_parse_pos_float),
     Knob("ELASTIC_RENDEZVOUS", "str", "",
          "Set by hvdcorerun for an elastic job's workers: host:port of the launcher's store, "
@@ -312,7 +313,8 @@ def load(environ: Mapping[str, str] | None = None) -> Config:
             hint = f" Did you mean {PREFIX}{close[0]}?" if close else ""
             raise ConfigError(
                 f"unknown configuration variable {var}.{hint} Known HVDCORE_* variables: "
-                f"{', '.join(k.env for k in KNOBS)} (see `hvdcorerun --help`, or the manual's configuration page)."
+                f"{', '.join(k.env for k in KNOBS)} (see `hvdcorerun --help`, or the manual's "
+                "configuration page)."
             )
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}

@@ -115,7 +115,8 @@ def world_size(request: pytest.FixtureRequest) -> int:
 SHARED_LAUNCHES = {
     "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py", "tensorflow_model_parallel.py",
            "tensorflow_parity.py"),
-    "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py"),
+    "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py",
+              "tensorflow_api_parity.py"),
     "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py",
               "torch_semantics.py:all", "torch_mpi_plane.py", "torch_horovod_rules.py"),
     # the Gloo launches of test_torch_gloo.py: the first three only (semantics on Gloo and the

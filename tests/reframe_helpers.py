@@ -61,9 +61,6 @@ QUICK_TORCH_MNIST = ["-S", "max_steps_per_epoch=200", "-S", "epochs=1",
 #: launch saved is ~35 CPU s (imports, data, model) before it trains.
 ONE_CHUNK_MNIST = ["-S", "HvdcoreMnistCheck.chunks=1"]
 
-#: For runs that train both frameworks: one epoch each. That halves the torch example (its default
-#: is 2 x 450 steps, so 1 x 450) and leaves the TensorFlow one as it is (its default is 1 epoch).
-ONE_EPOCH_MNIST = ["-S", "epochs=1"]
 
 
 def reframe_exe() -> list[str]:

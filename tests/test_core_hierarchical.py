@@ -29,8 +29,11 @@ def reports(out: str) -> dict[int, dict[str, object]]:
     return found
 
 
-@pytest.mark.parametrize("np_", [1, 2, 3, 4], ids=lambda n: f"np{n}")
+@pytest.mark.parametrize("np_", [1, 2, 3], ids=lambda n: f"np{n}")
 def test_one_node_matches_references(np_: int) -> None:
+    """One node of 1-3 ranks: flat at 1, the shared-memory window with the leader step idle at
+    2 and 3 (4 ranks on 2 cores cost 80 s here and add no new code path: the window of 3 ranks
+    is an odd count, and test_two_nodes_by_launcher_node_id[np4] runs 4 ranks)."""
     res = run_mpi(np_, [program("core_hierarchical.py")], env=KNOBS, timeout=300)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]

@@ -7,6 +7,7 @@ programs with thread progress, 1-3 ranks); this file checks how jobs start and f
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import subprocess
 import sys
@@ -72,17 +73,26 @@ def test_launch_variables_of_each_launcher() -> None:
 # -- launches ---------------------------------------------------------------------------------
 
 def test_hvdcorerun_gloo_runs_without_mpi_and_reports_the_layout() -> None:
-    """Two hosts that name this machine (as Horovod's elastic tests use them) start locally;
-    each rank's local rank and size are the launcher's, no rank imports mpi4py."""
+    """Two hosts that name this machine (as Horovod's elastic tests use them) start locally,
+    one with 2 slots and one with 1; each rank's local and cross rank and size are Horovod
+    0.28.1's for that layout (runner/common/util/hosts.py ``get_host_assignments``: a rank's
+    cross group is the hosts that have its local rank) and ``is_homogeneous()`` is False on
+    every rank, from hvdcore and hvdcore.torch (and hvdcore.tensorflow on rank 0 where
+    TensorFlow is installed; Horovod's controllers: homogeneous when the allgathered local
+    sizes are all equal); no rank imports mpi4py."""
     hvdcorerun = str(Path(sys.executable).with_name("hvdcorerun"))
     res = subprocess.run([hvdcorerun, "--gloo", "-np", "3", "-H", "localhost:2,127.0.0.1:1",
-                          sys.executable, program("gloo_job.py"), "ok"],
+                          sys.executable, program("gloo_job.py"), "layout"],
                          env=_clean_env(), capture_output=True, text=True, timeout=180, cwd=ROOT)
     out = res.stdout
-    assert res.returncode == 0, out + res.stderr
-    for r, local in ((0, "0/2"), (1, "1/2"), (2, "0/1")):
+    assert res.returncode == 0, out + res.stderr[-4000:]
+    with_tf = importlib.util.find_spec("tensorflow") is not None
+    # rank: (local rank/size, cross rank/size, is_homogeneous of hvdcore, torch[, tensorflow])
+    want = {0: ("0/2", "0/2", "False,False,False" if with_tf else "False,False"),
+            1: ("1/2", "0/1", "False,False"), 2: ("0/1", "1/2", "False,False")}
+    for r, (local, cross, homogeneous) in want.items():
         assert f"[{r}]<stdout>:gloo-job rank={r} size=3 controller=gloo local={local} " \
-               "mpi4py=False OK" in out, out
+               f"cross={cross} homogeneous={homogeneous} mpi4py=False OK" in out, out
 
 
 def test_network_interfaces_takes_horovods_comma_list() -> None:
@@ -110,6 +120,7 @@ def test_torchrun_runs_a_horovod_script_unchanged() -> None:
                          capture_output=True, text=True, timeout=180, cwd=ROOT)
     lines = ok_lines(res, 2, "gloo-job")
     assert all("controller=gloo" in ln and "mpi4py=False" in ln for ln in lines), lines
+    assert all("local=" in ln and "/2 cross=0/1 homogeneous=True " in ln for ln in lines), lines
 
 
 def test_a_dead_rank_ends_the_job_with_its_exit_code() -> None:

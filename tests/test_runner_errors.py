@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -213,3 +215,53 @@ def test_launcher_does_not_initialize_mpi() -> None:
 ], ids=["bad-quoting", "port", "mpi-port", "with-srun"])
 def test_ssh_flags(capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
     assert says in usage_error(capsys, argv)
+
+
+HVDCORERUN = str(Path(sys.executable).with_name("hvdcorerun"))
+READER_GONE = 128 + signal.SIGPIPE  # a shell's code for a writer killed by SIGPIPE
+# argparse drops a failed write of --help/--version itself (exit 0 when nothing is left)
+QUIET_EXITS = {"help": (0, READER_GONE), "version": (0, READER_GONE),
+               "check-build": (READER_GONE,), "dry-run": (READER_GONE,)}
+INFO_FLAGS = {"help": ["--help"], "version": ["--version"],
+              "check-build": ["-cb", "--require", "mpi"],
+              "dry-run": ["-np", "2", "--dry-run", "python", "x.py"]}
+
+
+def _launcher_env(unbuffered: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HVDCORE_", "HOROVOD_")) and k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(ROOT)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("flag", list(INFO_FLAGS))
+def test_reader_gone_ends_quietly(flag: str, unbuffered: bool) -> None:
+    """``hvdcorerun -cb | head -3``: when the reader has closed the pipe, hvdcorerun ends
+    without a BrokenPipeError traceback (nor Python's "Exception ignored" at exit), with the
+    code of a writer killed by SIGPIPE (141, as ``seq 100000 | head -3``). The read end is
+    closed before the launcher starts, so every write fails, whatever the timing."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([HVDCORERUN, *INFO_FLAGS[flag]], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, env=_launcher_env(unbuffered),
+                              cwd=ROOT, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == "", proc.stderr
+    assert proc.returncode in QUIET_EXITS[flag], proc.returncode
+
+
+def test_check_build_into_head_is_quiet() -> None:
+    """The reported pipeline itself, through a shell: head's three lines, no traceback. The
+    report fits a pipe's buffer, so whether a write fails here is timing; the closed pipe
+    above is the case that always fails."""
+    script = f"set -o pipefail; {shlex.quote(HVDCORERUN)} -cb --require mpi | head -3"
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                          env=_launcher_env(False), cwd=ROOT, timeout=120)
+    assert proc.stderr == "", proc.stderr
+    assert proc.returncode in (0, READER_GONE), proc.returncode
+    assert len(proc.stdout.splitlines()) == 3, proc.stdout

@@ -12,10 +12,7 @@ the TensorFlow and Keras programs are also checked against their references ther
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from conftest import launch, program
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("torch")
@@ -56,14 +53,11 @@ def test_tf_parity_on_the_gloo_plane(shared_launch) -> None:
     _assert_ok(proc, "TF-MODEL-PARALLEL-OK", 3)  # issue 58's local sources, v1 broadcast grads
 
 
-@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
-def test_keras_fit_on_the_gloo_plane_matches_single_process(flavour: str, tmp_path,
-                                                            shared_launch) -> None:
-    if flavour == "keras3":  # after the collectives: test_tf_collectives_on_the_gloo_plane[2]'s
-        proc = shared_launch(GROUP[2], 2, GLOO, controller="gloo")
-    else:  # TF_USE_LEGACY_KERAS must be set before TensorFlow's import: a launch of its own
-        if importlib.util.find_spec("tf_keras") is None:
-            pytest.skip("tf-keras is not installed (pip install --no-deps tf-keras)")
-        proc = launch("gloo", 2, [program("tensorflow_keras_fit.py"), str(tmp_path)],
-                      env={**GLOO, "TF_USE_LEGACY_KERAS": "1"}, timeout=400)
+def test_keras_fit_on_the_gloo_plane_matches_single_process(shared_launch) -> None:
+    """Keras 3's fit with TF tensors on the Gloo plane, after the collectives in the same launch
+    (test_tf_collectives_on_the_gloo_plane[2]'s). tf-keras is not run again here: its
+    optimizer hands the same TF tensors to the same allreduce (the plane never sees which Keras
+    made them), and its fit is judged on the MPI plane at 1-3 ranks (test_tensorflow.py)."""
+    flavour = "keras3"
+    proc = shared_launch(GROUP[2], 2, GLOO, controller="gloo")
     _assert_ok(proc, f"KERAS-FIT-OK flavour={flavour}", 2)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from conftest import program, run_mpi
 from keras_flavours import KERAS_FLAVOURS, flavour_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.mpi]
@@ -98,7 +97,8 @@ def test_keras_local_variables_config_and_saving(world_size: int, flavour: str,
 
 
 @pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
-def test_horovod_names_and_argument_orders(world_size: int, flavour: str) -> None:
+def test_horovod_names_and_argument_orders(world_size: int, flavour: str,
+                                           shared_launch) -> None:
     """Horovod 0.28.1's names and argument orders (tests/programs/tensorflow_api_parity.py,
     whose docstring quotes them): is_homogeneous, size_op / process_set_included_op of a set,
     the global set, an unknown and a removed id (eagerly, tf.function, TF1 graph);
@@ -107,9 +107,9 @@ def test_horovod_names_and_argument_orders(world_size: int, flavour: str) -> Non
     Max, Product with a ValueError when it is made; BroadcastGlobalVariablesCallback refusing
     non-variable local_variables (ValueError); BestModelCheckpoint in Horovod's order with the
     path by keyword or set before fit (rank 0 writes it). On each Keras flavour (their
-    ModelCheckpoint and Callback differ); a launch of its own (~15 s)."""
-    proc = run_mpi(world_size, [program("tensorflow_api_parity.py")], env=flavour_env(flavour),
-                   timeout=300)
+    ModelCheckpoint and Callback differ). (One launch after tensorflow_keras_semantics.py:
+    ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("keras", world_size, flavour_env(flavour))
     _assert_ok(proc, "TF-API-PARITY-OK", world_size)
     for name in ("included.unknown.v1graph", "broadcast_object_fn.call1",
                  "keras.allreduce.prescale", "keras.reducescatter.sum",

@@ -4,6 +4,7 @@ choose a non-loopback address and point every rank's Gloo at it."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,32 @@ def test_srun_without_mpi_runs_on_the_gloo_controller(cluster: SlurmCluster) -> 
     assert all("size=4 controller=gloo" in ln and "mpi4py=False OK" in ln for ln in lines), lines
     # the fake nodes share a host name: SLURM_NODEID tells them apart, as under MPI
     assert [ln.split()[4] for ln in lines] == ["local=0/2", "local=1/2"] * 2, lines
+
+
+def test_uneven_nodes_are_not_homogeneous(cluster: SlurmCluster) -> None:
+    """``srun -N2 -n3 --mpi=pmix``: two ranks on n1, one on n2. The MPI controller (its
+    shared-memory split) gives Horovod 0.28.1's layout, and is_homogeneous() is False on every
+    rank (hvdcore, hvdcore.torch, and hvdcore.tensorflow on rank 0 where TensorFlow is
+    installed). The Gloo controller's uneven layout: test_gloo_controller.py."""
+    mpi = "pmix"
+    cmd = ["srun", "-N2", "-n3", f"--mpi={mpi}", "--kill-on-bad-exit=1",
+           sys.executable, program("gloo_job.py"), "layout"]
+    env = {k: v for k, v in cluster.env(mpi_env(FAKE_NODES_ENV)).items()
+           if k not in ("HVDCORE_CONTROLLER", "MASTER_ADDR", "MASTER_PORT")}
+    try:
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd)} did not finish in 240 s\n{exc.stdout!r}\n{exc.stderr!r}")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
+    lines = sorted(ln for ln in res.stdout.splitlines() if ln.startswith("gloo-job"))
+    tf = ",False" if importlib.util.find_spec("tensorflow") is not None else ""
+    controller = f"controller={'mpi' if mpi == 'pmix' else 'gloo'}"
+    assert [ln.split(" ", 4)[4] for ln in lines] == [
+        f"local=0/2 cross=0/2 homogeneous=False,False{tf} mpi4py={mpi == 'pmix'} OK",
+        f"local=1/2 cross=0/1 homogeneous=False,False mpi4py={mpi == 'pmix'} OK",
+        f"local=0/1 cross=1/2 homogeneous=False,False mpi4py={mpi == 'pmix'} OK"], lines
+    assert all(ln.startswith(f"gloo-job rank={r} size=3 {controller} ")
+               for r, ln in enumerate(lines)), lines
 
 
 def test_elastic_job_loses_a_node_and_finishes_on_the_other(cluster: SlurmCluster,

@@ -73,9 +73,10 @@ Gloo jobs (``--gloo``) and other hosts
     ``-p``/``--ssh-port``, ``-i``/``--ssh-identity-file`` and ``--ssh-args '...'`` (more ssh
     options, e.g. ``-J login1``). A remote rank gets the launcher's working directory and whole
     environment (not ``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES``, ``*_SECRET_KEY``,
-    as horovodrun) and ends when the launcher stops it or ends. ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on
-    every host, the rendezvous on the first (under mpirun, as horovodrun:
-    ``NCCL_SOCKET_IFNAME`` and Open MPI's ``-mca btl_tcp_if_include``).
+    as horovodrun) and ends when the launcher stops it or ends.
+    ``--network-interfaces IFACE[,IFACE]``: Gloo's interfaces on every host, the rendezvous on
+    the first (under mpirun, as horovodrun: ``NCCL_SOCKET_IFNAME`` and Open MPI's
+    ``-mca btl_tcp_if_include``).
 
 Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is not one)
     The Gloo controller, no MPI: once ``-np`` (default ``--min-np``) slots are listed,
@@ -91,9 +92,9 @@ Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is
     hosts or slots no longer listed leave there. If its first run fails the job fails; later
     failures are warnings and the job keeps its hosts. ``--reset-limit N`` ends the job
     instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
-    ``localhost:-np``) are the hosts. The script uses ``hvd.elastic`` (the manual's elastic
-    page); output lines are prefixed ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan
-    and starts no worker.
+    ``localhost`` with ``--max-np``, else ``-np``, else ``--min-np`` slots) are the hosts.
+    The script uses ``hvd.elastic`` (the manual's elastic page); output lines are prefixed
+    ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan and starts no worker.
 
 Exit code and signals
     The job's exit code is passed on (a rank killed by signal N gives 128+N). SIGINT, SIGTERM
@@ -102,6 +103,9 @@ Exit code and signals
     ``hvdcorerun: job failed: rank 1 exited with exit code 3 (mpirun exit code 3)``.
     Usage errors (bad flag or value, -np above the slots, malformed hostfile line, no command,
     no MPI launcher on PATH) print one line and exit 2; ``--require`` misses exit 1.
+    When the reader of hvdcorerun's own output goes away (``hvdcorerun -cb | head -3``) it
+    ends quietly: 141, a shell's code for a writer killed by SIGPIPE (0 for --help and
+    --version when argparse dropped the write itself).
 
 Capability report (``--check-build``)
     Horovod's layout (Available Frameworks / Controllers / Tensor Operations) plus devices and

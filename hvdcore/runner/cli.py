@@ -7,6 +7,7 @@ import difflib
 import os
 import shlex
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
@@ -383,7 +384,33 @@ def main(
     """
     env = dict(os.environ if environ is None else environ)
     try:
-        return _run(sys.argv[1:] if argv is None else argv, env, which, mpi_version_output, uid)
-    except (UsageError, ConfigError, LaunchError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        try:
+            return _run(sys.argv[1:] if argv is None else argv, env, which,
+                        mpi_version_output, uid)
+        except (UsageError, ConfigError, LaunchError) as exc:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            return 2
+        finally:  # what is still buffered fails here, not in the interpreter's exit
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+READER_GONE = 128 + signal.SIGPIPE
+"""Exit code when the reader of our output went away (``hvdcorerun -cb | head -3``): a shell's
+code for a writer killed by SIGPIPE, as ``seq 100000 | head -3`` gives under
+``set -o pipefail``, without the traceback."""
+
+
+def _reader_gone() -> int:
+    """Python's recipe for a closed pipe (``signal`` module docs, "Note on SIGPIPE"): point
+    stdout at /dev/null so the interpreter's final flush has nowhere to fail, and print nothing
+    (stderr may be the same pipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no real stdout (a test's capture)
+        pass
+    return READER_GONE

@@ -215,6 +215,8 @@ class DistributedGradientTape:
 
     ``device_dense``, ``device_sparse``, ``num_groups`` and ``groups`` are accepted for Horovod
     compatibility; grouping is left to the core, which fuses all gradients of a step.
+    ``groups`` is checked as Horovod checks it (a positive int or a list, else ValueError);
+    ``num_groups`` is deprecated (a warning).
     ``register_local_source(var)`` keeps ``var``'s gradient local (see the module docstring).
     """
 

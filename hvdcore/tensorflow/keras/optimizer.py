@@ -41,7 +41,9 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     ``run_eagerly=True``). ``backward_passes_per_step=k`` accumulates k local steps before one
     reduction and one update (summed, or averaged with ``average_aggregated_gradients``).
     ``device_dense``, ``device_sparse``, ``num_groups`` and ``groups`` are accepted for Horovod
-    compatibility; the core fuses all gradients of a step into one request.
+    compatibility; the core fuses all gradients of a step into one request. ``groups`` is
+    checked as Horovod checks it (a positive int or a list, else ValueError); ``num_groups``
+    is deprecated (a warning).
     ``optimizer.register_local_var(var)`` keeps ``var``'s gradient local (divided by the set
     size when ``scale_local_gradients``, as Horovod does).
 
