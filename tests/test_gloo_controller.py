@@ -93,6 +93,9 @@ def test_hvdcorerun_gloo_runs_without_mpi_and_reports_the_layout() -> None:
     for r, (local, cross, homogeneous) in want.items():
         assert f"[{r}]<stdout>:gloo-job rank={r} size=3 controller=gloo local={local} " \
                f"cross={cross} homogeneous={homogeneous} mpi4py=False OK" in out, out
+        # CPU tensors take this controller's Gloo host plane: hvd.cpu_operations() says so
+        assert f"[{r}]<stdout>:cpu-path rank={r} gloo (default on the Gloo controller: " \
+               "its host plane, no MPI in this job)" in out, out
 
 
 def test_network_interfaces_takes_horovods_comma_list() -> None:

@@ -62,6 +62,7 @@ class TorchPlanes:
     gpu: TorchBackend | None = None
     gpu_why: str = "not initialised"
     cpu_why: str = "not initialised"
+    cpu_name: str = "mpi"  # what :func:`cpu_path` calls the CPU tensors' path
     gpu_refused: str | None = None  # why device tensors are refused (ranks share a GPU)
     own_pg: bool = False  # hvdcore created torch.distributed's default group (destroy it)
     inplace_buffers: dict[str, tuple] = field(default_factory=dict)
@@ -129,7 +130,12 @@ def setup() -> None:
             f"HVDCORE_GPU_OPERATIONS=nccl but NCCL cannot be used ({planes.gpu_why}); unset it "
             "(auto) to stage device tensors through host memory, or fix those ranks")
     nccl = path == "nccl"
-    planes.cpu_why = "HVDCORE_CPU_OPERATIONS=gloo" if want_gloo else "default (MPI)"
+    # without MPI in the job the core's host plane is the Gloo controller's (gloo_host.py)
+    on_gloo_controller = _basics.controller() == "gloo"
+    planes.cpu_name = "gloo" if want_gloo or on_gloo_controller else "mpi"
+    planes.cpu_why = ("HVDCORE_CPU_OPERATIONS=gloo" if want_gloo
+                      else "default on the Gloo controller: its host plane, no MPI in this job"
+                      if on_gloo_controller else "default (MPI)")
     if path == "mpi-cuda-aware":
         planes.gpu = registry.create("mpi-cuda", "mpi", _pick_device())
         engine.register_backend(planes.gpu.key, planes.gpu)
@@ -287,7 +293,7 @@ def gpu_path() -> str:
 def cpu_path() -> str:
     """Which path CPU tensors take: ``gloo`` or ``mpi``, with why."""
     planes = current()
-    return f"{'gloo' if planes.cpu is not None else 'mpi'} ({planes.cpu_why})"
+    return f"{planes.cpu_name} ({planes.cpu_why})"
 
 
 def dtype_of(tensor: torch.Tensor) -> np.dtype:

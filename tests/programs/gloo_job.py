@@ -1,7 +1,8 @@
 """A short job for the Gloo controller's launch tests: allreduce against the reference, then
 what the test asks for (argv[1]): ``ok``, ``die`` (rank 1 exits mid-job) or ``layout`` (``ok``,
 with ``is_homogeneous()`` also asked of hvdcore.torch, and on rank 0 of hvdcore.tensorflow
-where TensorFlow is installed). The line it ends with gives the rank's layout: local and cross
+where TensorFlow is installed, and a ``cpu-path`` line with hvdcore.torch's
+``cpu_operations()``). The line it ends with gives the rank's layout: local and cross
 rank/size, and what is_homogeneous() said (hvdcore's, then the bindings')."""
 
 import importlib.util
@@ -23,7 +24,9 @@ homogeneous = [hvd.is_homogeneous()]
 if sys.argv[1:] == ["layout"]:  # the bindings' names, called for real
     import hvdcore.torch as torch_hvd
 
+    torch_hvd.init()  # its data planes (a local no-op for the core, already started)
     homogeneous.append(torch_hvd.is_homogeneous())
+    os.write(1, f"cpu-path rank={r} {torch_hvd.cpu_operations()}\n".encode())
     if r == 0 and importlib.util.find_spec("tensorflow") is not None:  # one import: seconds
         import hvdcore.tensorflow as tf_hvd
 
