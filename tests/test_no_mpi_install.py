@@ -90,9 +90,23 @@ def test_torch_mnist_under_hvdcorerun_gloo_and_torchrun_without_mpi(nompi: Path)
 
 @pytest.mark.tensorflow
 def test_keras_mnist_under_hvdcorerun_gloo_without_mpi(nompi: Path, tmp_path: Path) -> None:
+    """The guide's Keras example (TensorFlow backend) at 2 ranks learns, rank 0 alone prints
+    and checkpoints, and its result line is the one the ReFrame MNIST check parses. Seeded:
+    unseeded, one epoch of 2048 images spreads to the accuracy bound."""
     example = str(ROOT / "examples" / "keras_mnist.py")
     res = _run([str(nompi), "-m", "hvdcore.runner", "--gloo", "-np", "2", str(nompi),
                 program("maps_probe.py"), example, "--epochs", "1", "--train-samples", "2048",
-                "--test-samples", "512"], timeout=400, cwd=tmp_path)  # (its checkpoints/)
+                "--test-samples", "512", "--batch-size", "64", "--seed", "2",
+                "--checkpoint-dir", str(tmp_path / "ckpt")], timeout=400)
     _maps(res.stdout, 2)
-    assert "accuracy" in res.stdout, res.stdout[-3000:]
+    out = res.stdout[-6000:]
+    accuracy = re.findall(r"test accuracy: ([0-9.]+)", res.stdout)
+    assert len(accuracy) == 1, out  # printed by rank 0 only
+    result = re.findall(r"hvdcore-mnist: ranks=2 epochs=1 test_accuracy=([0-9.]+) "
+                        r"images_per_sec=([0-9.]+) images_per_sec_per_rank=([0-9.]+) "
+                        r"timed_steps=(\d+) timed_seconds=([0-9.]+) timing_noise=([0-9.]+)$",
+                        res.stdout, re.M)
+    assert len(result) == 1, out
+    assert float(result[0][0]) == float(accuracy[0]) and float(result[0][1]) > 0
+    assert float(accuracy[0]) > 0.5, f"2 ranks x 1024 images should beat chance by far: {out}"
+    assert (tmp_path / "ckpt" / "mnist-hvd-best.keras").is_file()

@@ -53,29 +53,6 @@ def test_keras_fit_matches_single_process(world_size: int, flavour: str, shared_
     assert f"CHECK {flavour}.sgd_warmup_sparse.epoch1.matches_reference ok" in proc.stdout
 
 
-def test_keras_mnist_example_two_ranks(tmp_path) -> None:
-    """The guide's example runs under 2 ranks (small subset) and learns; rank 0 checkpoints.
-    Seeded (as test_keras_backends' runs of it): unseeded, its accuracy spreads to the bound."""
-    ckpt = tmp_path / "ckpt"
-    proc = run_mpi(2, ["examples/keras_mnist.py", "--mode", "hvd", "--epochs", "1",
-                       "--train-samples", "2048", "--test-samples", "1000", "--batch-size", "64",
-                       "--seed", "2", "--checkpoint-dir", str(ckpt)], timeout=400)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("test accuracy:")]
-    assert len(lines) == 1, out[-6000:]  # printed by rank 0 only
-    accuracy = float(lines[0].split()[2])
-    assert accuracy > 0.5, f"2 ranks x 1024 images should beat chance by far: {accuracy}"
-    # the result line shared with examples/pytorch_mnist.py (what the ReFrame check parses)
-    result = re.findall(r"^hvdcore-mnist: ranks=2 epochs=1 test_accuracy=([0-9.]+) "
-                        r"images_per_sec=([0-9.]+) images_per_sec_per_rank=([0-9.]+) "
-                        r"timed_steps=(\d+) timed_seconds=([0-9.]+) timing_noise=([0-9.]+)$",
-                        proc.stdout, re.M)
-    assert len(result) == 1, out[-6000:]
-    assert float(result[0][0]) == accuracy and float(result[0][1]) > 0
-    assert (ckpt / "mnist-hvd-best.keras").is_file()
-
-
 def test_dead_rank_ends_the_job() -> None:
     """A rank that dies inside compiled fit ends the whole job with its rank named, no hang."""
     proc = run_mpi(2, [program("tensorflow_dead_rank.py")], timeout=180)

@@ -13,7 +13,7 @@ fit and semantics against the single-process reference, at 2 ranks, in one launc
 TensorFlow). The rest runs in the main venv only, with the newest TensorFlow: world sizes 1
 and 3 (``tests/test_tensorflow.py``, ``tests/test_tensorflow_semantics.py``), tf-keras
 (their ``tf_keras`` parameters), the dead rank (``test_dead_rank_ends_the_job``) and the MNIST
-example's training (``test_keras_mnist_example_two_ranks``). The test asserts that the inner
+example's training (``test_no_mpi_install.py``). The test asserts that the inner
 run used the versions asked for and that every selected test passed.
 """
 
