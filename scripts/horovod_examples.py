@@ -28,6 +28,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -207,19 +208,26 @@ def run_one(example: Example, work: Path, timeout: float, log: Path) -> tuple[st
     script = work / example.path
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", TF_CPP_MIN_LOG_LEVEL="1")
-    if example.needs == "tensorflow":
+    if "tensorflow" in example.needs:
         # Horovod 0.28.1 drives Keras 2 only: its TF2 examples call Keras 2 APIs
         # (`opt.variables()`, `compile(experimental_run_tf_function=...)`) that Keras 3 lacks
         env.setdefault("TF_USE_LEGACY_KERAS", "1")
     start = time.monotonic()
+    # its own process group, so that a timeout stops the launcher and every rank it started
+    proc = subprocess.Popen(command(example, script), cwd=script.parent, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
-        done = subprocess.run(command(example, script), cwd=script.parent, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=timeout, start_new_session=True)
-        output, verdict = done.stdout, "PASS" if done.returncode == 0 else \
-            f"FAIL (exit {done.returncode})"
-    except subprocess.TimeoutExpired as exc:
-        output, verdict = exc.stdout or b"", f"FAIL (timeout {timeout:.0f} s)"
+        output, _ = proc.communicate(timeout=timeout)
+        verdict = "PASS" if proc.returncode == 0 else f"FAIL (exit {proc.returncode})"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            output, _ = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+        verdict = f"FAIL (timeout {timeout:.0f} s)"
     log.write_bytes(output)
     return verdict, time.monotonic() - start
 
