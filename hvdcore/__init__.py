@@ -1,7 +1,8 @@
 """hvdcore: Horovod's API on a Python engine over MPI — the NumPy-level core.
 
 Framework bindings: ``hvdcore.torch``, ``hvdcore.tensorflow``, ``hvdcore.tensorflow.keras``
-(alias ``hvdcore.keras``). Launcher: ``hvdcorerun``. Configuration: ``hvdcore.config``.
+(alias ``hvdcore.keras``). Launcher: ``hvdcorerun``, and ``hvdcore.run(func, np=N)`` (Horovod's
+``horovod.run``) for a Python function. Configuration: ``hvdcore.config``.
 
 Example (run with ``hvdcorerun -np 2 python script.py``)::
 
@@ -46,6 +47,7 @@ _EXPORTS: dict[str, str] = {
         "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "join", "poll",
         "synchronize", "add_process_set", "remove_process_set"), "hvdcore.ops"),
     **dict.fromkeys(("ProcessSet", "global_process_set"), "hvdcore.process_sets"),
+    "run": "hvdcore.runner.func_job",
 }
 _SUBMODULES = ("capabilities",)
 
@@ -148,3 +150,4 @@ if TYPE_CHECKING:  # what static tools see: the same names, imported eagerly
         synchronize,
     )
     from hvdcore.process_sets import ProcessSet, global_process_set
+    from hvdcore.runner.func_job import run

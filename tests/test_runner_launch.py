@@ -177,3 +177,28 @@ def test_failure_summary_patterns_and_exit_code() -> None:
     assert failure_summary(abort) == ["rank 1 called MPI_Abort with error code 5"]
     assert failure_summary("all fine\n") == []
     assert exit_code(-9) == 137 and exit_code(3) == 3
+
+
+@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+def test_run_gives_each_ranks_value_of_a_function_of_the_script(controller: str) -> None:
+    """``horovod.run(train, args=..., np=2)`` as Horovod's examples call it (``--num-proc``).
+
+    Horovod 0.28.1 (horovod/runner/__init__.py ``run``): the values of ``func(*args,
+    **kwargs)``, a list indexed by rank; ``np=`` is a deprecated spelling of ``num_proc=`` whose
+    DeprecationWarning is not shown under Python's default filters; a failing rank fails the
+    call with a RuntimeError. Before hvdcore.run existed: AttributeError on ``horovod.run``.
+    """
+    args = [sys.executable, str(PROGRAMS / "run_func.py")] + (["gloo"] if controller == "gloo"
+                                                              else [])
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, env=launcher_env(),
+                              cwd=ROOT, timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"run_func.py did not finish in 120 s: {exc.stdout} {exc.stderr}")
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(lines[-2]) == [[0, 2, "a", 3], [1, 2, "a", 3]], proc.stdout
+    assert lines[-1] == "failed: RuntimeError", proc.stdout + proc.stderr
+    assert "rank 1 fails on purpose" in proc.stderr
+    assert "DeprecationWarning" not in proc.stderr, proc.stderr
+    assert not list(Path(ROOT).glob("hvdcore-run-*")), "the job folder was left behind"
