@@ -60,6 +60,9 @@ class Watchdog:
         self._fired = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        # close() wakes the thread through this pair: a rank whose peers are gone (the survivor
+        # of an elastic 2 -> 1 shrink) would otherwise wait out a whole select timeout
+        self._wake: tuple[socket.socket, socket.socket] | None = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -98,6 +101,7 @@ class Watchdog:
 
     def run(self) -> None:
         """Start the watchdog thread."""
+        self._wake = socket.socketpair()
         self._thread = threading.Thread(target=self._loop, name="hvdcore-liveness", daemon=True)
         self._thread.start()
 
@@ -112,9 +116,15 @@ class Watchdog:
                     sock.sendall(b"B")
                 except OSError:
                     pass
+            try:
+                if self._wake is not None:
+                    self._wake[1].send(b"w")
+            except OSError:
+                pass  # closed by an earlier close()
         if self._thread is not None:
             self._thread.join(2 * _POLL_S + 1.0)
-        for sock in [*self._peers, *([self._listener] if self._listener else [])]:
+        for sock in [*self._peers, *([self._listener] if self._listener else []),
+                     *(self._wake or ())]:
             try:
                 sock.close()
             except OSError:
@@ -133,6 +143,8 @@ class Watchdog:
             socks = list(self._peers) + list(pending)
             if self._listener is not None:
                 socks.append(self._listener)
+            if self._wake is not None:
+                socks.append(self._wake[0])
             try:
                 ready, _, _ = select.select(socks, [], [], _POLL_S)
             except (OSError, ValueError):
@@ -142,6 +154,9 @@ class Watchdog:
             for sock in ready:
                 if self._closing:
                     return
+                if self._wake is not None and sock is self._wake[0]:
+                    sock.recv(64)  # (close() sets _closing before it wakes the thread)
+                    continue
                 if sock is self._listener:
                     try:
                         conn, _ = sock.accept()
