@@ -147,13 +147,20 @@ def test_output_and_tcp_flags_in_the_mpirun_command(capsys: pytest.CaptureFixtur
     assert hydra[hydra.index("-outfile-pattern") + 1] == "logs"
 
 
-def test_output_filename_refused_where_unsupported(capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_filename_refused_under_srun_taken_for_elastic_jobs(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rc, _, err = run_main(capsys, ["--launcher", "srun", "-np", "2", "--output-filename", "d",
                                    "python"], environ={"PATH": "/usr/bin", "SLURM_JOB_ID": "1"},
                           which=lambda n: f"/usr/bin/{n}")
     assert rc == 2 and "--output-filename" in err and "srun" in err, err
-    rc, _, err = run_main(capsys, ["--min-np", "1", "--output-filename", "d", "python"])
-    assert rc == 2 and "elastic" in err, err
+    # elastic jobs write the files (tests/test_elastic_torch.py)
+    rc, out, err = run_main(capsys, ["--min-np", "1", "--output-filename", "d",
+                                     "-prefix-timestamp", "--dry-run", "python"])
+    assert rc == 0 and "elastic job" in out, err
+    (tmp_path / "file").write_text("")
+    rc, _, err = run_main(capsys, ["--min-np", "1", "--output-filename",
+                                   str(tmp_path / "file" / "d"), "python"])
+    assert rc == 2 and "--output-filename" in err and "Not a directory" in err, err
 
 
 def test_help_names_every_new_flag() -> None:

@@ -28,8 +28,8 @@ More horovodrun flags
     ``stall_check``, ``library_options``, ``logging``, ``autotune``); flags on the command line
     win wherever they stand; unknown keys are ignored with a note (needs PyYAML).
     ``--output-filename DIR``: Open MPI ``--output-filename``, Hydra ``-outfile-pattern``,
-    ``--gloo`` ``DIR/rank.N/stdout|stderr``. ``-prefix-timestamp``: Open MPI
-    ``--timestamp-output``, ``--gloo`` the time before each tag. ``--tcp``:
+    ``--gloo`` and elastic jobs ``DIR/rank.N/stdout|stderr``. ``-prefix-timestamp``: Open MPI
+    ``--timestamp-output``, ``--gloo`` and elastic jobs the time before each tag. ``--tcp``:
     ``NCCL_IB_DISABLE=1`` (Open MPI also ``-mca pml ob1 -mca btl ^openib``). ``--autotune*``,
     ``--mpi-threads-disable``, ``--num-nccl-streams``, ``--thread-affinity`` and the log
     timestamp switches are accepted with no effect and a note saying why; ``--jsrun`` is
@@ -94,7 +94,8 @@ Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is
     instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
     ``localhost`` with ``--max-np``, else ``-np``, else ``--min-np`` slots) are the hosts.
     The script uses ``hvd.elastic`` (the manual's elastic page); output lines are prefixed
-    ``[host:slot]<stdout>:``. ``--dry-run`` prints the plan and starts no worker.
+    ``[host:slot]<stdout>:``; ``--output-filename DIR`` also writes ``DIR/rank.N/stdout|stderr``,
+    N a worker's first rank. ``--dry-run`` prints the plan and starts no worker.
 
 Exit code and signals
     The job's exit code is passed on (a rank killed by signal N gives 128+N). SIGINT, SIGTERM

@@ -293,10 +293,6 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         if args.mpi:
             raise UsageError("elastic jobs (--min-np/--max-np/--host-discovery-script) run on "
                              "the Gloo controller: drop --mpi")
-        if args.output_filename or args.prefix_output_with_timestamp:
-            raise UsageError("--output-filename and --prefix-output-with-timestamp are not "
-                             "supported for elastic jobs yet (the workers' lines are tagged "
-                             "[host:slot]): drop them, or redirect hvdcorerun's output")
         return run_elastic(args, environ, exports, _hosts(args))
     ssh = ssh_options(args)
     if args.gloo:

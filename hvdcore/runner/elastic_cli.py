@@ -79,11 +79,16 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
         ssh = options_from(args.ssh_port, args.ssh_identity_file, args.ssh_args)
     except ValueError as exc:
         raise _usage(str(exc)) from None
+    if args.output_filename:
+        try:
+            os.makedirs(args.output_filename, exist_ok=True)
+        except OSError as exc:
+            raise _usage(f"--output-filename {args.output_filename}: {exc.strerror}") from None
     cfg = load({**environ, **exports})
     settings = ElasticSettings(min_np, args.max_np, args.np, discover, cfg.elastic_timeout,
                                args.reset_limit, cooldown, cfg.rendezvous_timeout, srun,
                                args.network_interfaces or cfg.gloo_iface or None,
-                               ssh)
+                               ssh, args.output_filename, args.prefix_output_with_timestamp)
     return run_elastic_job(settings, args.command, environ, exports)
 
 

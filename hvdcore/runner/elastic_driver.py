@@ -23,6 +23,11 @@ after them, ``out`` for the workers of a host that left. The workers' ``hvd.init
   last generation is left to broadcast the committed state, it ends the job: the reason goes to
   every waiting worker (which raise it) and to stderr, and hvdcorerun exits non-zero.
 - The job succeeds when every worker that was not removed has exited with status 0.
+- Workers' lines are tagged ``[host:slot]<stdout>:`` (their rank changes). With
+  ``--output-filename DIR`` each worker also writes ``DIR/rank.N/stdout`` and ``stderr``, N its
+  rank in its first generation, the file truncated when a later worker starts as rank N
+  (horovodrun's files, lines tagged ``[N]<stdout>:``); ``--prefix-output-with-timestamp`` puts
+  the time before every tag.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 from hvdcore.elastic_wire import Assignment, Keys, encode
 from hvdcore.runner.elastic_hosts import Blacklist, DiscoveryError
 from hvdcore.runner.elastic_slots import NO_SURVIVOR, Slot, plan_slots
-from hvdcore.runner.gloo_launch import _own_names, _pump, iface_address, is_local
+from hvdcore.runner.gloo_launch import RankFile, _own_names, _pump, iface_address, is_local
 from hvdcore.runner.hosts import Host
 from hvdcore.runner.remote import SshOptions, ssh_command
 
@@ -71,6 +76,8 @@ class ElasticSettings:
     srun: str | None = None  # start workers as steps of this Slurm allocation (srun's path)
     iface: str | None = None  # --network-interfaces: the store's address and the workers' Gloo
     ssh: SshOptions = SshOptions()  # how workers on other hosts start
+    output_dir: str | None = None  # --output-filename: DIR/rank.N/stdout and stderr
+    timestamps: bool = False  # --prefix-output-with-timestamp
 
 
 @dataclass
@@ -83,10 +90,32 @@ class _Worker:
     gen: int = 0  # the last generation it was in
     state: str = "running"  # running, done, failed, stopped (its host failed), removed
     told: bool = False  # removed, and a generation published says so (it cannot come back)
+    files: tuple[RankFile, RankFile] | None = None  # --output-filename: opened at its rank
 
     def revivable(self) -> bool:
         """Removed, but no generation said so yet: listed again, it keeps its slot."""
         return self.state == "removed" and not self.told and self.proc.poll() is None
+
+    def assign(self, rank: int, gen: int) -> None:
+        """Its rank in generation ``gen``; the first one names its files (horovodrun's)."""
+        if self.rank < 0 and self.files:
+            for f in self.files:
+                f.open(rank)
+        self.rank, self.gen = rank, gen
+
+
+def _forward(w: _Worker, s: ElasticSettings, lock: threading.Lock) -> None:
+    """Copy the worker's stdout and stderr to the launcher's, tagged ``[host:slot]``, and to
+    its files under ``--output-filename`` (from threads)."""
+    if s.output_dir:
+        # horovodrun pads N to the width of -np's largest rank, whatever the job grows to
+        size = s.start_np or s.min_np
+        w.files = (RankFile(s.output_dir, size, "stdout"), RankFile(s.output_dir, size, "stderr"))
+    for i, (stream, kind, out) in enumerate(((w.proc.stdout, "stdout", sys.stdout.buffer),
+                                             (w.proc.stderr, "stderr", sys.stderr.buffer))):
+        threading.Thread(target=_pump, args=(stream, w.wid, kind, out, lock,
+                                             w.files[i] if w.files else None, s.timestamps),
+                         daemon=True).start()
 
 
 def _say(text: str) -> None:
@@ -198,10 +227,7 @@ class _Driver:
                                 stderr=subprocess.PIPE, start_new_session=True)
         worker = _Worker(wid, host, slot, proc)
         self.workers.append(worker)
-        for stream, kind, out in ((proc.stdout, "stdout", sys.stdout.buffer),
-                                  (proc.stderr, "stderr", sys.stderr.buffer)):
-            threading.Thread(target=_pump, args=(stream, wid, kind, out, self.lock),
-                             daemon=True).start()
+        _forward(worker, self.s, self.lock)
         threading.Thread(target=lambda: self.exits.put((worker, proc.wait())),
                          daemon=True).start()
 
@@ -295,7 +321,7 @@ class _Driver:
             a = Assignment(rank, len(ordered), local, len(per_host[w.host]),
                            cross.index(w.host), len(cross), w.host, w.rank < 0)
             self.store.set(Keys.worker(self.gen, w.wid), encode(a))
-            w.rank, w.gen = rank, self.gen
+            w.assign(rank, self.gen)
         for w in self.workers:
             if w.state == "removed":
                 self.store.set(Keys.worker(self.gen, w.wid), encode(None))

@@ -22,12 +22,14 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host
 from hvdcore.runner.remote import SshOptions, ssh_command
 
-__all__ = ["RankPlace", "plan", "is_local", "iface_address", "run_gloo_job"]
+__all__ = ["RankPlace", "RankFile", "plan", "is_local", "iface_address", "output_files",
+           "run_gloo_job"]
 
 _GRACE_S = 5.0
 
@@ -98,26 +100,25 @@ def iface_address(ifaces: str) -> str:
     return have[names[0]]
 
 
-def _pump(stream: object, rank: int, kind: str, out: object, lock: threading.Lock,
-          copy: str | None = None, timestamps: bool = False) -> None:
-    """Copy a rank's stream line by line to ``out`` with its tag, and to the file ``copy``."""
-    tag = f"[{rank}]<{kind}>:".encode()
-    sink = open(copy, "wb") if copy else None
+def _pump(stream: object, name: int | str, kind: str, out: object, lock: threading.Lock,
+          copy: RankFile | None = None, timestamps: bool = False) -> None:
+    """Copy a worker's stream line by line to ``out``, tagged ``[name]<kind>:``, and to
+    ``copy`` (its file under ``--output-filename``, closed at the end)."""
+    tag = f"[{name}]<{kind}>:".encode()
     try:
         for line in iter(stream.readline, b""):  # type: ignore[attr-defined]
-            text = (time.ctime().encode() if timestamps else b"") + tag + line
+            stamp = time.ctime().encode() if timestamps else b""
             with lock:
                 try:
-                    out.write(text)  # type: ignore[attr-defined]
+                    out.write(stamp + tag + line)  # type: ignore[attr-defined]
                     out.flush()  # type: ignore[attr-defined]
                 except (OSError, ValueError):
                     pass
-            if sink is not None:
-                sink.write(text)
-                sink.flush()
+            if copy is not None:
+                copy.write(stamp, line)
     finally:
-        if sink is not None:
-            sink.close()
+        if copy is not None:
+            copy.close()
 
 
 def output_files(output_dir: str, rank: int, size: int) -> tuple[str, str]:
@@ -126,6 +127,56 @@ def output_files(output_dir: str, rank: int, size: int) -> tuple[str, str]:
     folder = os.path.join(output_dir, f"rank.{rank:0{len(str(max(size - 1, 0)))}d}")
     os.makedirs(folder, exist_ok=True)
     return os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+
+
+class RankFile:
+    """A worker's ``DIR/rank.N/stdout`` (or ``stderr``) under ``--output-filename``, its lines
+    tagged ``[N]<kind>:`` as horovodrun writes them. An elastic worker learns N from its first
+    generation, after it started: its lines are held until :meth:`open`."""
+
+    def __init__(self, output_dir: str, size: int, kind: str, rank: int | None = None) -> None:
+        self._dir, self._size, self._kind = output_dir, size, kind
+        self._lock = threading.Lock()
+        self._file: BinaryIO | None = None
+        self._tag = b""
+        self._held: list[tuple[bytes, bytes]] = []
+        self._closed = False
+        if rank is not None:
+            self.open(rank)
+
+    def open(self, rank: int) -> None:
+        """Create or truncate the file of rank ``rank`` (horovodrun truncates it whenever a
+        worker starts as that rank) and write the lines held so far."""
+        stdout, stderr = output_files(self._dir, rank, self._size)
+        # O_APPEND: a worker that still writes to a file truncated for a newer worker of the
+        # same rank number adds its lines at the end instead of leaving a hole
+        fd = os.open(stdout if self._kind == "stdout" else stderr,
+                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+        with self._lock:
+            self._file = os.fdopen(fd, "wb")
+            self._tag = f"[{rank}]<{self._kind}>:".encode()
+            for stamp, line in self._held:
+                self._file.write(stamp + self._tag + line)
+            self._held.clear()
+            self._file.flush()
+            if self._closed:
+                self._file.close()
+
+    def write(self, stamp: bytes, line: bytes) -> None:
+        """One line of the worker's output, ``stamp`` (its time, or empty) before the tag."""
+        with self._lock:
+            if self._file is None:
+                self._held.append((stamp, line))
+            elif not self._file.closed:
+                self._file.write(stamp + self._tag + line)
+                self._file.flush()
+
+    def close(self) -> None:
+        """The worker's stream ended (a file not opened yet is closed once opened)."""
+        with self._lock:
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
 
 
 def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: Mapping[str, str],
@@ -168,7 +219,8 @@ def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: M
             _stop(procs, signal.SIGKILL)
             return 127
         procs.append(proc)
-        files = (output_files(output_dir, p.rank, len(places)) if output_dir
+        files = ((RankFile(output_dir, len(places), "stdout", p.rank),
+                  RankFile(output_dir, len(places), "stderr", p.rank)) if output_dir
                  else (None, None))
         for stream, kind, out, copy in ((proc.stdout, "stdout", sys.stdout.buffer, files[0]),
                                         (proc.stderr, "stderr", sys.stderr.buffer, files[1])):

@@ -2,12 +2,12 @@
 without effect.
 
 Carried out: ``--config-file`` (:mod:`hvdcore.runner.config_file`), ``--output-filename``
-(Open MPI's ``--output-filename``, Hydra's ``-outfile-pattern``, ``--gloo``: files written by
-hvdcorerun), ``-prefix-timestamp``/``--prefix-output-with-timestamp`` (Open MPI's
-``--timestamp-output``, ``--gloo``: the time before each line's tag) and ``--tcp``
-(``NCCL_IB_DISABLE=1`` for every rank; Open MPI: ``-mca pml ob1 -mca btl ^openib``, the
-transport choice horovodrun's mpirun command carries). ``--jsrun`` is refused: hvdcorerun has no
-LSF launcher.
+(Open MPI's ``--output-filename``, Hydra's ``-outfile-pattern``, ``--gloo`` and elastic jobs:
+files written by hvdcorerun), ``-prefix-timestamp``/``--prefix-output-with-timestamp`` (Open
+MPI's ``--timestamp-output``, ``--gloo`` and elastic jobs: the time before each line's tag) and
+``--tcp`` (``NCCL_IB_DISABLE=1`` for every rank; Open MPI: ``-mca pml ob1 -mca btl ^openib``,
+the transport choice horovodrun's mpirun command carries). ``--jsrun`` is refused: hvdcorerun
+has no LSF launcher.
 
 Accepted without effect, one notice line on stderr each: the autotuner's flags (hvdcore has no
 autotuner), ``--mpi-threads-disable``, ``--num-nccl-streams``, ``--thread-affinity`` and the log
@@ -97,12 +97,14 @@ def add_horovod_flags(parser: argparse.ArgumentParser,
                         "logging settings (and controller: gloo|mpi); flags given on the "
                         "command line win wherever they stand. Needs PyYAML")
     p.add_argument("--output-filename", metavar="DIR",
-                   help="every rank's output also into files: --gloo: DIR/rank.N/stdout and "
-                        "stderr (N zero-padded); Open MPI: its --output-filename DIR; "
+                   help="every rank's output also into files: --gloo and elastic jobs: "
+                        "DIR/rank.N/stdout and stderr (N zero-padded; elastic: a worker's "
+                        "first rank); Open MPI: its --output-filename DIR; "
                         "MPICH/Intel MPI: -outfile-pattern DIR (as horovodrun)")
     p.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp", action="store_true",
                    help="the time before every output line (Open MPI: --timestamp-output; "
-                        "--gloo: before the [rank]<stdout>: tag)")
+                        "--gloo and elastic jobs: before each line's [rank] or "
+                        "[host:slot] tag)")
     p.add_argument("--tcp", action="store_true",
                    help="TCP only: NCCL_IB_DISABLE=1 for every rank; Open MPI also gets "
                         "-mca pml ob1 -mca btl ^openib")

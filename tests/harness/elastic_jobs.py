@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "tests" / "programs" / "elastic_torch.py"
 HOSTS = ROOT / "tests" / "programs" / "elastic_hosts.py"
 A, B, C = "127.0.0.1", "127.0.0.2", "127.0.0.3"
+#: ``-prefix-timestamp``'s time before a line's tag (``time.ctime()``, as horovodrun)
+STAMP = r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}"
 
 
 def reference(steps: int) -> list[float]:
@@ -65,7 +67,8 @@ def run(tmp_path: Path, schedule: list | None, plan: dict, *flags: str, timeout:
         out = (exc.stdout or b"").decode() + (exc.stderr or b"").decode() \
             if isinstance(exc.stdout, bytes) else f"{exc.stdout}{exc.stderr}"
         pytest.fail(f"elastic job hung past {timeout} s:\n{out[-6000:]}")
-    out = re.sub(r"^\[[^\]]+\]<std(?:out|err)>:", "", proc.stdout + proc.stderr, flags=re.M)
+    out = re.sub(rf"^(?:{STAMP})?\[[^\]]+\]<std(?:out|err)>:", "", proc.stdout + proc.stderr,
+                 flags=re.M)
     return proc, out
 
 

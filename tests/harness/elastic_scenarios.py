@@ -136,13 +136,14 @@ def reset_limit(tmp_path: Path, program: Program, added_last: bool = False) -> J
     return proc, out
 
 
-def blacklisted_host_comes_back(tmp_path: Path, program: Program) -> Job:
-    """'Resurrecting blacklisted hosts': B fails, is blacklisted for 1-2 s, and rejoins."""
+def blacklisted_host_comes_back(tmp_path: Path, program: Program, *flags: str) -> Job:
+    """'Resurrecting blacklisted hosts': B fails, is blacklisted for 1-2 s, and rejoins
+    (``flags``: more hvdcorerun flags)."""
     proc, out = job(tmp_path, program, [[0, [f"{A}:1", f"{B}:1"]]],
                     {"expect": {"0": 2, "2": 2},
                      "fail": [{"epoch": 1, "batch": 0, "host": B, "how": "raise",
                                "once": str(tmp_path / "b")}]},
-                    "--min-np", "1", "--blacklist-cooldown-range", "1", "2")
+                    "--min-np", "1", "--blacklist-cooldown-range", "1", "2", *flags)
     program.finished(proc, out, 2)
     assert re.search(r"host 127\.0\.0\.2 is blacklisted for [12] s", out), out[-4000:]
     assert "host 127.0.0.2 joins the job" in out
