@@ -8,19 +8,25 @@ The easyconfigs in ``easyconfigs/h/hvdcore/`` install the project's own sdist
    Python, without build isolation, from a clean copy of the tree so the checkout is not touched),
    optionally leaving sub-packages out (``--exclude hvdcore/torch``: used by the tests to prove that
    the sanity check catches a build without the torch binding);
-2. runs ``eb --inject-checksums=sha256 --force`` on the easyconfigs of this version
-   (``hvdcore-<version>-*.eb``; earlier releases' keep their own checksum), either in place (a
-   development build: do not commit it; a release's checksums are written by
-   ``scripts/release.py cut``) or on copies written to ``--ec-outdir`` (what the install test
-   does).
+2. runs ``eb --inject-checksums=sha256 --force`` on easyconfigs of the checkout's version
+   (``hvdcore-<version>-*.eb``), written to ``--ec-outdir``.
+
+Between releases main carries a development version (``0.3.0.dev0``, see scripts/release.py).
+Its easyconfigs are not committed: they are generated into ``--ec-outdir`` from the committed
+easyconfigs they descend from (:func:`current_easyconfigs`: the next release's
+``hvdcore-0.3.0-*.eb`` once written, else the newest release's), with ``version`` and the
+checksum replaced, so the module is ``hvdcore/0.3.0.dev0-<suffix>``. Easyconfigs named on the
+command line are retargeted the same way. ``--in-place`` rewrites committed easyconfigs of an
+unreleased version only: a released version's (``releases/VERSION.json``) are never rewritten
+(their checksum is that release's, written by ``scripts/release.py cut``), and a development
+version has none to rewrite.
 
 Examples::
 
-    # development build: dist/hvdcore-0.2.0.tar.gz, its checksum in the committed
-    # hvdcore-0.2.0-*.eb (not to be committed: releases use scripts/release.py cut)
-    python easyconfigs/build_sdist.py --outdir dist --in-place
+    # a checkout's sdist into dist/, its easyconfigs (hvdcore-0.3.0.dev0-*.eb on main) into ecs/
+    python easyconfigs/build_sdist.py --outdir dist --ec-outdir ecs
 
-    # test: sdist into /tmp/src, easyconfigs with the matching checksum into /tmp/ecs
+    # one variant only: ecs/hvdcore-0.3.0.dev0-Python-3.11.eb
     python easyconfigs/build_sdist.py --outdir /tmp/src --ec-outdir /tmp/ecs \\
         easyconfigs/h/hvdcore/hvdcore-0.2.0-Python-3.11.eb
 
@@ -44,8 +50,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
-    "ROOT", "EASYCONFIG_DIR", "project_version", "current_easyconfigs", "build_sdist",
-    "normalize_tarball", "eb_env", "inject_checksums",
+    "ROOT", "EASYCONFIG_DIR", "project_version", "is_development", "easyconfig_version",
+    "current_easyconfigs", "retarget", "build_sdist", "normalize_tarball", "eb_env",
+    "inject_checksums",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,16 +76,80 @@ def project_version(root: Path = ROOT) -> str:
     return match.group(1)
 
 
+#: PEP 440 versions as hvdcore uses them: 1.2.3, 1.2.3rc1, 1.2.3.dev0 (as scripts/release.py)
+_VERSION = r"(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+))?(?:\.dev(\d+))?"
+_EC_NAME = re.compile(rf"hvdcore-({_VERSION})-.*\.eb")
+_EC_VERSION_LINE = re.compile(r"^version = '([^']+)'$", re.M)
+
+
+def is_development(version: str) -> bool:
+    """Whether ``version`` is a development version (``0.3.0.dev0``): main's between releases."""
+    match = re.fullmatch(_VERSION, version)
+    return bool(match and match.group(6) is not None)
+
+
+def _key(version: str) -> tuple:
+    """PEP 440 order of hvdcore's versions (0.2.0 < 0.3.0.dev0 < 0.3.0rc1 < 0.3.0)."""
+    match = re.fullmatch(_VERSION, version)
+    if match is None:
+        raise SystemExit(f"build_sdist: {version!r} is not a version like 1.2.3 or 1.2.3.dev0")
+    major, minor, patch, pre, pre_n, dev = match.groups()
+    pre_key = ({"a": 0, "b": 1, "rc": 2}[pre], int(pre_n)) if pre else (-1 if dev else 3, 0)
+    return (int(major), int(minor), int(patch)), pre_key, (0, int(dev)) if dev else (1, 0)
+
+
+def easyconfig_version(path: Path) -> str:
+    """The version in an hvdcore easyconfig's file name, ``hvdcore-<version>-<suffix>.eb``."""
+    match = _EC_NAME.fullmatch(Path(path).name)
+    if match is None:
+        raise SystemExit(f"build_sdist: {path} is not named hvdcore-<version>-<suffix>.eb")
+    return match.group(1)
+
+
 def current_easyconfigs(root: Path = ROOT) -> list[Path]:
-    """The easyconfigs of the checkout's version, ``hvdcore-<version>-*.eb``: the ones its sdist
-    installs. Earlier releases' easyconfigs stay beside them with their own release's checksum
-    (their sdist is ``hvdcore-<old version>.tar.gz``, which this script does not build)."""
+    """The committed easyconfigs this checkout's sdist installs with: ``hvdcore-<version>-*.eb``
+    for a release (or a release being prepared). For a development version ``X.Y.Z.devN`` they
+    are the ones its easyconfigs are generated from (:func:`retarget`): ``hvdcore-X.Y.Z-*.eb``
+    once the next release's are written, else the newest release's below it. Earlier releases'
+    easyconfigs stay beside them with their own release's checksum."""
     version = project_version(root)
-    ecs = sorted((root / "easyconfigs" / "h" / "hvdcore").glob(f"hvdcore-{version}-*.eb"))
-    if not ecs:
-        raise SystemExit(f"build_sdist: no easyconfigs hvdcore-{version}-*.eb in "
-                         f"{root / 'easyconfigs' / 'h' / 'hvdcore'}")
-    return ecs
+    ec_dir = root / "easyconfigs" / "h" / "hvdcore"
+    by_version: dict[str, list[Path]] = {}
+    for ec in sorted(ec_dir.glob("hvdcore-*.eb")):
+        if _EC_NAME.fullmatch(ec.name):
+            by_version.setdefault(easyconfig_version(ec), []).append(ec)
+    if version in by_version:
+        return by_version[version]
+    if is_development(version):
+        base = version.split(".dev")[0]
+        older = [v for v in by_version if not is_development(v) and _key(v) <= _key(base)]
+        if older:
+            return by_version[max(older, key=_key)]
+    raise SystemExit(f"build_sdist: no easyconfigs hvdcore-{version}-*.eb in {ec_dir}"
+                     + (" nor any release's to generate them from" if is_development(version)
+                        else ""))
+
+
+def retarget(easyconfig: Path, version: str, dest_dir: Path) -> Path:
+    """Write ``easyconfig`` as ``dest_dir/hvdcore-<version>-<suffix>.eb``, its ``version`` set
+    to ``version`` (the checksum is injected afterwards); return the new file."""
+    easyconfig = Path(easyconfig)
+    old = easyconfig_version(easyconfig)
+    text = easyconfig.read_text()
+    if len(_EC_VERSION_LINE.findall(text)) != 1:
+        raise SystemExit(f"build_sdist: {easyconfig}: expected one line version = '...'")
+    if old != version:
+        what = "a development build, not a release" if is_development(version) else "a build"
+        text = (f"# {what}: generated by easyconfigs/build_sdist.py from\n# {easyconfig.name}, "
+                f"not to be committed\n{_EC_VERSION_LINE.sub(f'version = {version!r}', text)}")
+    dest = Path(dest_dir) / f"hvdcore-{version}-{easyconfig.name[len(f'hvdcore-{old}-'):]}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(text)
+    return dest
+
+
+def _released(root: Path = ROOT) -> set[str]:
+    return {p.stem for p in (root / "releases").glob("*.json")}
 
 
 def _copy_tree(root: Path, dest: Path, exclude: Sequence[str]) -> None:
@@ -235,32 +306,58 @@ def inject_checksums(
     return targets
 
 
+def _in_place_refusal(ecs: Sequence[Path], version: str, root: Path = ROOT) -> str | None:
+    """Why ``--in-place`` must not rewrite ``ecs`` (None: it may)."""
+    if is_development(version):
+        return (f"{version} is a development version: its easyconfigs are generated, not "
+                "committed; write them with --ec-outdir DIR")
+    released = _released(root)
+    for ec in ecs:
+        if easyconfig_version(ec) in released:
+            return (f"{Path(ec).name} belongs to the release {easyconfig_version(ec)} "
+                    f"(releases/{easyconfig_version(ec)}.json): its checksum is that release's "
+                    "sdist's and is never rewritten; use --ec-outdir DIR")
+        if easyconfig_version(ec) != version:
+            return f"{Path(ec).name} is not for this checkout's version {version}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("easyconfigs", nargs="*", type=Path,
-                        help="easyconfigs to update (default: this version's, "
-                             "easyconfigs/h/hvdcore/hvdcore-VERSION-*.eb)")
+                        help="easyconfigs to start from (default: current_easyconfigs(), the "
+                             "version's own or, for a development version, the newest release's)")
     parser.add_argument("--outdir", type=Path, default=ROOT / "dist",
                         help="where the sdist goes; also the --sourcepath for eb (default: dist/)")
     parser.add_argument("--exclude", action="append", default=[], metavar="PATH",
                         help="leave this path (relative to the project root) out of the sdist")
     ec_mode = parser.add_mutually_exclusive_group()
-    ec_mode.add_argument("--in-place", action="store_true", help="update the easyconfigs in place")
-    ec_mode.add_argument("--ec-outdir", type=Path, help="write updated copies here")
+    ec_mode.add_argument("--in-place", action="store_true",
+                         help="update the committed easyconfigs of an unreleased, non-development "
+                              "version in place")
+    ec_mode.add_argument("--ec-outdir", type=Path,
+                         help="write the checkout's version's easyconfigs here")
     ec_mode.add_argument("--no-inject", action="store_true", help="only build the sdist")
     parser.add_argument("--eb", help="eb command (default: the one next to this Python)")
     args = parser.parse_args(argv)
 
+    version = project_version()
+    if not (args.in_place or args.no_inject or args.ec_outdir):
+        parser.error("say where the easyconfigs go: --in-place or --ec-outdir DIR (or --no-inject)")
+    ecs = args.easyconfigs or ([] if args.no_inject else current_easyconfigs())
+    if args.in_place and (why := _in_place_refusal(ecs, version)):
+        raise SystemExit(f"build_sdist: --in-place refused: {why}")
+    if args.ec_outdir and args.ec_outdir.resolve() == EASYCONFIG_DIR.resolve():
+        raise SystemExit(f"build_sdist: --ec-outdir {args.ec_outdir} is the committed easyconfigs' "
+                         "directory: name another one")
     sdist = build_sdist(args.outdir, exclude=args.exclude)
     print(f"sdist: {sdist}")
     if args.no_inject:
         return 0
-    if not args.in_place and args.ec_outdir is None:
-        parser.error("say where the easyconfigs go: --in-place or --ec-outdir DIR (or --no-inject)")
-    ecs = args.easyconfigs or current_easyconfigs()
-    for ec in inject_checksums(ecs, args.outdir, args.ec_outdir if not args.in_place else None,
-                               eb=args.eb):
+    if not args.in_place:
+        ecs = [retarget(ec, version, args.ec_outdir) for ec in ecs]
+    for ec in inject_checksums(ecs, args.outdir, eb=args.eb):
         print(f"checksum injected: {ec}")
     return 0
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 # Public name -> the module that defines it. Nothing is imported until a name is used, so that
 # the launcher (``hvdcorerun --help``, ``--check-build``) loads only what it needs.

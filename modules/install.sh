@@ -36,6 +36,13 @@ esac
 modfile=$here/all/hvdcore/$modver.lua
 [ -f "$modfile" ] || die "no module file $modfile (available: $(cd "$here/all/hvdcore" && ls))"
 [ -e "$src" ] || die "$src not found"
+# the module file describes one release; a checkout's development sdist installed under its
+# name would pass for that release (EasyBuild builds of main get their own dev version instead)
+srcver=$(basename "$src" | sed -n 's/^hvdcore-\(.*\)\.tar\.gz$/\1/p')
+if [ "$kind" = prefix ] && [ -n "$srcver" ] && [ "$srcver" != "${modver%%-*}" ]; then
+  echo "install.sh: warning: $src is hvdcore $srcver, installed as the module hvdcore/$modver" \
+       "(whose file describes ${modver%%-*})" >&2
+fi
 
 # Refuse, before anything is written, a target pip cannot install into without touching what
 # $python already has: its own prefix, a directory on its sys.path (site-packages, PYTHONPATH,

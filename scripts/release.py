@@ -1,22 +1,37 @@
 #!/usr/bin/env python3
 """Cut an hvdcore release, or check that a recorded release rebuilds to its checksums.
 
-A release is cut in two commits::
+Versions follow PEP 440. Between releases, main carries a *development* version, the next
+release's with ``.devN`` (``0.3.0.dev0`` after 0.2.0), so that nothing built from main (sdist,
+wheel, ``hvdcore --version``, an EasyBuild module, a container label) can pass for a release.
+One cycle, from main at ``0.3.0.dev0``::
 
-    python scripts/release.py set-version 0.2.0   # hvdcore/__init__.py and the copies of it
-    # write CHANGELOG.md's "## [0.2.0] - DATE" section and the hvdcore-0.2.0-*.eb easyconfigs
-    git commit -m "release 0.2.0: version and changelog" -- ...
-    python scripts/release.py cut 0.2.0           # builds from HEAD, writes checksums and record
-    git commit -m "release 0.2.0: checksums" -- easyconfigs releases
+    python scripts/release.py set-version 0.3.0   # hvdcore/__init__.py and the copies of it
+    # write CHANGELOG.md's "## [0.3.0] - DATE" section and the hvdcore-0.3.0-*.eb easyconfigs
+    git commit -m "release 0.3.0: version and changelog" -- ...
+    python scripts/release.py cut 0.3.0           # builds from HEAD, writes checksums and record
+    git commit -m "release 0.3.0: checksums" -- easyconfigs releases
+    python scripts/release.py set-version 0.4.0.dev0   # main goes on as the next development
+    git commit -m "main is 0.4.0.dev0" -- hvdcore/__init__.py containers
+
+``set-version`` takes a release (``1.2.3``, ``1.2.3rc1``) or a development version
+(``1.2.3.dev0``); it refuses a version already released and a development version that does not
+sort after the newest release (``0.2.0.dev0`` after 0.2.0). The copies (``COPIES``: the
+container labels and the Kubernetes manifest's label and image tag) carry the same version, a
+development one included: an image built from main is a development build too.
 
 ``cut`` takes the release's inputs from a commit (``--commit``, default ``HEAD``), never from
-the working tree: it checks that the commit's version and changelog name the release, builds the
-sdist and a pure-Python wheel from ``git archive`` of that commit with ``SOURCE_DATE_EPOCH`` set
-to the commit's date, writes the sdist's sha256 into ``easyconfigs/h/hvdcore/hvdcore-VERSION-*.eb``
-and records commit, date, build tools and checksums in ``releases/VERSION.json``. The sdist
-therefore never contains its own checksum. ``verify`` rebuilds a recorded release from its
-commit and compares (the newest release by default); it exits non-zero on any difference.
-Development builds keep ``easyconfigs/build_sdist.py --in-place`` (or ``--ec-outdir``).
+the working tree, and refuses a development version. It checks that the commit's version, its
+copies and changelog name the release, builds the sdist and a pure-Python wheel from
+``git archive`` of that commit with ``SOURCE_DATE_EPOCH`` set to the commit's date, writes the
+sdist's sha256 into ``easyconfigs/h/hvdcore/hvdcore-VERSION-*.eb`` and records commit, date,
+build tools and checksums in ``releases/VERSION.json``. The sdist therefore never contains its
+own checksum. ``verify`` rebuilds a recorded release from its commit and compares (the newest
+release by default); it exits non-zero on any difference.
+
+A released version's easyconfigs are never rewritten afterwards. Development builds use
+``easyconfigs/build_sdist.py --ec-outdir DIR``: it writes ``hvdcore-0.3.0.dev0-*.eb``,
+generated from the newest release's easyconfigs with the development sdist's checksum.
 """
 
 from __future__ import annotations
@@ -40,14 +55,18 @@ EASYCONFIGS = ROOT / "easyconfigs" / "h" / "hvdcore"
 VERSION_FILE = "hvdcore/__init__.py"
 VERSION_LINE = re.compile(r'^__version__ = "([^"]+)"$', re.M)
 #: files that repeat the version for tools that cannot read hvdcore/__init__.py, with the pattern
-#: of the repeated version (group 1 is replaced)
+#: of the repeated version (group 1 of every match is replaced)
 COPIES = {
     **{f"containers/{n}.def": re.compile(r"^    version (\S+)$", re.M)
        for n in ("hvdcore-cpu", "hvdcore-cuda", "hvdcore-rocm", "hvdcore-hostmpi")},
-    "containers/k8s/hvdcore-mpijob.yaml": re.compile(r'app\.kubernetes\.io/version: "([^"]+)"'),
+    # the label and both image tags (launcher, worker)
+    "containers/k8s/hvdcore-mpijob.yaml": re.compile(
+        r'(?:app\.kubernetes\.io/version: "|/hvdcore-cuda:)([^"\s]+)'),
 }
 CHECKSUM_LINE = re.compile(r"^checksums = \['([0-9a-f]{64})'\]$", re.M)
-SEMVER = re.compile(r"\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?")
+#: a release (1.2.3, 1.2.3rc1) or a development version (1.2.3.dev0, 1.2.3rc1.dev0), PEP 440
+VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+))?(?:\.dev(\d+))?")
+_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
 
 
 class ReleaseError(SystemExit):
@@ -87,22 +106,65 @@ def read_version(root: Path = ROOT) -> str:
     return match.group(1)
 
 
+def is_development(version: str) -> bool:
+    """Whether ``version`` is a development version (``1.2.3.dev0``), which is never released."""
+    match = VERSION_RE.fullmatch(version)
+    return bool(match and match.group(6) is not None)
+
+
+def version_key(version: str) -> tuple:
+    """A PEP 440 sort key: 0.2.0 < 0.3.0.dev0 < 0.3.0a1.dev0 < 0.3.0a1 < 0.3.0rc1 < 0.3.0."""
+    match = VERSION_RE.fullmatch(version)
+    if match is None:
+        raise ReleaseError(f"{version!r} is not a version like 1.2.3, 1.2.3rc1 or 1.2.3.dev0")
+    major, minor, patch, pre, pre_n, dev = match.groups()
+    if pre is not None:
+        pre_key = (_PRE_RANK[pre], int(pre_n))
+    else:  # a final release sorts after its pre-releases; its .devN before them
+        pre_key = (-1, 0) if dev is not None else (3, 0)
+    dev_key = (0, int(dev)) if dev is not None else (1, 0)
+    return (int(major), int(minor), int(patch)), pre_key, dev_key
+
+
+def released(releases: Path = RELEASES) -> list[str]:
+    """The recorded releases (``releases/*.json``), oldest first."""
+    return sorted((p.stem for p in releases.glob("*.json")), key=version_key)
+
+
 def set_version(version: str, root: Path = ROOT) -> list[str]:
-    """Write ``version`` into the version source and its copies; return the files changed."""
-    if not SEMVER.fullmatch(version):
-        raise ReleaseError(f"{version!r} is not a version like 1.2.3 (or 1.2.3rc1)")
+    """Write ``version`` into the version source and its copies; return the files changed.
+
+    Refused: a malformed version, a released one (``root/releases/VERSION.json`` exists) and a
+    development version that does not sort after the newest release."""
+    if not VERSION_RE.fullmatch(version):
+        raise ReleaseError(f"{version!r} is not a version like 1.2.3, 1.2.3rc1 or 1.2.3.dev0")
+    done = released(root / "releases")
+    if version in done:
+        raise ReleaseError(f"{version} is released (releases/{version}.json): after a release "
+                           "main takes the next development version, e.g. "
+                           f"{_next_minor_dev(version)}")
+    if is_development(version) and done and version_key(version) <= version_key(done[-1]):
+        raise ReleaseError(f"{version} sorts before the newest release {done[-1]}: a development "
+                           f"version leads to the next release, e.g. {_next_minor_dev(done[-1])}")
     changed = []
     for rel, pattern in {VERSION_FILE: VERSION_LINE, **COPIES}.items():
         path = root / rel
         text = path.read_text()
-        match = pattern.search(text)
-        if match is None:
+        matches = list(pattern.finditer(text))
+        if not matches:
             raise ReleaseError(f"{rel}: no version to set (pattern {pattern.pattern})")
-        new = text[:match.start(1)] + version + text[match.end(1):]
+        new = text
+        for match in reversed(matches):
+            new = new[:match.start(1)] + version + new[match.end(1):]
         if new != text:
             path.write_text(new)
             changed.append(rel)
     return changed
+
+
+def _next_minor_dev(version: str) -> str:
+    major, minor = version_key(version)[0][:2]
+    return f"{major}.{minor + 1}.0.dev0"
 
 
 def version_copies_disagree(root: Path = ROOT) -> list[str]:
@@ -110,10 +172,11 @@ def version_copies_disagree(root: Path = ROOT) -> list[str]:
     want = read_version(root)
     bad = []
     for rel, pattern in COPIES.items():
-        match = pattern.search((root / rel).read_text())
-        found = match.group(1) if match else None
-        if found != want:
-            bad.append(f"{rel}: found {found}, {VERSION_FILE} says {want}")
+        found = [m.group(1) for m in pattern.finditer((root / rel).read_text())] or [None]
+        for version in found:
+            if version != want:
+                bad.append(f"{rel}: found {version}, {VERSION_FILE} says {want}")
+                break
     return bad
 
 
@@ -202,6 +265,11 @@ def write_checksums(version: str, digest: str, easyconfigs: Path = EASYCONFIGS) 
 def cut(version: str, commit: str = "HEAD", outdir: Path | None = None,
         python: str = sys.executable, root: Path = ROOT) -> dict:
     """Cut ``version`` from ``commit``: build, write the easyconfigs' checksum and the record."""
+    if is_development(version) or not VERSION_RE.fullmatch(version):
+        raise ReleaseError(f"{version} is not a release version (1.2.3 or 1.2.3rc1): a "
+                           "development version (.devN) is main's between releases and is never "
+                           f"cut; run 'scripts/release.py set-version {version.split('.dev')[0]}', "
+                           "commit it with the changelog and easyconfigs, then cut that")
     record_path = root / "releases" / f"{version}.json"
     if record_path.exists():
         raise ReleaseError(f"{record_path} exists: {version} is released (verify it instead)")
@@ -230,10 +298,10 @@ def cut(version: str, commit: str = "HEAD", outdir: Path | None = None,
 
 def newest(releases: Path = RELEASES) -> str:
     """The newest recorded release's version."""
-    versions = [p.stem for p in releases.glob("*.json")]
+    versions = released(releases)
     if not versions:
         raise ReleaseError(f"no release recorded in {releases}")
-    return max(versions, key=lambda v: [int(x) for x in re.findall(r"\d+", v)])
+    return versions[-1]
 
 
 def verify(version: str | None = None, outdir: Path | None = None,
@@ -271,7 +339,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("set-version", help="write VERSION into hvdcore/__init__.py and its copies")
+    p = sub.add_parser("set-version", help="write VERSION (a release, or a development version "
+                       "like 0.3.0.dev0) into hvdcore/__init__.py and its copies")
     p.add_argument("version")
     p = sub.add_parser("cut", help="build VERSION from a commit, write checksums and the record")
     p.add_argument("version")
@@ -290,7 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = cut(args.version, args.commit, args.outdir)
         print(json.dumps(record, indent=2))
         print(f"now commit the checksums: git commit -m 'release {args.version}: checksums' -- "
-              f"easyconfigs/h/hvdcore releases/{args.version}.json")
+              f"easyconfigs/h/hvdcore releases/{args.version}.json; then main's next development "
+              f"version: scripts/release.py set-version {_next_minor_dev(args.version)}")
         return 0
     problems = verify(args.version, args.outdir)
     for line in problems:

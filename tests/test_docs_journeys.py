@@ -71,6 +71,7 @@ from lmod_shell import (
     EB,
     LMOD_INIT,
     ROOT,
+    build_sdist_module,
     clean_env,
     drop_root_command,
     eb_workdir,
@@ -85,6 +86,8 @@ USER_PAGE = "users/getting-started.md"
 
 PYSHORT = f"{sys.version_info[0]}.{sys.version_info[1]}"
 PYFULL = ".".join(map(str, sys.version_info[:3]))
+#: the checkout's version, the one its eb install (and module) carries: a development one on main
+VERSION = build_sdist_module().project_version()
 
 #: Seconds a block may take: a block that runs ``eb`` installs (the sanity check imports torch).
 BLOCK_TIMEOUT_S = 180.0
@@ -517,7 +520,7 @@ def admin_run() -> Iterator[AdminRun]:
     require_eb()
     require_venv()
     if PYSHORT != "3.11":
-        pytest.skip(f"the pages install hvdcore-0.2.0-Python-3.11.eb; tests run on {PYFULL}")
+        pytest.skip(f"the pages install hvdcore-*-Python-3.11.eb; tests run on {PYFULL}")
     page, blocks = _page(ADMIN_PAGE)
     base = eb_workdir("hvdcore-journey-")
     try:
@@ -550,7 +553,7 @@ def test_admins_easybuild_page_runs(admin_run: AdminRun) -> None:
     # the page really installed hvdcore with eb: its module tree is on the session's MODULEPATH
     trees = [Path(p) for p in journey.info.get("modulepath", "").split(":") if p]
     built = [t for t in trees if t.is_relative_to(admin_run.home)
-             and list(t.glob(f"hvdcore/0.2.0-Python-{PYSHORT}.lua"))]
+             and list(t.glob(f"hvdcore/{VERSION}-Python-{PYSHORT}.lua"))]
     assert built, f"no hvdcore module under {admin_run.home} on MODULEPATH: {trees}"
     assert "hvdcore" in journey.info, f"{journey.page} ends without an hvdcore module loaded"
     _assert_imports_the_install(journey, admin_run.home)
@@ -692,7 +695,7 @@ def test_the_system_install_names_its_metadata_file(page: str, tmp_path: Path) -
         name, blocks = _page(page)
     run = [b for b in blocks if b.action == "run" and b.language == "bash"]
     found = [(b, cmd) for b in run for cmd in _system_eb_commands(b.text)]
-    assert found, f"{name}: no run block installs hvdcore-0.2.0-Python-3.11.eb with eb"
+    assert found, f"{name}: no run block installs hvdcore-*-Python-3.11.eb with eb"
     for block, cmd in found:
         given = re.search(r"--external-modules-metadata=(\S+)", cmd)
         assert given, (f"{name}:{block.line}: {cmd!r} does not pass --external-modules-metadata "

@@ -39,7 +39,12 @@ from reframe_helpers import ONE_CHUNK_MNIST, QUICK_TORCH_MNIST
 
 pytestmark = [pytest.mark.easybuild, pytest.mark.lmod, pytest.mark.torch, pytest.mark.mpi]
 
-EC = ROOT / "easyconfigs" / "h" / "hvdcore" / "hvdcore-0.2.0-Python-3.11.eb"
+#: the committed SYSTEM easyconfig this checkout's is made from (on main, between releases, the
+#: newest release's: build_sdist retargets it to the development version)
+EC = next(ec for ec in build_sdist_module().current_easyconfigs()
+          if ec.name.endswith("-Python-3.11.eb"))
+#: the checkout's version: the sdist's, the installed easyconfig's and the module's
+VERSION = build_sdist_module().project_version()
 PROGRAM = ROOT / "tests" / "programs" / "easybuild_allreduce.py"
 INSTALL_TARGET_S = 60.0
 PYSHORT = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -53,7 +58,7 @@ class Site:
     base: Path
     ext_modules: Path  # where the external Python module lives
     modules: Path  # EasyBuild's modules/all
-    module: str  # hvdcore/0.2.0-Python-3.x
+    module: str  # hvdcore/VERSION-Python-3.x
     easyconfig: Path  # the easyconfig with the injected checksum
     sources: Path
     proc: object
@@ -65,11 +70,12 @@ def _prepare(base: Path, exclude: tuple[str, ...] = ()) -> tuple[Path, Path, Pat
     bs = build_sdist_module()
     sources = base / "sources"
     bs.build_sdist(sources, exclude=exclude, python=sys.executable)
-    ec = bs.inject_checksums([EC], sources, base / "ecs", eb=str(EB), python=sys.executable)[0]
+    ec = bs.retarget(EC, VERSION, base / "ecs")
+    ec = bs.inject_checksums([ec], sources, eb=str(EB), python=sys.executable)[0]
     if PYSHORT != "3.11":  # the shipped file names Python/3.11; follow the venv's Python
         text = ec.read_text().replace("-Python-3.11", f"-Python-{PYSHORT}")
         text = text.replace("'Python/3.11'", f"'Python/{PYSHORT}'")
-        new = ec.with_name(f"hvdcore-0.2.0-Python-{PYSHORT}.eb")
+        new = ec.with_name(f"hvdcore-{VERSION}-Python-{PYSHORT}.eb")
         new.write_text(text)
         ec.unlink()
         ec = new
@@ -119,7 +125,8 @@ def site() -> Iterator[Site]:
     proc, seconds = _install(base, sources, ec, ext, meta)
     who = "as nobody" if drop_root_command() else "as the current user"
     print(f"\neb install of {ec.name} ({who}): {seconds:.1f} s (target < {INSTALL_TARGET_S:.0f} s)")
-    yield Site(base, ext, base / "eb" / "modules" / "all", f"hvdcore/0.2.0-Python-{PYSHORT}",
+    yield Site(base, ext, base / "eb" / "modules" / "all",
+               f"hvdcore/{VERSION}-Python-{PYSHORT}",
                ec, sources, proc, seconds)
     shutil.rmtree(base, ignore_errors=True)
 
@@ -147,7 +154,7 @@ def test_install_succeeds_and_sanity_check_runs_check_build(site: Site,
 
 def test_generated_module_depends_on_external_python(site: Site) -> None:
     _ok(site)
-    text = (site.modules / "hvdcore" / f"0.2.0-Python-{PYSHORT}.lua").read_text()
+    text = (site.modules / "hvdcore" / f"{VERSION}-Python-{PYSHORT}.lua").read_text()
     assert f'depends_on("Python/{PYSHORT}")' in text
     assert f'"python{PYSHORT}", "site-packages"' in text
     assert 'conflict("hvdcore")' in text
@@ -220,7 +227,7 @@ env > after.env
     assert 'mT = {}' not in module_table(loaded)
     assert env_difference(before, after) == {}
     assert "mT = {}" in module_table(after)
-    assert "hvdcore/0.2.0" not in module_table(after)
+    assert f"hvdcore/{VERSION}" not in module_table(after)
 
 
 def test_wrong_checksum_fails_the_install(site: Site, eb_dir: Path) -> None:
@@ -238,7 +245,8 @@ def test_wrong_checksum_fails_the_install(site: Site, eb_dir: Path) -> None:
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert re.search(r"Checksum verification for .*hvdcore-0\.2\.0\.tar\.gz.* failed", out), out
+    sdist = re.escape(f"hvdcore-{VERSION}.tar.gz")
+    assert re.search(rf"Checksum verification for .*{sdist}.* failed", out), out
 
 
 def test_sdist_without_torch_binding_fails_the_sanity_check(eb_dir: Path) -> None:
@@ -256,7 +264,7 @@ def test_sdist_without_torch_binding_fails_the_sanity_check(eb_dir: Path) -> Non
 
 def test_install_carries_the_examples_and_the_licence(site: Site) -> None:
     _ok(site)
-    share = site.base / "eb" / "software" / "hvdcore" / f"0.2.0-Python-{PYSHORT}" / "share" \
+    share = site.base / "eb" / "software" / "hvdcore" / f"{VERSION}-Python-{PYSHORT}" / "share" \
         / "hvdcore"
     for example in sorted((ROOT / "examples").glob("*.py")):
         assert (share / "examples" / example.name).read_bytes() == example.read_bytes(), example.name
@@ -273,5 +281,5 @@ def test_mnist_check_runs_the_installed_examples(site: Site, tmp_path: Path) -> 
     run = run_discovered(["hvdcore_mnist.py"], [site.ext_modules, site.modules], tmp_path,
                          options=[*QUICK_TORCH_MNIST, *ONE_CHUNK_MNIST])
     assert sorted(run.cases) == mnist_cases(site.module, "torch"), run.out[-3000:]
-    root = site.base / "eb" / "software" / "hvdcore" / f"0.2.0-Python-{PYSHORT}"
+    root = site.base / "eb" / "software" / "hvdcore" / f"{VERSION}-Python-{PYSHORT}"
     assert_ran_the_module(run, site.module, root / "share" / "hvdcore" / "examples")

@@ -286,7 +286,7 @@ def test_reinstall_replaces_the_earlier_install(tree: Tree, tmp_path: Path) -> N
     assert (root / "lib" / "python3.11" / "site-packages" / "hvdcore" / "stale.py").exists()
     assert (root / "bin" / "hvdcorerun").exists()
     assert not list(root.parent.glob(f"{root.name}.previous.*")), "the earlier install was left"
-    sdist = tree.path.parent / "dist" / "hvdcore-0.2.0.tar.gz"
+    sdist, = (tree.path.parent / "dist").glob("hvdcore-*.tar.gz")  # the checkout's version
     proc = subprocess.run([*install, str(sdist)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

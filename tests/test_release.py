@@ -7,6 +7,11 @@ The rebuild is ``scripts/release.py``'s own ``verify``: ``git archive`` of the r
 the sdist and the pure-Python wheel built with ``SOURCE_DATE_EPOCH`` from the commit's date
 (about a second a release). A source differing from the commit by one byte must give a mismatch
 (the check can fail).
+
+Between releases the checkout carries a development version (``0.3.0.dev0``): the whole cycle,
+``set-version`` of the release, ``cut``, ``verify``, ``set-version`` of the next development
+version, with ``build_sdist.py`` generating development easyconfigs and never rewriting a
+released one, runs for real (the scripts as commands) in a temporary clone of this commit.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shutil
 import subprocess
+import sys
 import tarfile
 import zipfile
 from collections.abc import Iterator
@@ -22,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from lmod_shell import lmod_shell, require_eb, require_lmod
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,6 +164,9 @@ def test_set_version_writes_the_source_and_its_copies(tmp_path: Path) -> None:
     assert sorted(changed) == sorted([release.VERSION_FILE, *release.COPIES])
     assert release.read_version(tmp_path) == "9.8.7"
     assert release.version_copies_disagree(tmp_path) == []
+    manifest = (tmp_path / "containers" / "k8s" / "hvdcore-mpijob.yaml").read_text()
+    assert manifest.count("/hvdcore-cuda:9.8.7\n") == 2  # launcher and worker images
+    assert 'app.kubernetes.io/version: "9.8.7"' in manifest
     (tmp_path / "containers" / "hvdcore-cpu.def").write_text(
         (ROOT / "containers" / "hvdcore-cpu.def").read_text())
     assert release.version_copies_disagree(tmp_path) == [
@@ -179,3 +190,133 @@ def test_cut_refuses_a_version_the_commit_does_not_name() -> None:
         release.cut("9.9.9")
     with pytest.raises(SystemExit, match="is released"):
         release.cut(release.newest())
+
+
+def test_versions_sort_as_pep_440() -> None:
+    order = ["0.1.0", "0.2.0", "0.3.0.dev0", "0.3.0.dev1", "0.3.0a1.dev0", "0.3.0a1", "0.3.0b2",
+             "0.3.0rc1", "0.3.0", "0.3.1.dev0", "0.10.0"]
+    assert sorted(reversed(order), key=release.version_key) == order
+    assert [release.is_development(v) for v in ("0.3.0.dev0", "0.3.0rc1.dev2", "0.3.0")] == [
+        True, True, False]
+    for bad in ("0.3", "0.3.0-dev0", "0.3.0dev0", "v0.3.0", "0.3.0.post1"):
+        with pytest.raises(SystemExit, match="not a version"):
+            release.version_key(bad)
+
+
+def test_the_checkout_never_claims_an_earlier_release() -> None:
+    """The version is the newest release (a release commit), a release being prepared, or a
+    development version after the newest release (main between releases: 0.3.0.dev0)."""
+    version = release.read_version()
+    assert release.version_key(version) >= release.version_key(release.newest()), version
+    if version in release.released():
+        assert version == release.newest(), f"{version} is an earlier release than the newest"
+
+
+def test_cut_refuses_a_development_version() -> None:
+    _needs_history()
+    with pytest.raises(SystemExit, match=r"0\.3\.0\.dev0 is not a release version .*"
+                                         r"set-version 0\.3\.0'"):
+        release.cut("0.3.0.dev0")
+
+
+def test_set_version_refuses_a_release_and_a_development_version_before_it(
+        tmp_path: Path) -> None:
+    (tmp_path / "releases").mkdir()
+    (tmp_path / "releases" / "0.2.0.json").write_text("{}")
+    for version, message in [("0.2.0", r"0\.2\.0 is released .* e\.g\. 0\.3\.0\.dev0"),
+                             ("0.2.0.dev1", r"sorts before the newest release 0\.2\.0"),
+                             ("0.3.0-dev0", "not a version")]:
+        with pytest.raises(SystemExit, match=message):
+            release.set_version(version, tmp_path)
+
+
+def _run(cmd: list[str], cwd: Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    assert (proc.returncode == 0) == ok, f"{cmd}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
+    return proc
+
+
+def _easyconfigs(tree: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (tree / "easyconfigs" / "h" / "hvdcore").iterdir()}
+
+
+@pytest.mark.easybuild
+def test_a_release_cycle_in_a_clone(tmp_path: Path) -> None:
+    """dev -> release -> next dev with the real commands, in a clone of this commit: set-version
+    of the release, its commit, cut, verify, set-version of the next .dev0 (a released or an
+    earlier version refused); build_sdist.py --in-place never touches a released easyconfig,
+    and --ec-outdir writes the development version's from the newest release's."""
+    _needs_history()
+    require_eb()
+    clone = tmp_path / "clone"
+    _run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], tmp_path)
+    git = ["git", "-c", "user.name=release test", "-c", "user.email=release@test.invalid"]
+    script, build = [sys.executable, "scripts/release.py"], [sys.executable,
+                                                             "easyconfigs/build_sdist.py"]
+    start = release.read_version(clone)
+    assert release.is_development(start) or start in release.released(clone / "releases"), start
+    # the release: its version everywhere, its changelog section and easyconfigs, one commit
+    nxt = release._next_minor_dev(release.newest(clone / "releases")).split(".dev")[0]
+    _run([*script, "set-version", nxt], clone)
+    assert release.read_version(clone) == nxt and release.version_copies_disagree(clone) == []
+    changelog = clone / "CHANGELOG.md"
+    changelog.write_text(changelog.read_text().replace(
+        "## [Unreleased]\n", f"## [Unreleased]\n\n## [{nxt}] - 2099-01-01\n\n- test\n", 1))
+    ecs = clone / "easyconfigs" / "h" / "hvdcore"
+    base = release.newest(clone / "releases")
+    for ec in sorted(ecs.glob(f"hvdcore-{base}-*.eb")):
+        (ecs / ec.name.replace(f"-{base}-", f"-{nxt}-")).write_text(
+            ec.read_text().replace(f"version = '{base}'", f"version = '{nxt}'"))
+    _run([*git, "add", "--all", "."], clone)
+    _run([*git, "commit", "--quiet", "-m", f"release {nxt}"], clone)
+    proc = _run([*script, "cut", nxt, "--outdir", str(tmp_path / "out")], clone)
+    assert f"set-version {release._next_minor_dev(nxt)}" in proc.stdout
+    assert (clone / "releases" / f"{nxt}.json").exists()
+    _run([*git, "add", "--all", "."], clone)
+    _run([*git, "commit", "--quiet", "-m", f"release {nxt}: checksums"], clone)
+    assert "OK" in _run([*script, "verify"], clone).stdout
+    # at the release, --in-place leaves every easyconfig as it is (they are released)
+    before = _easyconfigs(clone)
+    proc = _run([*build, "--outdir", str(tmp_path / "d1"), "--in-place"], clone, ok=False)
+    assert f"belongs to the release {nxt}" in proc.stderr and _easyconfigs(clone) == before
+    # main goes on as the next development version; an earlier or released one is refused
+    dev = release._next_minor_dev(nxt)
+    for refused in (nxt, f"{nxt}.dev0", base):
+        _run([*script, "set-version", refused], clone, ok=False)
+    _run([*script, "set-version", dev], clone)
+    assert release.read_version(clone) == dev and release.version_copies_disagree(clone) == []
+    assert "not a release version" in _run([*script, "cut", dev], clone, ok=False).stderr
+    proc = _run([*build, "--outdir", str(tmp_path / "d2"), "--in-place"], clone, ok=False)
+    assert "development version" in proc.stderr and _easyconfigs(clone) == before
+    _run([*build, "--outdir", str(tmp_path / "d3"), "--ec-outdir", str(tmp_path / "ecs")], clone)
+    assert _easyconfigs(clone) == before
+    digest = release.sha256(tmp_path / "d3" / f"hvdcore-{dev}.tar.gz")
+    made = sorted(p.name for p in (tmp_path / "ecs").iterdir())
+    assert made == sorted(n.replace(f"-{nxt}-", f"-{dev}-") for n in before if f"-{nxt}-" in n)
+    for name in made:
+        text = (tmp_path / "ecs" / name).read_text()
+        assert f"\nversion = '{dev}'\n" in text and f"checksums = ['{digest}']" in text, name
+        assert text.startswith("# a development build, not a release"), name
+
+
+def test_lmod_ranks_a_development_build_between_releases(tmp_path: Path) -> None:
+    """What easyconfigs/README.md and docs/admins/modules.md say a bare ``module load hvdcore``
+    takes, with the installed Lmod: a development build ranks above the release before it (so
+    it is the default in a shared tree) and below the pre-releases and release after it."""
+    require_lmod()
+    tree = tmp_path / "modules"
+    (tree / "hvdcore").mkdir(parents=True)
+    ranked = ["0.1.0-Python-3.11", "0.2.0-foss-2023a-PyTorch-2.1.2", "0.2.0-Python-3.11",
+              "0.3.0.dev0-Python-3.11", "0.3.0rc1-Python-3.11", "0.3.0-Python-3.11"]
+
+    def default(present: list[str]) -> str:
+        shutil.rmtree(tree / "hvdcore")
+        (tree / "hvdcore").mkdir()
+        for name in present:
+            (tree / "hvdcore" / f"{name}.lua").write_text(f'setenv("HVDCORE_PICKED", "{name}")\n')
+        proc = lmod_shell(f"module use {tree}\nmodule load hvdcore\necho \"$HVDCORE_PICKED\"")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout.strip().splitlines()[-1]
+
+    for top in range(2, len(ranked) + 1):
+        assert default(ranked[:top]) == ranked[top - 1], ranked[:top]
