@@ -26,7 +26,10 @@ if [ -n "$missing" ]; then
 fi
 
 stamp="$VENV/.hvdcore-setup-stamp"
-want=$(cat pyproject.toml setup.py hvdcore/backends/_hotpath.c hvdcore/backends/_round_wire.h scripts/setup.sh | sha256sum | cut -c1-16)
+# the version line too: the installed metadata (hvdcorerun --version, the check-build report, the
+# nightly history) keeps the version of the last install until pip installs the package again
+want=$({ cat pyproject.toml setup.py hvdcore/backends/_hotpath.c hvdcore/backends/_round_wire.h \
+  scripts/setup.sh; grep '^__version__' hvdcore/__init__.py; } | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
