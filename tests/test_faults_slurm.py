@@ -6,6 +6,8 @@ hvdcore's liveness watchdog can end the surviving ranks."""
 from __future__ import annotations
 
 import os
+from functools import partial
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +43,36 @@ def test_slurm_fault(slurm, key: str) -> None:  # type: ignore[no-untyped-def]
     row = run_scenario(key, "srun", 2, seed=1)
     assert row.clean == row.trials and not row.failures, "\n\n".join(row.failures)
     assert row.leftovers == 0
+
+
+# Python's fault handler on a rank that died in MPI_Init under srun (s78, a core dump showed
+# Open MPI's TCP BTL calling a NULL receive callback), paths and line put to this checkout's
+_MPI_INIT_DUMP = """READY 2 1070
+Fatal Python error: Segmentation fault
+
+Current thread 0x00007f872ac2bb80 (most recent call first):
+  File "<frozen importlib._bootstrap>", line 241 in _call_with_frames_removed
+  File "<frozen importlib._bootstrap_external>", line 1241 in exec_module
+  File "<frozen importlib._bootstrap>", line 1232 in _handle_fromlist
+  File "{mpi_py}", line {line} in form
+  File "{basics_py}", line 165 in init
+
+Extension modules: numpy._core._multiarray_umath, mpi4py.MPI (total: 2)
+srun: error: n1: task 0: Segmentation fault"""
+
+
+def test_a_segfault_inside_mpi_init_is_told_from_any_other() -> None:
+    """Only a crash at ``from mpi4py import MPI`` is the Open MPI startup race a fault trial
+    is run again for (faults.report.run_scenario); a crash anywhere else stays a failure."""
+    from faults.judge import mpi_init_crashed
+
+    mpi_py = Path(__file__).resolve().parent.parent / "hvdcore" / "controllers" / "mpi.py"
+    lines = mpi_py.read_text().splitlines()
+    at = {key: next(i + 1 for i, ln in enumerate(lines) if key in ln)
+          for key in ("from mpi4py import MPI", "world.Dup()")}
+    dump = partial(_MPI_INIT_DUMP.format, mpi_py=mpi_py, basics_py=mpi_py.parent.parent / "b.py")
+    assert mpi_init_crashed(dump(line=at["from mpi4py import MPI"]))
+    assert not mpi_init_crashed(dump(line=at["world.Dup()"]))
+    assert not mpi_init_crashed("srun: error: n1: task 0: Segmentation fault")
+    assert not mpi_init_crashed(dump(line=at["from mpi4py import MPI"]).replace(
+        "Segmentation fault\n\n", "Aborted\n\n"))

@@ -56,6 +56,10 @@ def job_env(extra: dict[str, str] | None = None, launcher: str = "mpirun") -> di
         # namespace (test_ssh_hosts, 192.0.2.x) made a rank connect() there and segfault (s73)
         env["OMPI_MCA_btl"] = "self,tcp"
         env["OMPI_MCA_btl_tcp_if_include"] = "lo"
+        # a rank that segfaults shows its Python stack (Open MPI's own handler, which would
+        # replace Python's, shows only a libc frame): judge.mpi_init_crashed reads it
+        env["PYTHONFAULTHANDLER"] = "1"
+        env["OMPI_MCA_opal_signal"] = ""
     if extra:
         env.update(extra)
     return env
@@ -134,6 +138,8 @@ class Trial:
     leftovers: int = 0
     problems: list[str] = field(default_factory=list)
     note: str = ""
+    #: a rank died of SIGSEGV inside MPI_Init, before hvdcore ran (judge.mpi_init_crashed)
+    mpi_init_crash: bool = False
 
     def describe(self) -> str:
         """One paragraph for failure reports."""

@@ -36,8 +36,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .catalog import FUZZ_COLLECTIVES, FUZZ_KEYS, FUZZ_LAUNCHER, SCENARIOS, scenario, torch_ready
-from .jobs import ROOT, Job, job_env, launch_command, program
+from .catalog import (
+    FUZZ_COLLECTIVES,
+    FUZZ_KEYS,
+    FUZZ_LAUNCHER,
+    SCENARIOS,
+    Scenario,
+    scenario,
+    torch_ready,
+)
+from .jobs import ROOT, Job, Trial, job_env, launch_command, program
 
 __all__ = ["Row", "run_scenario", "run_fuzz_collectives", "run_fuzz_launcher", "format_table",
            "main"]
@@ -56,6 +64,13 @@ class Row:
     leftovers: int = 0
     wall_s: float = 0.0
     failures: list[str] = field(default_factory=list)
+    #: trials run again because a rank died in MPI_Init (judge.mpi_init_crashed), with why
+    startup_retries: list[str] = field(default_factory=list)
+
+
+def _run_trial(sc: Scenario, launcher: str, seed: str) -> Trial:
+    with tempfile.TemporaryDirectory(prefix="hvdcore-faults-") as tmp:
+        return sc.run(launcher, random.Random(seed), Path(tmp))
 
 
 def run_scenario(key: str, launcher: str, trials: int, seed: int = 0,
@@ -65,9 +80,13 @@ def run_scenario(key: str, launcher: str, trials: int, seed: int = 0,
     row = Row(key, sc.title, launcher)
     t0 = time.monotonic()
     for i in range(trials):
-        rng = random.Random(f"{seed}-{key}-{launcher}-{i}")
-        with tempfile.TemporaryDirectory(prefix="hvdcore-faults-") as tmp:
-            trial = sc.run(launcher, rng, Path(tmp))
+        trial = _run_trial(sc, launcher, f"{seed}-{key}-{launcher}-{i}")
+        if trial.mpi_init_crash:  # Open MPI's startup race, before hvdcore ran: once more
+            row.startup_retries.append(f"trial {i}: {trial.describe()}")
+            print(f"  {key} {launcher} trial {i}: a rank died in MPI_Init (Open MPI startup "
+                  "race, judge.mpi_init_crashed); running the trial again", file=sys.stderr,
+                  flush=True)
+            trial = _run_trial(sc, launcher, f"{seed}-{key}-{launcher}-{i}")
         row.trials += 1
         row.clean += trial.clean
         row.leftovers += trial.leftovers
@@ -224,6 +243,8 @@ def _run(a: argparse.Namespace, keys: list[str], launchers: list[str]) -> int:
         for r in rows:
             for f in r.failures:
                 print(f"\nFAILURE {r.scenario} / {r.launcher}: {f}")
+            for f in r.startup_retries:
+                print(f"\nRUN AGAIN (a rank died in MPI_Init) {r.scenario} / {r.launcher}: {f}")
     return 0 if all(r.clean == r.trials and not r.failures for r in rows) else 1
 
 
