@@ -50,9 +50,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
-    "ROOT", "EASYCONFIG_DIR", "project_version", "is_development", "easyconfig_version",
-    "current_easyconfigs", "retarget", "build_sdist", "normalize_tarball", "eb_env",
-    "inject_checksums",
+    "ROOT", "EASYCONFIG_DIR", "VERSION", "project_version", "is_development", "version_key",
+    "easyconfig_version", "current_easyconfigs", "retarget", "build_sdist", "normalize_tarball",
+    "eb_env", "inject_checksums",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,24 +77,29 @@ def project_version(root: Path = ROOT) -> str:
 
 
 #: PEP 440 versions as hvdcore uses them: 1.2.3, 1.2.3rc1, 1.2.3.dev0 (as scripts/release.py)
-_VERSION = r"(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+))?(?:\.dev(\d+))?"
-_EC_NAME = re.compile(rf"hvdcore-({_VERSION})-.*\.eb")
+#: hvdcore's version grammar: 1.2.3, 1.2.3rc1, 1.2.3.dev0 (``scripts/release.py`` uses it too)
+VERSION = r"(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+))?(?:\.dev(\d+))?"
+_EC_NAME = re.compile(rf"hvdcore-({VERSION})-.*\.eb")
 _EC_VERSION_LINE = re.compile(r"^version = '([^']+)'$", re.M)
 
 
 def is_development(version: str) -> bool:
     """Whether ``version`` is a development version (``0.3.0.dev0``): main's between releases."""
-    match = re.fullmatch(_VERSION, version)
+    match = re.fullmatch(VERSION, version)
     return bool(match and match.group(6) is not None)
 
 
-def _key(version: str) -> tuple:
-    """PEP 440 order of hvdcore's versions (0.2.0 < 0.3.0.dev0 < 0.3.0rc1 < 0.3.0)."""
-    match = re.fullmatch(_VERSION, version)
+def version_key(version: str) -> tuple:
+    """PEP 440 order of hvdcore's versions: 0.2.0 < 0.3.0.dev0 < 0.3.0a1.dev0 < 0.3.0a1 <
+    0.3.0rc1 < 0.3.0. Raises ValueError for a string that is not such a version."""
+    match = re.fullmatch(VERSION, version)
     if match is None:
-        raise SystemExit(f"build_sdist: {version!r} is not a version like 1.2.3 or 1.2.3.dev0")
+        raise ValueError(f"{version!r} is not a version like 1.2.3, 1.2.3rc1 or 1.2.3.dev0")
     major, minor, patch, pre, pre_n, dev = match.groups()
-    pre_key = ({"a": 0, "b": 1, "rc": 2}[pre], int(pre_n)) if pre else (-1 if dev else 3, 0)
+    if pre is not None:
+        pre_key = ({"a": 0, "b": 1, "rc": 2}[pre], int(pre_n))
+    else:  # a final release sorts after its pre-releases; its .devN before them
+        pre_key = (-1, 0) if dev is not None else (3, 0)
     return (int(major), int(minor), int(patch)), pre_key, (0, int(dev)) if dev else (1, 0)
 
 
@@ -122,9 +127,10 @@ def current_easyconfigs(root: Path = ROOT) -> list[Path]:
         return by_version[version]
     if is_development(version):
         base = version.split(".dev")[0]
-        older = [v for v in by_version if not is_development(v) and _key(v) <= _key(base)]
+        older = [v for v in by_version
+                 if not is_development(v) and version_key(v) <= version_key(base)]
         if older:
-            return by_version[max(older, key=_key)]
+            return by_version[max(older, key=version_key)]
     raise SystemExit(f"build_sdist: no easyconfigs hvdcore-{version}-*.eb in {ec_dir}"
                      + (" nor any release's to generate them from" if is_development(version)
                         else ""))

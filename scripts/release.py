@@ -65,8 +65,6 @@ COPIES = {
 }
 CHECKSUM_LINE = re.compile(r"^checksums = \['([0-9a-f]{64})'\]$", re.M)
 #: a release (1.2.3, 1.2.3rc1) or a development version (1.2.3.dev0, 1.2.3rc1.dev0), PEP 440
-VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:(a|b|rc)(\d+))?(?:\.dev(\d+))?")
-_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
 
 
 class ReleaseError(SystemExit):
@@ -83,6 +81,11 @@ def _build_sdist_module(tree: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+#: This checkout's build tool: its version grammar and order are the release tool's too.
+_VERSIONS = _build_sdist_module(ROOT)
+VERSION_RE = re.compile(_VERSIONS.VERSION)
 
 
 def _git(*args: str, root: Path = ROOT) -> str:
@@ -108,22 +111,16 @@ def read_version(root: Path = ROOT) -> str:
 
 def is_development(version: str) -> bool:
     """Whether ``version`` is a development version (``1.2.3.dev0``), which is never released."""
-    match = VERSION_RE.fullmatch(version)
-    return bool(match and match.group(6) is not None)
+    return _VERSIONS.is_development(version)
 
 
 def version_key(version: str) -> tuple:
-    """A PEP 440 sort key: 0.2.0 < 0.3.0.dev0 < 0.3.0a1.dev0 < 0.3.0a1 < 0.3.0rc1 < 0.3.0."""
-    match = VERSION_RE.fullmatch(version)
-    if match is None:
-        raise ReleaseError(f"{version!r} is not a version like 1.2.3, 1.2.3rc1 or 1.2.3.dev0")
-    major, minor, patch, pre, pre_n, dev = match.groups()
-    if pre is not None:
-        pre_key = (_PRE_RANK[pre], int(pre_n))
-    else:  # a final release sorts after its pre-releases; its .devN before them
-        pre_key = (-1, 0) if dev is not None else (3, 0)
-    dev_key = (0, int(dev)) if dev is not None else (1, 0)
-    return (int(major), int(minor), int(patch)), pre_key, dev_key
+    """A PEP 440 sort key: 0.2.0 < 0.3.0.dev0 < 0.3.0a1.dev0 < 0.3.0a1 < 0.3.0rc1 < 0.3.0
+    (``easyconfigs/build_sdist.py``'s, the one grammar both tools read)."""
+    try:
+        return _VERSIONS.version_key(version)
+    except ValueError as exc:
+        raise ReleaseError(str(exc)) from None
 
 
 def released(releases: Path = RELEASES) -> list[str]:
