@@ -11,6 +11,7 @@ import pytest
 from conftest import mpi_env, program
 from test_core_hierarchical import KNOBS, reports
 
+from harness.mpi_init_race import run_job
 from harness.slurm_fixtures import FAKE_NODES_ENV, slurm_marks, two_node_cluster  # noqa: F401
 from harness.slurm_localhost import SlurmCluster
 
@@ -21,8 +22,7 @@ def test_leader_path_across_two_slurm_nodes(cluster: SlurmCluster) -> None:
     cmd = ["srun", "-N2", "-n4", "--mpi=pmix", "--kill-on-bad-exit=1",
            sys.executable, program("core_hierarchical.py")]
     try:
-        res = subprocess.run(cmd, env=cluster.env(mpi_env({**FAKE_NODES_ENV, **KNOBS})),
-                             capture_output=True, text=True, timeout=400)
+        res = run_job(cmd, cluster.env(mpi_env({**FAKE_NODES_ENV, **KNOBS})), 400)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(cmd)} did not finish in 400 s\n{exc.stdout!r}\n{exc.stderr!r}")
     out = res.stdout + res.stderr

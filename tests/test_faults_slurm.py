@@ -63,8 +63,8 @@ srun: error: n1: task 0: Segmentation fault"""
 
 def test_a_segfault_inside_mpi_init_is_told_from_any_other() -> None:
     """Only a crash at ``from mpi4py import MPI`` is the Open MPI startup race a fault trial
-    is run again for (faults.report.run_scenario); a crash anywhere else stays a failure."""
-    from faults.judge import mpi_init_crashed
+    is run again for (run_job, faults.report.run_scenario); any other crash stays a failure."""
+    from harness.mpi_init_race import mpi_init_crashed
 
     mpi_py = Path(__file__).resolve().parent.parent / "hvdcore" / "controllers" / "mpi.py"
     lines = mpi_py.read_text().splitlines()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import mpi_env, program
 
+from harness.mpi_init_race import run_job
 from harness.slurm_fixtures import FAKE_NODES_ENV, slurm_marks, two_node_cluster  # noqa: F401
 from harness.slurm_localhost import SlurmCluster
 
@@ -24,8 +25,7 @@ def test_gloo_rendezvous_across_two_nodes(cluster: SlurmCluster, ntasks: int) ->
     cmd = ["srun", "-N2", f"-n{ntasks}", "--mpi=pmix", "--kill-on-bad-exit=1",
            sys.executable, program("torch_rendezvous.py"), "ok"]
     try:
-        res = subprocess.run(cmd, env=cluster.env(mpi_env(FAKE_NODES_ENV)), capture_output=True,
-                             text=True, timeout=240)
+        res = run_job(cmd, cluster.env(mpi_env(FAKE_NODES_ENV)), 240)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(cmd)} did not finish in 240 s\n{exc.stdout!r}\n{exc.stderr!r}")
     out = res.stdout + res.stderr
@@ -52,7 +52,7 @@ def test_engine_gloo_plane_across_two_nodes(cluster: SlurmCluster) -> None:
     env = cluster.env(mpi_env({**FAKE_NODES_ENV, "HVDCORE_CPU_OPERATIONS": "gloo",
                                "HVDCORE_LOG_LEVEL": "info"}))
     try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        res = run_job(cmd, env, 240)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(cmd)} did not finish in 240 s\n{exc.stdout!r}\n{exc.stderr!r}")
     out = res.stdout + res.stderr
@@ -72,7 +72,7 @@ def test_srun_without_mpi_runs_on_the_gloo_controller(cluster: SlurmCluster) -> 
     env = {k: v for k, v in cluster.env(mpi_env()).items()
            if k not in ("HVDCORE_CONTROLLER", "MASTER_ADDR", "MASTER_PORT")}
     try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        res = run_job(cmd, env, 240)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(cmd)} did not finish in 240 s\n{exc.stdout!r}\n{exc.stderr!r}")
     out = res.stdout + res.stderr
@@ -95,7 +95,7 @@ def test_uneven_nodes_are_not_homogeneous(cluster: SlurmCluster) -> None:
     env = {k: v for k, v in cluster.env(mpi_env(FAKE_NODES_ENV)).items()
            if k not in ("HVDCORE_CONTROLLER", "MASTER_ADDR", "MASTER_PORT")}
     try:
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+        res = run_job(cmd, env, 240)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(cmd)} did not finish in 240 s\n{exc.stdout!r}\n{exc.stderr!r}")
     assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.mpi_init_race import FAULT_HANDLER_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 LAUNCHERS = ("mpirun", "hvdcorerun", "srun")
@@ -56,10 +58,7 @@ def job_env(extra: dict[str, str] | None = None, launcher: str = "mpirun") -> di
         # namespace (test_ssh_hosts, 192.0.2.x) made a rank connect() there and segfault (s73)
         env["OMPI_MCA_btl"] = "self,tcp"
         env["OMPI_MCA_btl_tcp_if_include"] = "lo"
-        # a rank that segfaults shows its Python stack (Open MPI's own handler, which would
-        # replace Python's, shows only a libc frame): judge.mpi_init_crashed reads it
-        env["PYTHONFAULTHANDLER"] = "1"
-        env["OMPI_MCA_opal_signal"] = ""
+        env.update(FAULT_HANDLER_ENV)  # a segfaulting rank's Python stack: mpi_init_crashed
     if extra:
         env.update(extra)
     return env
@@ -138,7 +137,7 @@ class Trial:
     leftovers: int = 0
     problems: list[str] = field(default_factory=list)
     note: str = ""
-    #: a rank died of SIGSEGV inside MPI_Init, before hvdcore ran (judge.mpi_init_crashed)
+    #: a rank died of SIGSEGV inside MPI_Init, before hvdcore ran (harness.mpi_init_race)
     mpi_init_crash: bool = False
 
     def describe(self) -> str:

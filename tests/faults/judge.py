@@ -7,15 +7,16 @@ A scenario collects ``problems`` (each a broken promise with its evidence) while
 
 from __future__ import annotations
 
-import linecache
 import re
 import subprocess
 import time
 
+from harness.mpi_init_race import mpi_init_crashed
+
 from .jobs import Job, Trial
 
-__all__ = ["EXIT_BOUND_S", "JOB_TIMEOUT_S", "finish", "hvdcore_names_dead", "mpi_init_crashed",
-           "names_rank", "slurm_job_gone", "trial"]
+__all__ = ["EXIT_BOUND_S", "JOB_TIMEOUT_S", "finish", "hvdcore_names_dead", "names_rank",
+           "slurm_job_gone", "trial"]
 
 EXIT_BOUND_S = 30.0  # every other rank must be gone this long after a rank died
 JOB_TIMEOUT_S = 120.0  # a job still running after this is a hang
@@ -52,25 +53,6 @@ def names_rank(launcher: str, output: str, rank: int) -> bool:
     if launcher == "hvdcorerun":
         return bool(re.search(rf"hvdcorerun: job failed: [^\n]*\brank {rank}\b", output))
     return bool(re.search(rf"srun: error: \S+: tasks? [\d,\-]*\b{rank}\b", output))
-
-
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in ', re.M)
-
-
-def mpi_init_crashed(output: str) -> bool:
-    """A rank died of SIGSEGV while importing ``mpi4py.MPI``, i.e. inside ``MPI_Init``.
-
-    Open MPI 4.1's startup race on the 2-node localhost Slurm (both fake nodes on one host):
-    a peer's first message reaches a rank still in ``MPI_Init``'s modex fence, before ob1 has
-    registered its receive callbacks, and the TCP BTL calls a NULL callback (core dump, s78:
-    tag 0x41, ob1's MATCH). Read from Python's fault handler (``job_env`` turns it on for
-    srun): the innermost frame outside importlib is the ``from mpi4py import MPI`` line."""
-    for dump in output.split("Fatal Python error: Segmentation fault")[1:]:
-        for path, line in _FRAME.findall(dump):
-            if path.startswith("<frozen "):
-                continue
-            return "from mpi4py import MPI" in linecache.getline(path, int(line))
-    return False
 
 
 def trial(problems: list[str], exit_s: float | None, leftovers: int, job: Job,

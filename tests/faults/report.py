@@ -64,7 +64,7 @@ class Row:
     leftovers: int = 0
     wall_s: float = 0.0
     failures: list[str] = field(default_factory=list)
-    #: trials run again because a rank died in MPI_Init (judge.mpi_init_crashed), with why
+    #: trials run again because a rank died in MPI_Init (harness.mpi_init_race), with why
     startup_retries: list[str] = field(default_factory=list)
 
 
@@ -81,10 +81,10 @@ def run_scenario(key: str, launcher: str, trials: int, seed: int = 0,
     t0 = time.monotonic()
     for i in range(trials):
         trial = _run_trial(sc, launcher, f"{seed}-{key}-{launcher}-{i}")
-        if trial.mpi_init_crash:  # Open MPI's startup race, before hvdcore ran: once more
+        if trial.mpi_init_crash:  # Open MPI's startup race (harness.mpi_init_race): once more
             row.startup_retries.append(f"trial {i}: {trial.describe()}")
             print(f"  {key} {launcher} trial {i}: a rank died in MPI_Init (Open MPI startup "
-                  "race, judge.mpi_init_crashed); running the trial again", file=sys.stderr,
+                  "race); running the trial again", file=sys.stderr,
                   flush=True)
             trial = _run_trial(sc, launcher, f"{seed}-{key}-{launcher}-{i}")
         row.trials += 1

@@ -2,6 +2,8 @@
 
 - :mod:`harness.slurm_localhost`: a private Slurm cluster on localhost (munged, slurmctld and
   one slurmd per fake node), used by the Slurm tests, the fault-injection suite and CI.
+- :mod:`harness.mpi_init_race`: Open MPI 4.1's rare crash inside ``MPI_Init`` on those fake
+  nodes, told apart from any other, and ``run_job``, which runs such a job once more.
 
 ``tests/`` is on the import path of the tests (``pythonpath`` in ``pyproject.toml``), so this
 package is imported as ``harness``; ``slurm_localhost.py`` also runs as a command by its path.

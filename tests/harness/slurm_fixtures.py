@@ -14,11 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.mpi_init_race import FAULT_HANDLER_ENV
 from harness.slurm_localhost import SlurmCluster, missing_requirements
 
 #: Both fake nodes share this host's name: Open MPI must use TCP between them, and since they
-#: are one host, on loopback only (as ``checks/config/slurm.py`` sets it for one host).
-FAKE_NODES_ENV = {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo"}
+#: are one host, on loopback only (as ``checks/config/slurm.py`` sets it for one host). A rank
+#: that segfaults prints its Python stack (``harness.mpi_init_race``).
+FAKE_NODES_ENV = {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
+                  **FAULT_HANDLER_ENV}
 
 
 def slurm_marks(*extra: pytest.MarkDecorator) -> list[pytest.MarkDecorator]:
