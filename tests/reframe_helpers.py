@@ -116,6 +116,14 @@ def reframe_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def stage_output(workdir: Path) -> str:
+    """Everything the jobs of a :func:`run_reframe` run in ``workdir`` printed and ReFrame kept
+    staged (a failed case's ``*.out`` and ``*.err``)."""
+    files = sorted((workdir / "rfm" / "stage").rglob("*.out")) + sorted(
+        (workdir / "rfm" / "stage").rglob("*.err"))
+    return "\n".join(f.read_text(errors="replace") for f in files)
+
+
 def job_stdout(case: dict) -> str:
     """The text a ReFrame test case's job printed, from its report entry ``case``."""
     # a passed case's files are copied to its output folder, a failed one's stay staged; a

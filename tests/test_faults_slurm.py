@@ -62,9 +62,10 @@ srun: error: n1: task 0: Segmentation fault"""
 
 
 def test_a_segfault_inside_mpi_init_is_told_from_any_other() -> None:
-    """Only a crash at ``from mpi4py import MPI`` is the Open MPI startup race a fault trial
-    is run again for (run_job, faults.report.run_scenario); any other crash stays a failure."""
-    from harness.mpi_init_race import mpi_init_crashed
+    """Only a crash at ``from mpi4py import MPI`` is the Open MPI startup race a Slurm job
+    is run again for (again_on_crash, faults.report.run_scenario); any other crash stays a
+    failure."""
+    from harness.mpi_init_race import again_on_crash, mpi_init_crashed
 
     mpi_py = Path(__file__).resolve().parent.parent / "hvdcore" / "controllers" / "mpi.py"
     lines = mpi_py.read_text().splitlines()
@@ -76,3 +77,9 @@ def test_a_segfault_inside_mpi_init_is_told_from_any_other() -> None:
     assert not mpi_init_crashed("srun: error: n1: task 0: Segmentation fault")
     assert not mpi_init_crashed(dump(line=at["from mpi4py import MPI"]).replace(
         "Segmentation fault\n\n", "Aborted\n\n"))
+    runs: list[int] = []
+    for line, want in ((at["from mpi4py import MPI"], 2), (at["world.Dup()"], 1)):
+        runs.clear()
+        again_on_crash(lambda: runs.append(1),  # noqa: B023
+                       lambda _r: dump(line=line) if len(runs) == 1 else None, "a job")
+        assert len(runs) == want, line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -19,9 +20,11 @@ from reframe_helpers import (
     UNGUARDED_EFFICIENCY,
     reframe_env,
     run_reframe,
+    stage_output,
 )
 
 from harness import slurm_fixtures
+from harness.mpi_init_race import again_on_crash
 from harness.slurm_localhost import SlurmCluster, missing_requirements
 
 pytestmark = [pytest.mark.slurm, pytest.mark.reframe, pytest.mark.mpi]
@@ -76,11 +79,17 @@ def test_suite_through_slurm_1_node_and_2_nodes(cluster: SlurmCluster, tmp_path:
     # The synthetic benchmark (ResNet-50) has its own quick run in test_synthetic_benchmark.py.
     # One hvdcore launch and one DDP peer launch per scale (ONE_CHUNK_MNIST): 12 instead of 36
     # rank starts; the alternating chunks are the local suite's (test_reframe_local.py).
-    res = run_reframe(["-C", str(CONFIGS / "slurm.py"), "--system", "generic:cpu", "-c",
-                       str(CHECKS), "-x", "HvdcoreMnistCheck.*framework=tensorflow",
-                       "-x", "HvdcoreSyntheticCheck", "-x", "HvdcoreDataPlanesCheck",
-                       "-x", "HvdcoreFabricCheck", "-r", *UNGUARDED_EFFICIENCY, *QUICK_TORCH_MNIST,
-                       *ONE_CHUNK_MNIST, "--report-file", str(report)], tmp_path, env, timeout=900)
+    args = ["-C", str(CONFIGS / "slurm.py"), "--system", "generic:cpu", "-c", str(CHECKS),
+            "-x", "HvdcoreMnistCheck.*framework=tensorflow", "-x", "HvdcoreSyntheticCheck",
+            "-x", "HvdcoreDataPlanesCheck", "-x", "HvdcoreFabricCheck", "-r",
+            *UNGUARDED_EFFICIENCY, *QUICK_TORCH_MNIST, *ONE_CHUNK_MNIST,
+            "--report-file", str(report)]
+    def run() -> subprocess.CompletedProcess[str]:
+        shutil.rmtree(tmp_path / "rfm", ignore_errors=True)
+        return run_reframe(args, tmp_path, env, timeout=900)
+
+    res = again_on_crash(run, lambda r: None if r.returncode == 0 else stage_output(tmp_path),
+                         "the suite through Slurm")
     seconds = time.monotonic() - t0
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]
@@ -114,11 +123,12 @@ def test_example_job_script_submits_and_trains(cluster: SlurmCluster, script: st
     (command-line options override #SBATCH lines): partition, no GPUs, 2 ranks per node."""
     out_file = tmp_path / "job.out"
     env = cluster.env(reframe_env({**FAKE_NODES_ENV, "VENV_DIR": sys.prefix, "STEPS": "20"}))
-    jobid, state, code = cluster.run_batch(
-        ["--partition=debug", "--gpus-per-node=0", "--constraint=", "--ntasks-per-node=2",
-         "--cpus-per-task=1", f"--output={out_file}", str(ROOT / "examples" / "slurm" / script)],
-        env=env, cwd=ROOT, timeout=600,
-    )
+    args = ["--partition=debug", "--gpus-per-node=0", "--constraint=", "--ntasks-per-node=2",
+            "--cpus-per-task=1", f"--output={out_file}", str(ROOT / "examples" / "slurm" / script)]
+    jobid, state, code = again_on_crash(
+        lambda: cluster.run_batch(args, env=env, cwd=ROOT, timeout=600),
+        lambda job: None if job[1:] == ("COMPLETED", 0) or not out_file.exists()
+        else out_file.read_text(), script)
     log = out_file.read_text() if out_file.exists() else ""
     assert (state, code) == ("COMPLETED", 0), f"job {jobid}: {state} {code}\n{log[-4000:]}"
     assert "All required capabilities present: mpi, torch" in log, log[-4000:]

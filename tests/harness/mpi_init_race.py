@@ -15,8 +15,12 @@ import linecache
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["FAULT_HANDLER_ENV", "mpi_init_crashed", "run_job"]
+__all__ = ["FAULT_HANDLER_ENV", "again_on_crash", "mpi_init_crashed", "run_job"]
+
+T = TypeVar("T")
 
 #: A segfaulting rank prints its Python stack; Open MPI's own handler, which would replace
 #: Python's, prints only a libc frame (a NULL call leaves nothing to unwind).
@@ -34,13 +38,23 @@ def mpi_init_crashed(output: str) -> bool:
     return False
 
 
+def again_on_crash(run: Callable[[], T], failed_output: Callable[[T], str | None],
+                   what: str) -> T:
+    """``run()``, and once more when ``failed_output(result)`` (the output of a failed run;
+    None when it passed) shows a rank dead in ``MPI_Init`` (:func:`mpi_init_crashed`)."""
+    result = run()
+    out = failed_output(result)
+    if out is not None and mpi_init_crashed(out):
+        print(f"a rank died in MPI_Init (Open MPI's startup race); running again: {what}\n"
+              f"{out[-3000:]}", file=sys.stderr, flush=True)
+        result = run()
+    return result
+
+
 def run_job(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """``subprocess.run`` of a job (text, output captured); run once more if a rank died in
-    ``MPI_Init`` (:func:`mpi_init_crashed`, with ``env`` holding :data:`FAULT_HANDLER_ENV`).
-    Raises ``subprocess.TimeoutExpired`` like ``subprocess.run``."""
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    if res.returncode != 0 and mpi_init_crashed(res.stdout + res.stderr):
-        print(f"a rank died in MPI_Init (Open MPI's startup race); running again: "
-              f"{' '.join(cmd)}\n{res.stderr[-3000:]}", file=sys.stderr, flush=True)
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    return res
+    """``subprocess.run`` of a job (text, output captured), through :func:`again_on_crash`
+    (``env`` holds :data:`FAULT_HANDLER_ENV`). Raises ``subprocess.TimeoutExpired`` like
+    ``subprocess.run``."""
+    return again_on_crash(
+        lambda: subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout),
+        lambda res: None if res.returncode == 0 else res.stdout + res.stderr, " ".join(cmd))
