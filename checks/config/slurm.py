@@ -46,10 +46,11 @@ MAX_NODES = int(_env("CHECKS_SLURM_MAX_NODES", "2"))
 ONE_HOST = _env("CHECKS_SLURM_ONE_HOST", "0") == "1"
 # Both fake nodes of the CI harness have one hostname: Open MPI's shared memory would then
 # connect ranks of different "nodes" and crash, so use TCP (never needed on a real cluster),
-# on the loopback interface only: the nodes are one host, and a 2-node MNIST job once died in
-# a segfault right after a TCP connect to the VM's other address failed.
-NET_ENV = ([["OMPI_MCA_btl", "self,tcp"], ["OMPI_MCA_btl_tcp_if_include", "lo"]]
-           if ONE_HOST else [])
+# on the loopback interface only (the nodes are one host). A rank that segfaults prints its
+# Python stack: the tests tell Open MPI 4.1's rare crash inside MPI_Init by it
+# (tests/harness/mpi_init_race.py) and run that job again.
+NET_ENV = ([["OMPI_MCA_btl", "self,tcp"], ["OMPI_MCA_btl_tcp_if_include", "lo"],
+            ["PYTHONFAULTHANDLER", "1"], ["OMPI_MCA_opal_signal", ""]] if ONE_HOST else [])
 
 
 def _references(partition: str) -> dict:
