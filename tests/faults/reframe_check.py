@@ -28,7 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from reframe_helpers import TEST_RUN_ENV
+from reframe_helpers import TEST_RUN_ENV, stage_output
+
+from harness.mpi_init_race import mpi_init_crashed
 
 from .jobs import ROOT, Job, Trial, live_processes
 from .judge import slurm_job_gone, trial
@@ -120,7 +122,9 @@ def run_reframe_fault(fault: str, rng: random.Random, workdir: Path) -> Trial:
     except RuntimeError as exc:
         job.wait(5)
         job.kill_all()
-        return trial([str(exc)], None, 0, job, fault)
+        result = trial([str(exc)], None, 0, job, fault)
+        result.mpi_init_crash = mpi_init_crashed(stage_output(workdir))  # run again if so
+        return result
     time.sleep(rng.uniform(0.0, 1.0))
     victims: list[int] = []
     victim_node = ""
