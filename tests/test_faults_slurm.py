@@ -77,6 +77,9 @@ def test_a_segfault_inside_mpi_init_is_told_from_any_other() -> None:
     assert not mpi_init_crashed("srun: error: n1: task 0: Segmentation fault")
     assert not mpi_init_crashed(dump(line=at["from mpi4py import MPI"]).replace(
         "Segmentation fault\n\n", "Aborted\n\n"))
+    assert mpi_init_crashed(dump(line=at["from mpi4py import MPI"]) * 2)  # two ranks, both
+    assert not mpi_init_crashed(dump(line=at["from mpi4py import MPI"])
+                                + dump(line=at["world.Dup()"]))
     runs: list[int] = []
     for line, want in ((at["from mpi4py import MPI"], 2), (at["world.Dup()"], 1)):
         runs.clear()

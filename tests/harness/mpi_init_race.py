@@ -29,13 +29,16 @@ FAULT_HANDLER_ENV = {"PYTHONFAULTHANDLER": "1", "OMPI_MCA_opal_signal": ""}
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in ', re.M)
 
 
+def _in_mpi_init(dump: str) -> bool:
+    frames = [(p, int(n)) for p, n in _FRAME.findall(dump) if not p.startswith("<frozen ")]
+    return bool(frames) and "from mpi4py import MPI" in linecache.getline(*frames[0])
+
+
 def mpi_init_crashed(output: str) -> bool:
-    """Whether a rank died of SIGSEGV while importing ``mpi4py.MPI`` (inside ``MPI_Init``)."""
-    for dump in output.split("Fatal Python error: Segmentation fault")[1:]:
-        for path, line in _FRAME.findall(dump):
-            if not path.startswith("<frozen "):
-                return "from mpi4py import MPI" in linecache.getline(path, int(line))
-    return False
+    """Whether ranks died of SIGSEGV, every one of them while importing ``mpi4py.MPI`` (inside
+    ``MPI_Init``)."""
+    dumps = output.split("Fatal Python error: Segmentation fault")[1:]
+    return bool(dumps) and all(_in_mpi_init(d) for d in dumps)
 
 
 def again_on_crash(run: Callable[[], T], failed_output: Callable[[T], str | None],
