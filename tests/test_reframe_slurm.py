@@ -24,7 +24,7 @@ from reframe_helpers import (
 )
 
 from harness import slurm_fixtures
-from harness.mpi_init_race import again_on_crash
+from harness.mpi_init_race import again_on_crash, run_job
 from harness.slurm_localhost import SlurmCluster, missing_requirements
 
 pytestmark = [pytest.mark.slurm, pytest.mark.reframe, pytest.mark.mpi]
@@ -55,12 +55,8 @@ def _pids_alive(pids: list[int]) -> list[int]:
 
 def test_harness_two_nodes_srun_pmix(cluster: SlurmCluster) -> None:
     env = cluster.env(reframe_env(FAKE_NODES_ENV))
-    res = subprocess.run(
-        ["srun", "-N2", "-n4", "--mpi=pmix", sys.executable, "-c",
-         "from mpi4py import MPI; import os; c = MPI.COMM_WORLD; "
-         "print(c.rank, c.size, os.environ['SLURMD_NODENAME'], c.allreduce(c.rank))"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )
+    res = run_job(["srun", "-N2", "-n4", "--mpi=pmix", sys.executable,
+                   str(ROOT / "tests" / "programs" / "mpi_nodes.py")], env, 120)
     assert res.returncode == 0, res.stdout + res.stderr
     lines = [line for line in res.stdout.splitlines() if line.strip()]
     assert len(lines) == 4, res.stdout
