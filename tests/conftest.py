@@ -56,7 +56,13 @@ def run_mpi(
         pytest.fail(f"mpirun -np {np} {args} did not finish in {timeout}s\n{out}\n{err}")
 
 
-_RANK_PREFIX = re.compile(r"^\[\d+\]<(?:stdout|stderr)>:", re.M)
+_RANK_PREFIX = re.compile(r"^\[(?:1,)?\d+\]<(?:stdout|stderr)>:", re.M)
+
+
+def untag(text: str) -> str:
+    """``text`` without the rank tags ``hvdcorerun`` puts before each line by default (Open
+    MPI's ``[1,R]<stdout>:``, the Gloo launcher's ``[R]<stdout>:``)."""
+    return _RANK_PREFIX.sub("", text)
 
 
 def run_gloo(np: int, args: list[str], env: dict[str, str] | None = None,
@@ -73,8 +79,8 @@ def run_gloo(np: int, args: list[str], env: dict[str, str] | None = None,
         out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout
         err = (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else exc.stderr
         pytest.fail(f"hvdcorerun --gloo -np {np} {args} did not finish in {timeout}s\n{out}\n{err}")
-    res.stdout = _RANK_PREFIX.sub("", res.stdout)
-    res.stderr = _RANK_PREFIX.sub("", res.stderr)
+    res.stdout = untag(res.stdout)
+    res.stderr = untag(res.stderr)
     return res
 
 

@@ -61,7 +61,7 @@ def test_openmpi_as_root_localhost(capsys: pytest.CaptureFixture[str]) -> None:
     cmd = dry_run(capsys, ["-np", "3", "--cycle-time-ms", "2.5", "--fusion-threshold-mb", "0.5",
                            "--", "python", "train.py", "--lr", "0.1"],
                   which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
-    assert cmd == ["/opt/mpi/bin/mpirun", "--allow-run-as-root", "-np", "3",
+    assert cmd == ["/opt/mpi/bin/mpirun", "--allow-run-as-root", "--tag-output", "-np", "3",
                    "-H", "localhost:3", "--bind-to", "none", "--map-by", "slot",
                    "-x", "THP_MEM_ALLOC_ENABLE=1", "-x", "HVDCORE_FUSION_THRESHOLD=524288",
                    "-x", "HVDCORE_CYCLE_TIME=2.5",
@@ -144,7 +144,7 @@ def test_hydra_command(capsys: pytest.CaptureFixture[str], version: str, family:
     cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "--no-stall-check",
                            "--timeline-filename", "/tmp/tl dir/t.json", "python", "x.py"],
                   which=_which, mpi_version_output=version, uid=0)
-    assert cmd == ["/opt/mpi/bin/mpirun", "-n", "2", "-hosts", "a,b", "-ppn", "1",
+    assert cmd == ["/opt/mpi/bin/mpirun", "-l", "-n", "2", "-hosts", "a,b", "-ppn", "1",
                    "-genv", "THP_MEM_ALLOC_ENABLE", "1",
                    "-genv", "HVDCORE_STALL_CHECK_DISABLE", "1",
                    "-genv", "HVDCORE_TIMELINE", "/tmp/tl dir/t.json", "python", "x.py"]
@@ -161,7 +161,7 @@ def test_mpiexec_used_when_no_mpirun(capsys: pytest.CaptureFixture[str]) -> None
     cmd = dry_run(capsys, ["-np", "2", "python", "x.py"],
                   which=lambda n: "/opt/bin/mpiexec" if n == "mpiexec" else None,
                   mpi_version_output=MPICH_VERSION)
-    assert cmd[:3] == ["/opt/bin/mpiexec", "-n", "2"]
+    assert cmd[:4] == ["/opt/bin/mpiexec", "-l", "-n", "2"]
 
 
 SLURM_ENV = {"PATH": "/usr/bin", "SLURM_JOB_ID": "42", "SLURM_NTASKS": "4",
@@ -171,8 +171,8 @@ SLURM_ENV = {"PATH": "/usr/bin", "SLURM_JOB_ID": "42", "SLURM_NTASKS": "4",
 def test_srun_inside_allocation(capsys: pytest.CaptureFixture[str]) -> None:
     cmd = dry_run(capsys, ["-np", "3", "--log-level", "INFO", "python", "x.py"],
                   environ=SLURM_ENV, which=_which)
-    assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-n", "3",
-                   "--export=ALL,THP_MEM_ALLOC_ENABLE=1,HVDCORE_LOG_LEVEL=info", "python", "x.py"]
+    assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--label",
+                   "-n", "3", "--export=ALL,THP_MEM_ALLOC_ENABLE=1,HVDCORE_LOG_LEVEL=info", "python", "x.py"]
 
 
 def test_srun_tasks_from_allocation_and_mpi_type(capsys: pytest.CaptureFixture[str]) -> None:
@@ -180,11 +180,27 @@ def test_srun_tasks_from_allocation_and_mpi_type(capsys: pytest.CaptureFixture[s
     env["SLURM_MPI_TYPE"] = "pmi2"
     cmd = dry_run(capsys, ["--timeline-filename", "a,b.json", "python", "x.py"],
                   environ=env, which=_which)
-    assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "-n", "4",
-                   "--export=ALL,THP_MEM_ALLOC_ENABLE=1,HVDCORE_TIMELINE", "python", "x.py"]
+    assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "--label",
+                   "-n", "4", "--export=ALL,THP_MEM_ALLOC_ENABLE=1,HVDCORE_TIMELINE", "python", "x.py"]
     cmd = dry_run(capsys, ["--slurm-mpi", "pmix_v4", "python", "x.py"], environ=SLURM_ENV,
                   which=_which)
     assert "--mpi=pmix_v4" in cmd and cmd[cmd.index("-n") + 1] == "4"
+
+
+@pytest.mark.parametrize("launch,tag", [
+    ({"mpi_version_output": OPENMPI_VERSION, "uid": 0}, "--tag-output"),
+    ({"mpi_version_output": MPICH_VERSION}, "-l"),
+    ({"environ": SLURM_ENV}, "--label"),
+], ids=["openmpi", "hydra", "srun"])
+def test_ranks_output_is_tagged_unless_no_tag_output(
+        capsys: pytest.CaptureFixture[str], launch: dict, tag: str) -> None:
+    """horovodrun always tags each rank's lines (``--tag-output``/``-l``); hvdcorerun does by
+    default on every launcher, and ``--no-tag-output`` is the explicit way out."""
+    cmd = dry_run(capsys, ["-np", "2", "python", "x.py"], which=_which, **launch)
+    assert cmd.count(tag) == 1 and cmd.index(tag) < cmd.index("python"), cmd
+    cmd = dry_run(capsys, ["-np", "2", "--no-tag-output", "python", "x.py"], which=_which,
+                  **launch)
+    assert tag not in cmd, cmd
 
 
 def test_hosts_inside_allocation_use_mpirun(capsys: pytest.CaptureFixture[str]) -> None:

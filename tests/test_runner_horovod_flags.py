@@ -245,11 +245,34 @@ def test_mpirun_tcp_timestamps_and_output_files(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rank in (0, 1):
         [stdout] = (tmp_path / "logs").glob(f"**/rank.{rank}/stdout")
-        # Open MPI stamps every write it forwards, and a print() may be several writes
-        text = {kind: re.sub(STAMP + r"<std(?:out|err)>:", "",
+        # Open MPI stamps and tags (horovodrun's --tag-output) every write it forwards, and a
+        # print() may be several writes
+        text = {kind: re.sub(STAMP + rf"\[1,{rank}\]<std(?:out|err)>:", "",
                              stdout.with_name(kind).read_text()) for kind in ("stdout", "stderr")}
         assert text["stdout"] == f"out {rank} 1\n", stdout.read_text()
         assert text["stderr"] == f"err {rank}\n", stdout.with_name("stderr").read_text()
+
+
+@pytest.mark.parametrize("launch,tags", [
+    ([], ("[1,0]<stdout>:", "[1,1]<stdout>:")),
+    (["--gloo"], ("[0]<stdout>:", "[1]<stdout>:")),
+], ids=["mpirun", "gloo"])
+def test_each_rank_line_is_tagged_unless_no_tag_output(
+        tmp_path: Path, launch: list[str], tags: tuple[str, str]) -> None:
+    """horovodrun's terminal: each line tagged with its rank (Open MPI ``--tag-output``, the
+    Gloo launcher's ``[R]<stdout>:``); ``--no-tag-output`` gives the lines as printed."""
+    if launch:
+        pytest.importorskip("torch")
+    else:
+        _need_mpirun()
+    proc = hvdcorerun([*launch, "-np", "2", sys.executable, "-c", RANK_SAYS], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.splitlines()) == [f"{tags[r]}out {r} None" for r in (0, 1)]
+    proc = hvdcorerun([*launch, "--no-tag-output", "-np", "2", sys.executable, "-c",
+                       RANK_SAYS], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(proc.stdout.splitlines()) == [f"out {r} None" for r in (0, 1)]
+    assert sorted(proc.stderr.splitlines()) == [f"err {r}" for r in (0, 1)]
 
 
 @pytest.mark.torch

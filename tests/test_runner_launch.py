@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import untag
 
 from hvdcore.runner.launch import exit_code, failure_summary
 
@@ -57,7 +58,7 @@ def _alive(pids: list[int]) -> list[int]:
 
 
 def rank_lines(stdout: str) -> list[dict]:
-    rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    rows = [json.loads(line) for line in untag(stdout).splitlines() if line.startswith("{")]
     return sorted(rows, key=lambda r: r["rank"])
 
 
@@ -110,7 +111,7 @@ def test_signal_is_forwarded_and_ranks_stop(sig: signal.Signals) -> None:
     try:
         deadline = time.monotonic() + 60
         while len(pids) < 2 and time.monotonic() < deadline:
-            line = proc.stdout.readline()  # type: ignore[union-attr]
+            line = untag(proc.stdout.readline())  # type: ignore[union-attr]
             if line.startswith("ready"):
                 pids.append(int(line.split()[2]))
         assert len(pids) == 2, "ranks did not start"
@@ -159,7 +160,8 @@ def test_closed_stderr_and_chatty_ranks_do_not_block_the_job() -> None:
     except subprocess.TimeoutExpired:
         pytest.fail("hvdcorerun with a closed stderr blocked (its stderr pipe was not drained)")
     assert proc.returncode == 4
-    assert sorted(proc.stdout.split("\n")[:2]) == ["done 0", "done 1"]
+    assert sorted(proc.stdout.split("\n")[:2]) == ["[1,0]<stdout>:done 0",
+                                                    "[1,1]<stdout>:done 1"]
 
 
 def test_failure_summary_patterns_and_exit_code() -> None:

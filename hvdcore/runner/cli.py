@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="srun --mpi type (default $SLURM_MPI_TYPE, else pmix)")
     p.add_argument("--mpi-args", metavar="'ARGS'", default="",
                    help="extra arguments for mpirun/srun, one shell-quoted string")
+    p.add_argument("--no-tag-output", dest="tag_output", action="store_false",
+                   help="leave the ranks' output lines untagged (default, as horovodrun: each "
+                        "line starts with its rank: Open MPI [1,R]<stdout>:, MPICH/Intel MPI "
+                        "[R], srun 'R: ', --gloo [R]<stdout>:, elastic [host:slot]<stdout>:)")
     p.add_argument("--binding-args", metavar="'ARGS'",
                    help="Open MPI binding/mapping arguments replacing '--bind-to none "
                         "--map-by slot' (Hydra: added as given)")
@@ -241,7 +245,8 @@ def build_command(
         if srun is None:
             raise UsageError("--launcher srun: srun is not on PATH (module load slurm?)")
         return build_srun_command(srun, args.np, environ, exports, args.command,
-                                  mpi_type=args.slurm_mpi, extra_args=mpi_args), "srun"
+                                  mpi_type=args.slurm_mpi, extra_args=mpi_args,
+                                  label=args.tag_output), "srun"
     launcher = which("mpirun") or which("mpiexec")
     if launcher is None:
         raise UsageError(NO_LAUNCHER)
@@ -256,7 +261,7 @@ def build_command(
         binding_args=_split(args.binding_args, "--binding-args"), mpi_args=mpi_args,
         ssh=ssh_args(ssh_options(args)), tcp_ifaces=args.network_interfaces,
         output_dir=args.output_filename, timestamps=args.prefix_output_with_timestamp,
-        tcp_only=args.tcp)
+        tcp_only=args.tcp, tag_output=args.tag_output)
     if flavor.hydra and args.prefix_output_with_timestamp:
         _note("--prefix-output-with-timestamp: no effect under MPICH/Intel MPI (as horovodrun)")
     return cmd, os.path.basename(launcher)
@@ -342,7 +347,8 @@ def _run_gloo(args: argparse.Namespace, environ: Mapping[str, str],
     return gloo_launch.run_gloo_job(places, args.command, environ, exports,
                                     cfg.rendezvous_timeout, iface, ssh,
                                     output_dir=args.output_filename,
-                                    timestamps=args.prefix_output_with_timestamp)
+                                    timestamps=args.prefix_output_with_timestamp,
+                                    tag_output=args.tag_output)
 
 
 def _note(line: str) -> None:

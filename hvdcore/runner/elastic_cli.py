@@ -27,8 +27,7 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
                 exports: Mapping[str, str], hosts: list[Host] | None) -> int:
     """Check the elastic flags and run the job (:mod:`hvdcore.runner.elastic_driver`)."""
     from hvdcore.runner.elastic_driver import ElasticSettings, run_elastic_job
-    from hvdcore.runner.elastic_hosts import (Discovery, FixedHosts, SlurmNodes,
-                                              check_cooldown_range)
+    from hvdcore.runner.elastic_hosts import Discovery, FixedHosts, SlurmNodes, check_cooldown_range
 
     if not args.command:
         raise _usage("no command given")
@@ -88,7 +87,8 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
     settings = ElasticSettings(min_np, args.max_np, args.np, discover, cfg.elastic_timeout,
                                args.reset_limit, cooldown, cfg.rendezvous_timeout, srun,
                                args.network_interfaces or cfg.gloo_iface or None,
-                               ssh, args.output_filename, args.prefix_output_with_timestamp)
+                               ssh, args.output_filename, args.prefix_output_with_timestamp,
+                               args.tag_output)
     return run_elastic_job(settings, args.command, environ, exports)
 
 

@@ -78,6 +78,7 @@ class ElasticSettings:
     ssh: SshOptions = SshOptions()  # how workers on other hosts start
     output_dir: str | None = None  # --output-filename: DIR/rank.N/stdout and stderr
     timestamps: bool = False  # --prefix-output-with-timestamp
+    tag_output: bool = True  # [host:slot]<stdout>: on the terminal (--no-tag-output: none)
 
 
 @dataclass
@@ -114,7 +115,8 @@ def _forward(w: _Worker, s: ElasticSettings, lock: threading.Lock) -> None:
     for i, (stream, kind, out) in enumerate(((w.proc.stdout, "stdout", sys.stdout.buffer),
                                              (w.proc.stderr, "stderr", sys.stderr.buffer))):
         threading.Thread(target=_pump, args=(stream, w.wid, kind, out, lock,
-                                             w.files[i] if w.files else None, s.timestamps),
+                                             w.files[i] if w.files else None, s.timestamps,
+                                             s.tag_output),
                          daemon=True).start()
 
 

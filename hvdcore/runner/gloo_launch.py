@@ -101,10 +101,10 @@ def iface_address(ifaces: str) -> str:
 
 
 def _pump(stream: object, name: int | str, kind: str, out: object, lock: threading.Lock,
-          copy: RankFile | None = None, timestamps: bool = False) -> None:
-    """Copy a worker's stream line by line to ``out``, tagged ``[name]<kind>:``, and to
-    ``copy`` (its file under ``--output-filename``, closed at the end)."""
-    tag = f"[{name}]<{kind}>:".encode()
+          copy: RankFile | None = None, timestamps: bool = False, tagged: bool = True) -> None:
+    """Copy a worker's stream line by line to ``out``, tagged ``[name]<kind>:`` (unless not
+    ``tagged``), and to ``copy`` (its file under ``--output-filename``, closed at the end)."""
+    tag = f"[{name}]<{kind}>:".encode() if tagged else b""
     try:
         for line in iter(stream.readline, b""):  # type: ignore[attr-defined]
             stamp = time.ctime().encode() if timestamps else b""
@@ -182,9 +182,10 @@ class RankFile:
 def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: Mapping[str, str],
                  exports: Mapping[str, str], timeout_s: float, iface: str | None,
                  ssh: SshOptions | None = None, *, output_dir: str | None = None,
-                 timestamps: bool = False) -> int:
+                 timestamps: bool = False, tag_output: bool = True) -> int:
     """Run ``command`` on every rank of ``places`` (see the module docstring); the exit code.
-    ``output_dir``/``timestamps``: horovodrun's ``--output-filename``/``-prefix-timestamp``."""
+    ``output_dir``/``timestamps``: horovodrun's ``--output-filename``/``-prefix-timestamp``;
+    ``tag_output``: the ``[rank]<stdout>:`` tags on the terminal (``--no-tag-output``)."""
     import torch.distributed as dist  # the store the ranks meet at
 
     addr = _address(places, iface_address(iface) if iface else None)
@@ -225,7 +226,8 @@ def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: M
         for stream, kind, out, copy in ((proc.stdout, "stdout", sys.stdout.buffer, files[0]),
                                         (proc.stderr, "stderr", sys.stderr.buffer, files[1])):
             t = threading.Thread(target=_pump,
-                                 args=(stream, p.rank, kind, out, lock, copy, timestamps),
+                                 args=(stream, p.rank, kind, out, lock, copy, timestamps,
+                                       tag_output),
                                  daemon=True)
             t.start()
             pumps.append(t)

@@ -15,6 +15,9 @@ Choices (and why):
   pools, data loaders, hvdcore's engine thread); binding it to one core starves them. Replace
   with ``--binding-args``. Hydra does not bind by default; nothing is added there.
 * Open MPI as root (uid 0) gets ``--allow-run-as-root`` (Open MPI refuses root otherwise).
+* Each output line carries its rank, as horovodrun's always do: Open MPI ``--tag-output``
+  (``[1,R]<stdout>:``), Hydra ``-l`` (``[R] ``); ``tag_output=False`` (``--no-tag-output``)
+  leaves the lines as the ranks print them.
 * Knob values go on the command line (``-x NAME=VALUE`` / ``-genv NAME VALUE``) so the printed
   command is the whole truth. For remote hosts Open MPI forwards the rest of the environment by
   name (``-x NAME``, as Horovod; :func:`hvdcore.runner.remote.mpi_exportable` says which), so
@@ -97,16 +100,19 @@ def build_mpirun_command(
     output_dir: str | None = None,
     timestamps: bool = False,
     tcp_only: bool = False,
+    tag_output: bool = True,
 ) -> list[str]:
     """The full launcher command line (a list, for ``subprocess`` and ``shlex.join``); ``ssh``
     are arguments for the ssh that starts the daemons of other hosts, ``tcp_ifaces`` Open MPI's
     TCP interfaces, ``output_dir``/``timestamps``/``tcp_only`` horovodrun's
-    ``--output-filename``/``--prefix-output-with-timestamp``/``--tcp`` (all as Horovod's)."""
+    ``--output-filename``/``--prefix-output-with-timestamp``/``--tcp`` (all as Horovod's),
+    ``tag_output`` the rank tag on every output line (horovodrun's, always on there)."""
     remote = bool(hosts) and not all(is_local(h.name) for h in hosts or ())
     forward = sorted(v for v in environ if mpi_exportable(v) and v not in exports)
     host_arg = ",".join(f"{h.name}:{h.slots}" for h in hosts) if hosts else None
     cmd = [launcher]
     if flavor.hydra:
+        cmd += ["-l"] if tag_output else []
         cmd += ["-n", str(np)]
         if hosts:
             slots = {h.slots for h in hosts}
@@ -126,6 +132,8 @@ def build_mpirun_command(
     else:
         if uid == 0:
             cmd.append("--allow-run-as-root")
+        if tag_output:
+            cmd.append("--tag-output")
         cmd += ["-np", str(np), "-H", host_arg or f"localhost:{np}"]
         cmd += list(binding_args) if binding_args is not None else [
             "--bind-to", "none", "--map-by", "slot"]

@@ -1,11 +1,13 @@
 """Build the ``srun`` command inside a Slurm allocation (``SLURM_JOB_ID`` set).
 
-``srun --mpi=<type> --kill-on-bad-exit=1 -n N --export=ALL,HVDCORE_...=... command``:
+``srun --mpi=<type> --kill-on-bad-exit=1 --label -n N --export=ALL,HVDCORE_...=... command``:
 
 * ``--mpi``: ``--slurm-mpi`` if given, else ``$SLURM_MPI_TYPE``, else ``pmix`` (works with Open
   MPI 4/5 and recent MPICH; ``pmi2`` fails at MPI init with Debian's Open MPI).
 * ``--kill-on-bad-exit=1``: a rank that exits non-zero or dies ends the whole step, so the other
   ranks do not wait in a collective forever.
+* ``--label``: each output line starts with its rank (``R: ``), as horovodrun tags every
+  line under mpirun; ``--no-tag-output`` leaves it out.
 * ``-n``: ``-np`` if given, else the allocation's task count (``SLURM_NTASKS``), else its CPU
   count (``SLURM_JOB_CPUS_PER_NODE``, e.g. ``4(x2),2``). ``-np`` above that is an error.
 * ``--export=ALL,...``: the whole environment plus the knob values (a value that contains a
@@ -62,8 +64,10 @@ def build_srun_command(
     *,
     mpi_type: str | None = None,
     extra_args: Sequence[str] = (),
+    label: bool = True,
 ) -> list[str]:
-    """The ``srun`` command line; LaunchError when the task count is impossible or unknown."""
+    """The ``srun`` command line (``label``: srun's rank tag on each line); LaunchError when
+    the task count is impossible or unknown."""
     slots, source = allocation_slots(environ)
     job = environ.get("SLURM_JOB_ID", "?")
     if np is None:
@@ -77,5 +81,6 @@ def build_srun_command(
             f"more (sbatch/salloc -n {np}) or lower -np")
     mpi = mpi_type or environ.get("SLURM_MPI_TYPE") or DEFAULT_MPI_TYPE
     export = ["ALL"] + [f"{k}={v}" if "," not in v else k for k, v in exports.items()]
-    return [srun, f"--mpi={mpi}", "--kill-on-bad-exit=1", "-n", str(np),
+    return [srun, f"--mpi={mpi}", "--kill-on-bad-exit=1", *(["--label"] if label else []),
+            "-n", str(np),
             "--export=" + ",".join(export), *extra_args, *command]
