@@ -48,7 +48,8 @@ suite() {
 
 step "ReFrame validation suite (local, 2 ranks)" suite
 step "hvdcore capability report" hvdcorerun --check-build --require mpi,torch
-step "allreduce benchmark (${NP} ranks)" hvdcorerun -np "$NP" python benchmarks/allreduce.py
+# rank 0 prints the table: untagged, so it reads as one table
+step "allreduce benchmark (${NP} ranks)" hvdcorerun -np "$NP" --no-tag-output python benchmarks/allreduce.py
 
 echo "== validate.sh summary"
 status=0

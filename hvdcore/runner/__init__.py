@@ -20,6 +20,9 @@ Which launcher
     defaults to the allocation's tasks). ``--launcher mpirun|srun`` forces one.
     ``-p PORT``/``-i FILE``/``--ssh-args`` go to mpirun's ssh as horovodrun's (Open MPI
     ``-mca plm_rsh_args``, Hydra ``-bootstrap-exec-args``).
+    Each output line starts with its rank, as horovodrun's: Open MPI ``--tag-output``
+    (``[1,R]<stdout>:``; hvdcorerun joins a rank's writes into whole lines, one tag each),
+    Hydra ``-l``, srun ``--label``; ``--no-tag-output`` leaves the lines untagged.
     ``--verbose`` prints the exact command (shell-quoted) on stderr before running it;
     ``--dry-run`` prints it on stdout and runs nothing.
 

@@ -311,7 +311,9 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         return 0
     if args.verbose:
         print(f"{PROG}: running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    return run_job(cmd, {**environ, **exports}, name)
+    launcher_args = cmd[:len(cmd) - len(args.command)]  # Open MPI's tags, ours or --mpi-args'
+    return run_job(cmd, {**environ, **exports}, name,
+                   join_tagged_lines="--tag-output" in launcher_args)
 
 
 def _elastic_asked(args: argparse.Namespace) -> bool:

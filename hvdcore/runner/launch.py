@@ -5,23 +5,30 @@ reaches it once, through ``hvdcorerun``: SIGINT, SIGTERM and SIGHUP received by 
 are forwarded to it, and mpirun/srun stop the ranks. A third signal kills the child outright.
 Its stdout is passed through untouched; its stderr is copied through as it arrives and scanned
 for the launcher's own failure report, so that a failed job ends with one summary line such as
-``hvdcorerun: rank 1 exited with exit code 3 (mpirun exit code 3)``.
+``hvdcorerun: rank 1 exited with exit code 3 (mpirun exit code 3)``. Under Open MPI's
+``--tag-output`` both streams go through :class:`~hvdcore.runner.tagged_lines.LineJoiner`
+instead (whole lines, one tag each; a partial line is let out after a pause of ``_PAUSE_S``).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
+
+from hvdcore.runner.tagged_lines import LineJoiner
 
 __all__ = ["run_job", "failure_summary", "exit_code"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _TAIL_BYTES = 256 * 1024
+_PAUSE_S = 0.25  # a rank's unfinished line is shown after this long without more output
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # Open MPI
@@ -64,16 +71,24 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _write_err(data: bytes) -> None:
-    if sys.stderr is None:  # started with stderr closed
+def _write_to(target: object, data: bytes) -> None:
+    if target is None:  # started with this stream closed
         return
-    buffer = getattr(sys.stderr, "buffer", None)
+    buffer = getattr(target, "buffer", None)
     if buffer is not None:
         buffer.write(data)
         buffer.flush()
-    else:  # a text-only stderr (e.g. under a test harness)
-        sys.stderr.write(data.decode(errors="replace"))
-        sys.stderr.flush()
+    else:  # a text-only stream (e.g. under a test harness)
+        target.write(data.decode(errors="replace"))  # type: ignore[attr-defined]
+        target.flush()  # type: ignore[attr-defined]
+
+
+def _write_err(data: bytes) -> None:
+    _write_to(sys.stderr, data)
+
+
+def _write_out(data: bytes) -> None:
+    _write_to(sys.stdout, data)
 
 
 def _say(line: str) -> None:
@@ -84,28 +99,40 @@ def _say(line: str) -> None:
         pass
 
 
-def _pump(stream: object, tail: bytearray) -> None:
-    """Copy the child's stderr to ours; keep draining if ours is gone (else the child blocks)."""
-    read = getattr(stream, "read1", None) or stream.read  # type: ignore[attr-defined]
+def _pump(stream: object, tail: bytearray | None, write: Callable[[bytes], None] = _write_err,
+          joiner: LineJoiner | None = None) -> None:
+    """Copy one of the child's streams to ours (through ``joiner`` when given), keeping the
+    last of it in ``tail``; keep draining if ours is gone (else the child blocks)."""
+    fd = stream.fileno()  # type: ignore[attr-defined]
     writable = True
-    while True:
-        chunk = read(65536)
-        if not chunk:
-            return
+    ended = False
+    while not ended:
+        if joiner is not None and not select.select([fd], [], [], _PAUSE_S)[0]:
+            data = joiner.flush()  # a pause: let out the unfinished lines
+        else:
+            chunk = os.read(fd, 65536)
+            ended = not chunk
+            data = chunk if joiner is None else (joiner.flush() if ended else joiner.feed(chunk))
+        if not data:
+            continue
         if writable:
             try:
-                _write_err(chunk)
-            except (OSError, ValueError, AttributeError):  # stderr gone: drain silently
+                write(data)
+            except (OSError, ValueError, AttributeError):  # ours is gone: drain silently
                 writable = False
-        tail.extend(chunk)
-        if len(tail) > _TAIL_BYTES:
-            del tail[: len(tail) - _TAIL_BYTES]
+        if tail is not None:
+            tail.extend(data)
+            if len(tail) > _TAIL_BYTES:
+                del tail[: len(tail) - _TAIL_BYTES]
 
 
-def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun") -> int:
-    """Run ``cmd`` to completion and return the exit code to pass on (see module docstring)."""
+def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun",
+            join_tagged_lines: bool = False) -> int:
+    """Run ``cmd`` to completion and return the exit code to pass on (see module docstring);
+    ``join_tagged_lines``: ``cmd`` is Open MPI's with ``--tag-output``."""
     try:
         proc = subprocess.Popen(list(cmd), env=dict(env), stderr=subprocess.PIPE,
+                                stdout=subprocess.PIPE if join_tagged_lines else None,
                                 start_new_session=True)
     except OSError as exc:
         _say(f"hvdcorerun: cannot start {cmd[0]}: {exc}")
@@ -125,11 +152,17 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun") ->
     in_main = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, forward) for s in _FORWARDED} if in_main else {}
     tail = bytearray()
-    pump = threading.Thread(target=_pump, args=(proc.stderr, tail), daemon=True)
-    pump.start()
+    pumps = [threading.Thread(target=_pump, daemon=True, args=(
+        proc.stderr, tail, _write_err, LineJoiner() if join_tagged_lines else None))]
+    if join_tagged_lines:
+        pumps.append(threading.Thread(target=_pump, daemon=True,
+                                      args=(proc.stdout, None, _write_out, LineJoiner())))
+    for pump in pumps:
+        pump.start()
     try:
         returncode = proc.wait()
-        pump.join(timeout=10)
+        for pump in pumps:
+            pump.join(timeout=10)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
