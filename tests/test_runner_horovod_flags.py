@@ -268,10 +268,15 @@ def test_each_rank_line_is_tagged_unless_no_tag_output(
     proc = hvdcorerun([*launch, "-np", "2", sys.executable, "-c", RANK_SAYS], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(proc.stdout.splitlines()) == [f"{tags[r]}out {r} None" for r in (0, 1)]
-    proc = hvdcorerun([*launch, "--no-tag-output", "-np", "2", sys.executable, "-c",
-                       RANK_SAYS], tmp_path)
+    # untagged, a rank's line is kept whole only if it is one write (two ranks' writes
+    # interleave as they come)
+    whole = ("import os; r = os.environ.get('OMPI_COMM_WORLD_RANK') or "
+             "os.environ['HOROVOD_RANK']; os.write(1, f'out {r}\\n'.encode()); "
+             "os.write(2, f'err {r}\\n'.encode())")
+    proc = hvdcorerun([*launch, "--no-tag-output", "-np", "2", sys.executable, "-c", whole],
+                      tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(proc.stdout.splitlines()) == [f"out {r} None" for r in (0, 1)]
+    assert sorted(proc.stdout.splitlines()) == [f"out {r}" for r in (0, 1)]
     assert sorted(proc.stderr.splitlines()) == [f"err {r}" for r in (0, 1)]
 
 

@@ -28,7 +28,7 @@ __all__ = ["run_job", "failure_summary", "exit_code"]
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _TAIL_BYTES = 256 * 1024
-_PAUSE_S = 0.25  # a rank's unfinished line is shown after this long without more output
+_PAUSE_S = 0.5  # a rank's unfinished line is shown after this long without more output
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # Open MPI
