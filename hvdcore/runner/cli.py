@@ -383,7 +383,7 @@ def main(
     Example::
 
         >>> main(["-np", "2", "--dry-run", "python", "train.py"])  # doctest: +SKIP
-        mpirun --allow-run-as-root -np 2 -H localhost:2 --bind-to none --map-by slot python train.py
+        mpirun --allow-run-as-root --tag-output -np 2 -H localhost:2 ... python train.py
         0
     """
     env = dict(os.environ if environ is None else environ)
