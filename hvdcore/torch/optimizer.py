@@ -46,8 +46,8 @@ import torch
 import hvdcore as _core
 from hvdcore import basics
 from hvdcore.arguments import gradient_groups, resolve_op
-from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.errors import ArgumentError, HvdcoreError, UnsupportedError
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
 from hvdcore.torch.optimizer_hooks import GradientHooks
