@@ -318,8 +318,17 @@ def test_cli_build_reports_file_line(tmp_path: Path) -> None:
 MAPS_PROBE = (
     "import re, hvdcore; hvdcore.init(); "
     "libs = sorted(set(re.findall(r'/\\S*libmpi\\S*', open('/proc/self/maps').read()))); "
-    "print('rank', hvdcore.rank(), 'libmpi', *libs); hvdcore.shutdown()"
+    "import os; os.write(1, ' '.join(['rank', str(hvdcore.rank()), 'libmpi', *libs, '\\n'])"
+    ".encode()); hvdcore.shutdown()"
 )
+# hvdcorerun's rank tag under MPICH's Hydra (-l, as horovodrun): "[R] "; the probe writes its
+# line in one write, so the tag comes once
+HYDRA_LINE = re.compile(r"^\[(\d+)\] (rank \1 .*?) ?$")
+
+
+def _probe_lines(stdout: str) -> list[str]:
+    """The probe's lines, each checked to carry its own rank's tag, without the tag."""
+    return sorted(m.group(2) for ln in stdout.splitlines() if (m := HYDRA_LINE.match(ln)))
 
 
 @needs_chroot
@@ -371,11 +380,11 @@ def test_hostmpi_recipe_and_bind_model(workdir: Path) -> None:
     probe = ["hvdcorerun", "--launcher", "mpirun", "-np", "2", "python", "-c", MAPS_PROBE]
     unbound = rootfs.run_in(image, probe, timeout=300)
     assert unbound.returncode == 0, unbound.stderr[-3000:]
-    lines = [ln for ln in unbound.stdout.splitlines() if ln.startswith("rank ")]
+    lines = _probe_lines(unbound.stdout)
     assert len(lines) == 2 and all("/libmpich.so.12" in ln for ln in lines), unbound.stdout
     assert "/opt/hostmpi/lib/" not in unbound.stdout
     bound = rootfs.run_in(image, probe, timeout=300, binds=[(str(hostlib), "/opt/hostmpi/lib")])
     assert bound.returncode == 0, bound.stderr[-3000:]
-    lines = sorted(ln for ln in bound.stdout.splitlines() if ln.startswith("rank "))
+    lines = _probe_lines(bound.stdout)
     assert lines == [f"rank {r} libmpi /opt/hostmpi/lib/libmpi.so.12" for r in (0, 1)], bound.stdout
     assert not rootfs.mounts_under(workdir / "rootfs")

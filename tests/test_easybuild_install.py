@@ -200,7 +200,8 @@ def test_two_rank_allreduce_through_hvdcorerun(site: Site, tmp_path: Path) -> No
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    lines = sorted(re.findall(r"^rank (\d)/2 (\w+) sum=\[([^\]]*)\] hvdcore=(\S+)$", out, re.M))
+    lines = sorted(re.findall(r"^\[1,(\d)\]<stdout>:rank \1/2 (\w+) sum=\[([^\]]*)\] "
+                              r"hvdcore=(\S+)$", out, re.M))
     assert [line[0] for line in lines] == ["0", "1"], out
     want = [float(3 * i) for i in range(12)]  # arange(12) * (1 + 2)
     for _, status, total, path in lines:

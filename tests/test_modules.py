@@ -132,7 +132,8 @@ def test_two_rank_allreduce_through_the_module(tree: Tree, tmp_path: Path) -> No
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert sorted(re.findall(r"^rank (\d)/2 OK ", out, re.M)) == ["0", "1"], out
+    # each line tagged with its rank, as horovodrun's (Open MPI --tag-output)
+    assert sorted(re.findall(r"^\[1,(\d)\]<stdout>:rank \1/2 OK ", out, re.M)) == ["0", "1"], out
 
 
 def test_purge_leaves_nothing_behind(tree: Tree) -> None:

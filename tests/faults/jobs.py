@@ -148,6 +148,9 @@ class Trial:
 
 
 _READY = re.compile(r"^READY (\d+) (\d+)$")
+# hvdcorerun's rank tag under mpirun (Open MPI --tag-output, as horovodrun): the lines are
+# judged as the ranks printed them
+_RANK_TAG = re.compile(r"^\[1,\d+\]<(?:stdout|stderr)>:")
 
 
 class Job:
@@ -173,8 +176,8 @@ class Job:
     def _read(self, stream: object, name: str) -> None:
         for raw in iter(stream.readline, b""):  # type: ignore[attr-defined]
             with self._cv:
-                self.lines.append((time.time(), name,
-                                   raw.decode(errors="replace").rstrip("\n")))
+                text = _RANK_TAG.sub("", raw.decode(errors="replace").rstrip("\n"))
+                self.lines.append((time.time(), name, text))
                 self._cv.notify_all()
         with self._cv:
             self._cv.notify_all()
