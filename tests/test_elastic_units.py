@@ -16,8 +16,13 @@ import pytest
 from conftest import mpi_env
 
 from hvdcore.elastic_wire import Assignment, decode, encode
-from hvdcore.runner.elastic_hosts import (Blacklist, Discovery, DiscoveryError,
-                                          _tasks_per_node, cooldown_seconds)
+from hvdcore.runner.elastic_hosts import (
+    Blacklist,
+    Discovery,
+    DiscoveryError,
+    _tasks_per_node,
+    cooldown_seconds,
+)
 from hvdcore.runner.elastic_slots import Slot, plan_slots
 from hvdcore.runner.hosts import Host
 

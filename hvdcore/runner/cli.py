@@ -98,9 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mpi-args", metavar="'ARGS'", default="",
                    help="extra arguments for mpirun/srun, one shell-quoted string")
     p.add_argument("--no-tag-output", dest="tag_output", action="store_false",
-                   help="leave the ranks' output lines untagged (default, as horovodrun: each "
-                        "line starts with its rank: Open MPI [1,R]<stdout>:, MPICH/Intel MPI "
-                        "[R], srun 'R: ', --gloo [R]<stdout>:, elastic [host:slot]<stdout>:)")
+                   help="leave the ranks' output lines untagged. By default, as with "
+                        "horovodrun, each line starts with its rank: Open MPI [1,R]<stdout>:, "
+                        "MPICH/Intel MPI [R], srun 'R: ', --gloo [R]<stdout>:, elastic "
+                        "[host:slot]<stdout>:")
     p.add_argument("--binding-args", metavar="'ARGS'",
                    help="Open MPI binding/mapping arguments replacing '--bind-to none "
                         "--map-by slot' (Hydra: added as given)")

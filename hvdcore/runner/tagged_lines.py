@@ -7,8 +7,8 @@ lines interleave. :class:`LineJoiner` reads that stream, keeps one pending line 
 gives each finished line back with its tag once. A line ends at ``\\n`` or ``\\r`` (a progress
 bar that redraws itself stays one line per redraw). :meth:`LineJoiner.flush` hands out what is
 pending (tagged, unterminated) when the stream pauses or ends, so nothing waits for a newline
-that never comes. Text outside any tag (mpirun's own messages: what follows a newline without a tag) passes
-through as it came.
+that never comes. Text outside any tag (mpirun's own messages: what follows a newline without
+a tag) passes through as it came.
 """
 
 from __future__ import annotations

@@ -439,6 +439,7 @@ else:
 
 # --- 9. horovod.tensorflow.DistributedOptimizer of a Keras optimizer -------------------------
 import keras  # noqa: E402
+
 import hvdcore.tensorflow.keras as hvd_keras  # noqa: E402
 from hvdcore.tensorflow.keras.optimizer import is_distributed_optimizer  # noqa: E402
 
