@@ -28,7 +28,8 @@ from hvdcore.errors import ArgumentError, UnimplementedError, UnsupportedError
 from hvdcore.process_sets import ProcessSet
 
 __all__ = [
-    "SUPPORTED_DTYPES", "dtype_name", "device_of", "resolve_op", "as_array", "scale_factor", "output_for",
+    "SUPPORTED_DTYPES", "dtype_name", "device_of", "resolve_op", "as_array", "scale_factor",
+    "output_for",
     "process_set_id", "broadcast_root", "splits_vector", "alltoall_splits", "part_names",
     "gradient_groups", "keras_optimizer_op",
 ]
@@ -104,7 +105,8 @@ def as_array(tensor: Any, what: str, rank: int | None = None,
         tensor = np.asarray(tensor)
     if not isinstance(tensor, np.ndarray):
         if type(tensor) is DeviceBuffer:
-            return _device_buffer(tensor, what, rank, op)
+            # (stands in for an array: the engine reads its meta, the plane its tensor)
+            return _device_buffer(tensor, what, rank, op)  # type: ignore[return-value]
         raise UnsupportedError(
             f"{_where(what, rank)} expects a NumPy array, got {type(tensor).__name__}; use the "
             "framework binding (hvdcore.torch / hvdcore.tensorflow) for framework tensors")

@@ -1,4 +1,4 @@
-"""Process-wide state: init/shutdown, rank queries, timeline control, the abort-on-exception hook."""
+"""Process-wide state: init/shutdown, rank queries, the timeline, the abort-on-exception hook."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ class LearningRateScheduleLogic:
         self.model.optimizer.learning_rate = new_lr
         if not self.momentum_correction or old_lr <= 0 or new_lr == old_lr:
             return
-        momentum = getattr(self._momentum_holder(), "momentum", None)
+        momentum: Any = getattr(self._momentum_holder(), "momentum", None)
         if self._hooks.is_variable(momentum):
             self._restore_momentum = self._hooks.number(momentum)
             momentum.assign(self._restore_momentum * new_lr / old_lr)

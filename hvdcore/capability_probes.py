@@ -96,7 +96,8 @@ def torch_facts() -> dict[str, Any]:
         facts["distributed_error"] = describe_error(exc)
     try:
         raw = torch.cuda.nccl.version()
-        facts["nccl_version"] = ".".join(str(p) for p in raw) if isinstance(raw, tuple) else str(raw)
+        facts["nccl_version"] = (".".join(str(p) for p in raw) if isinstance(raw, tuple)
+                                 else str(raw))
         facts["nccl_version_code"] = _nccl_code(raw)
     except Exception as exc:  # CPU builds raise AttributeError (no torch._C._nccl_version)
         facts["nccl_version"] = None

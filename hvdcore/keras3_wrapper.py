@@ -71,11 +71,11 @@ class WrapsKeras3Optimizer:
         """``apply``'s arguments as lists, the wrapper built for them if it is not yet."""
         grads = list(grads)
         if trainable_variables is None:
-            if not self.built:  # type: ignore[attr-defined]
+            if not self.built:  # type: ignore[attr-defined,has-type]
                 raise ValueError("call optimizer.build(trainable_variables) before apply(grads)")
             trainable_variables = self._trainable_variables  # type: ignore[attr-defined]
         trainable_variables = list(trainable_variables)
-        if not self.built:  # type: ignore[attr-defined]
+        if not self.built:  # type: ignore[attr-defined,has-type]
             with keras.name_scope(self.name, caller=self):  # type: ignore[attr-defined]
                 self.build(trainable_variables)  # type: ignore[attr-defined]
             self.built = True

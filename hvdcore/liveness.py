@@ -76,7 +76,7 @@ class Watchdog:
         addrs: list[str] = []
         try:
             host = socket.gethostname()
-            addrs = sorted({a[4][0] for a in socket.getaddrinfo(host, None, socket.AF_INET)})
+            addrs = sorted({str(a[4][0]) for a in socket.getaddrinfo(host, None, socket.AF_INET)})
         except OSError:
             pass
         return [*addrs, "127.0.0.1"], port, self._token

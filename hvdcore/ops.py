@@ -121,7 +121,7 @@ def _allreduce_meta(
     nm = st.request_name(ALLREDUCE, sid, name)
     try:
         if average is None and type(op) is ReduceOp and op is not ReduceOp.ADASUM:
-            rop = op  # a binding resolved it already (one check per call)
+            rop: ReduceOp = op  # a binding resolved it already (one check per call)
         else:
             rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
         pre = scale_factor(prescale_factor, "prescale_factor", ALLREDUCE, rank)

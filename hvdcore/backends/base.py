@@ -196,7 +196,7 @@ class ControlPlane(Protocol):
     def flush(self) -> bool:
         """Complete the sends that have finished; True while some are still in flight."""
 
-    def receive(self, source: int | None, tag: int) -> tuple[int, bytes] | None:
+    def receive(self, source: int | None, tag: int) -> tuple[int, bytes | bytearray] | None:
         """``(sender, payload)`` of one waiting message with ``tag`` (from ``source``, or
         any rank for None), or None when none has arrived. Never blocks."""
 

@@ -19,7 +19,7 @@ __all__ = ["decide"]
 
 def _load() -> tuple[ModuleType | None, str]:
     try:
-        from hvdcore.backends import _hotpath
+        from hvdcore.backends import _hotpath  # type: ignore[attr-defined]  # C, no stub
     except ImportError as exc:
         return None, f"not built ({exc})"
     return _hotpath, ""

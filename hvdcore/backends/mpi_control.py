@@ -44,7 +44,7 @@ class MPIControlPlane:
             self._sends = [s for s in self._sends if not s[0].Test()]
         return bool(self._sends)
 
-    def receive(self, source: int | None, tag: int) -> tuple[int, bytes] | None:
+    def receive(self, source: int | None, tag: int) -> tuple[int, bytes | bytearray] | None:
         """See :meth:`ControlPlane.receive`."""
         status = self._status
         msg = self._p2p.improbe(source=MPI.ANY_SOURCE if source is None else source, tag=tag,

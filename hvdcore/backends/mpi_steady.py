@@ -1,17 +1,16 @@
 """The steady path's two MPI calls, the cache round and the data allreduce, made as one.
 
-:class:`~hvdcore.engine.pipeline.Pipeline` (its steady host route) runs a blocking allreduce of a cached host
-tensor on an idle engine through a :class:`~hvdcore.backends.steady_calls.SteadyCalls`:
-post the round with this rank's bits, poll it briefly, and when every rank offered the same
-tensor, allreduce the data. :class:`CompiledSteady` makes all of it in one C call without the
-GIL (``hvdcore/backends/_hotpath.c``, built when the package is installed where ``mpicc`` is);
+:class:`~hvdcore.engine.pipeline.Pipeline` (its steady host route) runs a blocking allreduce of a
+cached host tensor on an idle engine through a :class:`~hvdcore.backends.steady_calls.SteadyCalls`:
+post the round with this rank's bits, poll it briefly, and when every rank offered the same tensor,
+allreduce the data. :class:`CompiledSteady` makes all of it in one C call without the GIL
+(``hvdcore/backends/_hotpath.c``, built when the package is installed where ``mpicc`` is);
 :class:`PythonSteady` makes the same MPI calls through mpi4py
 (:mod:`hvdcore.backends.steady_python`). Both are
-:class:`~hvdcore.backends.steady_calls.BoundSteady` over the same four functions with one
-signature; they differ in the transport arguments (MPI handles, or :class:`MPIRounds` and
-:class:`MPIData`). Both follow the round's one description, :mod:`hvdcore.backends.round_wire`
-(the C module through the header generated from it). They return the same results; the C one
-costs less at small sizes.
+:class:`~hvdcore.backends.steady_calls.BoundSteady` over the same four functions with one signature;
+they differ in the transport arguments (MPI handles, or :class:`MPIRounds` and :class:`MPIData`).
+Both follow the round's one description, :mod:`hvdcore.backends.round_wire` (the C module through
+the header generated from it). They return the same results; the C one costs less at small sizes.
 
 An MPI error raises (mpi4py's ``MPI.Exception``, or the compiled module's ``MPIError``, a
 RuntimeError naming the call).

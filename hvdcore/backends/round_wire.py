@@ -236,7 +236,7 @@ Header: Any = _WIRE.Header
 pack_steady: Callable[[bytearray, bytes, int], None] = _WIRE.pack_steady
 """``pack_steady(send, tail, lists)``: a steady call's header (the table's ``steady``
 column) and ``tail`` into ``send``."""
-data_may_run: Callable[[Any, bytes, int], bool] = _WIRE.data_may_run
+data_may_run: Callable[[Any, bytes | bytearray, int], bool] = _WIRE.data_may_run
 """``data_may_run(recv, tail, lists_done)``: whether a reduced round ``recv`` lets a steady
 call's data run: every header field holds its ``may_run`` condition (no flag set, at most
 ``lists_done`` coordinator lists before it: this rank executed them all), and every rank sent

@@ -12,7 +12,9 @@ name     what it uses                                                           
          by ``hvdcorerun --gloo``, ``torchrun`` or a plain ``srun``
 ======== ========================================================================= ==========
 
-Adding a controller: its module with a class that implements :class:`~hvdcore.controllers.base.Controller`, one entry in :data:`REGISTRY`, and, where it launches, the launcher.
+Adding a controller: its module with a class that implements
+:class:`~hvdcore.controllers.base.Controller`, one entry in :data:`REGISTRY`, and, where it
+launches, the launcher.
 """
 
 from __future__ import annotations

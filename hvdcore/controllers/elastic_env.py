@@ -1,11 +1,11 @@
 """An elastic job's worker side of the launcher's store: which generation to join, as which rank.
 
 ``hvdcorerun`` in elastic mode (:mod:`hvdcore.runner.elastic_driver`) decides the membership: it
-starts and watches the workers, polls the host discovery script, and each time the set of
-workers changes it publishes a *generation* in its TCPStore. A worker's ``hvd.init()`` reads the newest generation, finds its own line there
-(its rank, the size and its layout, or ``out`` when its host was removed) and forms the job at
-that generation's store prefix; the Gloo controller does the rest as for any launch. The keys
-are in :mod:`hvdcore.elastic_wire`.
+starts and watches the workers, polls the host discovery script, and each time the set of workers
+changes it publishes a *generation* in its TCPStore. A worker's ``hvd.init()`` reads the newest
+generation, finds its own line there (its rank, the size and its layout, or ``out`` when its host
+was removed) and forms the job at that generation's store prefix; the Gloo controller does the rest
+as for any launch. The keys are in :mod:`hvdcore.elastic_wire`.
 
 The store is torch.distributed's: this module only reads what the launcher wrote, and
 counts nothing of its own.

@@ -142,7 +142,7 @@ class GlooControlPlane:
             next_slot[0] += 1
             inbox.append((_SRC.unpack_from(raw)[0], bytearray(raw[_SRC.size:])))
 
-    def receive(self, source: int | None, tag: int) -> tuple[int, bytes] | None:
+    def receive(self, source: int | None, tag: int) -> tuple[int, bytes | bytearray] | None:
         """See :meth:`ControlPlane.receive` (a local queue: no round trip)."""
         held = self._held.get(tag)
         if held:

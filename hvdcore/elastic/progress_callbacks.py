@@ -42,7 +42,7 @@ class UpdateBatchStateLogic:
 
     def __init__(self, state: State) -> None:
         super().__init__()
-        self.state = state
+        self.state: Any = state  # (batch: an attribute the user's state was made with)
         self._start = 0
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -62,7 +62,7 @@ class UpdateEpochStateLogic:
 
     def __init__(self, state: State) -> None:
         super().__init__()
-        self.state = state
+        self.state: Any = state  # (epoch: an attribute the user's state was made with)
         self._offset: int | None = None
 
     def on_train_begin(self, logs: Any = None) -> None:

@@ -102,10 +102,10 @@ def run_fn(func: F, reset: Callable[[], None]) -> F:
                 if not is_failure(exc, member):
                     raise
                 failed = True
+                now = basics.current()
                 log.warning("rank %d: a peer failed (%s: %s); rolling back to the last commit "
-                            "and re-forming the job", basics.current().rank if basics.current()
-                            else -1, type(exc).__name__, str(exc).splitlines()[0][:200]
-                            if str(exc) else "")
+                            "and re-forming the job", now.rank if now else -1,
+                            type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
                 state.restore()
             resets += 1
             started = time.monotonic()

@@ -2,9 +2,9 @@
 
 Every rank announces each request it submits (a :class:`Meta`). The coordinator keeps one table
 entry per (process set, name). An entry is *ready* when every member that has to take part has
-announced it; it is then checked for agreement (kind, device, dtype, shape, op, root, scale factors) and
-turned into a :class:`Response`. Ready allreduces with the same device/dtype/op/scales are fused into one
-response up to the fusion threshold. Responses go to every rank in one list, and every rank
+announced it; it is then checked for agreement (kind, device, dtype, shape, op, root, scale factors)
+and turned into a :class:`Response`. Ready allreduces with the same device/dtype/op/scales are fused
+into one response up to the fusion threshold. Responses go to every rank in one list, and every rank
 executes them in that order, which is what makes blocking backend collectives deadlock-free.
 
 Entries that some members announced and others did not are *stalled* after the stall-check time:
@@ -253,7 +253,8 @@ class Coordinator:
                                f"process set {set_id} does not exist (removed?) for {ref.kind} "
                                f"'{name}'", "UnsupportedError")
         joined = [r for r in members if r in self.joined]
-        required = [r for r in members if r not in self.joined] if ref.kind == ALLREDUCE else members
+        required = ([r for r in members if r not in self.joined] if ref.kind == ALLREDUCE
+                    else members)
         if joined and not _neutral_ok(ref.kind) and ref.kind != SHUTDOWN:
             present = [r for r in members if r in entry.metas or r in self.joined]
             if len(present) < len(members):

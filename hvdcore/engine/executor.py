@@ -224,12 +224,12 @@ class Executor:
             return
         planned = resp.layout
         if planned is None:  # (a cached response runs again every step: worked out once)
-            key = (rdtype.str, tuple(resp.shapes))
-            planned = self._fused_plans.get(key)
+            plan_key = (rdtype.str, tuple(resp.shapes))
+            planned = self._fused_plans.get(plan_key)
             if planned is None:
                 if len(self._fused_plans) >= _FUSED_PLANS_KEPT:
                     self._fused_plans.clear()
-                planned = self._fused_plans[key] = self._fused_plan(resp.shapes, rdtype)
+                planned = self._fused_plans[plan_key] = self._fused_plan(resp.shapes, rdtype)
             resp.layout = planned
         layout, pieces = planned
         total = layout.total

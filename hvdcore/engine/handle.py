@@ -40,7 +40,8 @@ class Handle:
     def finished(cls, value: Any, description: str) -> Handle:
         """A handle already done with ``value`` (what ``synchronize`` returns)."""
         h = cls.__new__(cls)
-        h._event = h._error = h._finalize = None
+        h._event = h._error = None
+        h._finalize = None  # type: ignore[assignment]  # (done: never finalized)
         h._values = []
         h._left = 0
         h._result = value

@@ -180,7 +180,7 @@ class Pipeline:
             return reqs[0].handle
         if value is None:  # the plane declined its single call: its general call, same data
             reqs = make()
-            self._run(plan.executor, plan.resp, reqs)  # type: ignore[attr-defined]
+            self._run(plan.executor, plan.resp, reqs)  # type: ignore[attr-defined,arg-type]
             return reqs[0].handle
         return value
 

@@ -80,7 +80,8 @@ def submit(engine: Any, items: Sequence[Item], finalize: Callable[[list[Any]], A
     handle = Handle(len(items), finalize, description)
     reqs = [Request(meta, t, o, handle, i) if not meta.device else
             # a binding's DeviceBuffer: the backend gets the framework tensor itself
-            Request(meta, t.tensor, None if o is None else o.tensor, handle, i)
+            Request(meta, t.tensor, None if o is None else o.tensor,  # type: ignore[attr-defined]
+                    handle, i)
             for i, (meta, t, o) in enumerate(items)]
     if reqs:
         _claim_names(engine, reqs, handle)
@@ -173,7 +174,9 @@ def allreduce(engine: Any, meta: Meta, arr: np.ndarray, out: np.ndarray | None) 
     try:
         # (held before the submission: with thread progress the engine thread is not woken)
         if meta.device:  # a binding's DeviceBuffer: the plane gets the framework tensor
-            got = engine.fast_allreduce(meta, arr.tensor, None if out is None else out.tensor,
+            dev: Any = arr  # (typed as the arrays they stand in for)
+            dev_out: Any = out
+            got = engine.fast_allreduce(meta, dev.tensor, None if out is None else dev_out.tensor,
                                         lambda: [_request(meta, arr, out)])
         else:
             got = engine.fast_allreduce(meta, arr, out, lambda: [_request(meta, arr, out)])

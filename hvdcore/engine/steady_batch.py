@@ -163,7 +163,10 @@ class SteadyBatches:
         if got is None:
             return None
         comm, ops = got
-        bound = self.rounds.channel.bind(cids, comm, dtype, ops[op], batch=True)
+        channel = self.rounds.channel
+        if channel is None:
+            return None
+        bound = channel.bind(cids, comm, dtype, ops[op], batch=True)
         if bound is None:
             return None
         size = dtype.itemsize

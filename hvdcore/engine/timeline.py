@@ -1,14 +1,14 @@
 """Chrome-trace timeline (open in Perfetto or chrome://tracing).
 
-One row per tensor name. Phases: NEGOTIATE (announced until the coordinator's answer is
-executed), FUSE / UNFUSE (copies into and out of the fusion buffer; a fused allreduce whose
-tensors need no conversion is copied in by the backend operation, within its span) and the
-backend operation (e.g. MPI_ALLREDUCE), each with byte counts. The file is a JSON array written as events happen,
-and it is valid JSON after every event: each event is written with one ``pwrite`` together with
-the closing bracket, over the previous closing bracket. A rank killed at any moment (SIGKILL
-included: Open MPI's mpirun sometimes kills a rank before its SIGTERM handler can run) leaves a
-file that parses. :meth:`Timeline.close` adds a final ``timeline_end`` marker; it is called on
-normal exit, on SIGTERM and from the uncaught-exception hook.
+One row per tensor name. Phases: NEGOTIATE (announced until the coordinator's answer is executed),
+FUSE / UNFUSE (copies into and out of the fusion buffer; a fused allreduce whose tensors need no
+conversion is copied in by the backend operation, within its span) and the backend operation (e.g.
+MPI_ALLREDUCE), each with byte counts. The file is a JSON array written as events happen, and it is
+valid JSON after every event: each event is written with one ``pwrite`` together with the closing
+bracket, over the previous closing bracket. A rank killed at any moment (SIGKILL included: Open
+MPI's mpirun sometimes kills a rank before its SIGTERM handler can run) leaves a file that parses.
+:meth:`Timeline.close` adds a final ``timeline_end`` marker; it is called on normal exit, on SIGTERM
+and from the uncaught-exception hook.
 """
 
 from __future__ import annotations

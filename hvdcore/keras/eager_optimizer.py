@@ -2,15 +2,15 @@
 
 Wraps the user's optimizer by composition, as hvdcore's TensorFlow-backend class does
 (:mod:`hvdcore.tensorflow.keras.optimizer_keras3`): ``apply`` reduces the gradients with the
-backend's reducer and hands them to the wrapped optimizer; ``learning_rate``, ``iterations``
-and ``variables`` are the wrapped optimizer's (plus the accumulators when
-``backward_passes_per_step`` k > 1). With k > 1 each rank adds its local gradients into
-accumulators for k steps; on the k-th the sum (divided by k with
-``average_aggregated_gradients``) is reduced and applied once; ``iterations`` counts every
-step, the ones that only accumulate too, as Horovod's. On torch (eager) this is Python control flow; on JAX, whose trainer
-traces ``apply`` under ``jax.jit``, :func:`hvdcore.keras.jax_ops.apply_accumulated` does it
-with ``lax.cond`` and ``where``. Variables registered with ``register_local_var`` keep their local
-gradient, divided by the set size when ``scale_local_gradients``.
+backend's reducer and hands them to the wrapped optimizer; ``learning_rate``, ``iterations`` and
+``variables`` are the wrapped optimizer's (plus the accumulators when ``backward_passes_per_step`` k
+> 1). With k > 1 each rank adds its local gradients into accumulators for k steps; on the k-th the
+sum (divided by k with ``average_aggregated_gradients``) is reduced and applied once; ``iterations``
+counts every step, the ones that only accumulate too, as Horovod's. On torch (eager) this is Python
+control flow; on JAX, whose trainer traces ``apply`` under ``jax.jit``,
+:func:`hvdcore.keras.jax_ops.apply_accumulated` does it with ``lax.cond`` and ``where``. Variables
+registered with ``register_local_var`` keep their local gradient, divided by the set size when
+``scale_local_gradients``.
 
 It is registered for Keras serialization as ``hvdcore>DistributedOptimizer``, the name the
 TensorFlow-backend class uses, with the same config: a model saved on one backend loads on the

@@ -7,5 +7,5 @@ if _backend() == "tensorflow":
     from hvdcore.tensorflow.keras.elastic import *  # noqa: F403
     from hvdcore.tensorflow.keras.elastic import __all__ as __all__  # noqa: F401
 else:
-    from hvdcore.keras.portable_elastic import *  # noqa: F403
+    from hvdcore.keras.portable_elastic import *  # type: ignore[assignment]  # noqa: F403
     from hvdcore.keras.portable_elastic import __all__ as __all__  # noqa: F401

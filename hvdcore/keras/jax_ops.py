@@ -3,13 +3,13 @@
 Keras 3 on JAX runs ``model.fit``'s train step under ``jax.jit`` (unless ``run_eagerly`` or
 ``jit_compile=False``): the optimizer's ``apply`` is traced, its gradients are tracers, and JAX
 arrays are immutable. :class:`JaxGradientReducer` therefore leaves the jitted program through
-``jax.experimental.io_callback`` (ordered): the callback receives the step's gradients (in
-pieces small enough that JAX copies them before the call, see :data:`PIECE_BYTES`), reduces
-them with one :func:`hvdcore.grouped_allreduce` (MPI or Gloo, fused by the core, named so the
-response cache serves later steps) and returns new arrays of the same shapes and dtypes. ``io_callback`` rather than ``pure_callback``: a collective must run exactly
-once per step on every rank, and JAX may drop or repeat a pure callback. The same code runs
-eagerly (the callback is then an ordinary call). fp16 compression casts inside the program, so
-the host sees (and sends) float16.
+``jax.experimental.io_callback`` (ordered): the callback receives the step's gradients (in pieces
+small enough that JAX copies them before the call, see :data:`PIECE_BYTES`), reduces them with one
+:func:`hvdcore.grouped_allreduce` (MPI or Gloo, fused by the core, named so the response cache
+serves later steps) and returns new arrays of the same shapes and dtypes. ``io_callback`` rather
+than ``pure_callback``: a collective must run exactly once per step on every rank, and JAX may drop
+or repeat a pure callback. The same code runs eagerly (the callback is then an ordinary call). fp16
+compression casts inside the program, so the host sees (and sends) float16.
 
 :func:`apply_accumulated` is ``backward_passes_per_step`` without Python control flow (the
 step count is a traced value): the reduction sits in a ``lax.cond`` branch taken on the k-th

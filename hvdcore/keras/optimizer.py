@@ -53,13 +53,13 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
 
     The gradients are reduced by the backend's binding (torch: one
     :func:`hvdcore.torch.grouped_allreduce` per update; JAX: one host
-    :func:`hvdcore.grouped_allreduce` per update, called from the jitted step). ``backward_passes_per_step=k``
-    accumulates k local steps before one reduction and one update (summed, or averaged with
-    ``average_aggregated_gradients``). ``compression`` is ``hvdcore.keras.Compression.none``
-    or ``.fp16``. ``device_dense``, ``device_sparse``, ``num_groups`` and ``groups`` are
-    accepted for Horovod compatibility (the core fuses all gradients of a step); ``groups`` is
-    checked as Horovod checks it (a positive int or a list, else ValueError) and
-    ``num_groups`` is deprecated (a warning).
+    :func:`hvdcore.grouped_allreduce` per update, called from the jitted step).
+    ``backward_passes_per_step=k`` accumulates k local steps before one reduction and one update
+    (summed, or averaged with ``average_aggregated_gradients``). ``compression`` is
+    ``hvdcore.keras.Compression.none`` or ``.fp16``. ``device_dense``, ``device_sparse``,
+    ``num_groups`` and ``groups`` are accepted for Horovod compatibility (the core fuses all
+    gradients of a step); ``groups`` is checked as Horovod checks it (a positive int or a list, else
+    ValueError) and ``num_groups`` is deprecated (a warning).
 
     Example::
 

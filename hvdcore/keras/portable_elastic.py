@@ -79,7 +79,7 @@ def run(func: F) -> F:
                 raise
             raise lost from exc
 
-    return run_fn(translated, _reset)  # type: ignore[arg-type]
+    return run_fn(translated, _reset)  # type: ignore[arg-type,return-value]
 
 
 class ObjectState(_ObjectState):

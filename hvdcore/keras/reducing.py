@@ -44,7 +44,7 @@ class GradientReducer:
         if not (isinstance(compression, type) and hasattr(compression, "compress")):
             raise ArgumentError(f"compression must be hvdcore.keras.Compression.none or .fp16 "
                                 f"({self.BACKEND} backend), got {compression!r}")
-        self.compression = compression
+        self.compression: Any = compression  # a compressor class (compress/decompress)
         self.sparse_as_dense = sparse_as_dense
         self.gradient_predivide_factor = float(gradient_predivide_factor)
         self.process_set = process_set

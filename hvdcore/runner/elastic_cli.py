@@ -46,6 +46,7 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
         raise _usage(f"-np {args.np} is less than --min-np {min_np}")
     cooldown = None
     srun = None
+    discover: Discovery | SlurmNodes | FixedHosts
     if args.blacklist_cooldown_range is not None:
         lo, hi = args.blacklist_cooldown_range
         try:

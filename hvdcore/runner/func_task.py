@@ -1,4 +1,4 @@
-"""What each rank of an ``hvdcore.run(func, ...)`` job runs: ``python -m hvdcore.runner.func_task DIR``.
+"""What each rank of an ``hvdcore.run(func, ...)`` job runs (``-m hvdcore.runner.func_task DIR``).
 
 It loads the calling script as a module named ``__mp_main__`` and makes it ``__main__`` (so a
 function pickled from the script resolves; the script's ``if __name__ == '__main__':`` block

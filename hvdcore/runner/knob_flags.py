@@ -1,11 +1,11 @@
 """``hvdcorerun`` flags generated from :data:`hvdcore.config.KNOBS` and the env they export.
 
-Every knob with a ``cli_flag`` becomes a flag. A bool knob's flag takes no value: ``--no-X``
-where the knob is called ``X`` sets it to false (``--no-abort-on-exception``), any other flag
-sets it to true (``--no-stall-check`` sets ``STALL_CHECK_DISABLE``) and has Horovod's opposite,
-which sets it to false (``--no-hierarchical-allreduce``, ``--stall-check``). ``--fusion-threshold-mb``
-takes mebibytes (float) while the knob is bytes. Values are checked with the knob's own
-``Knob.convert`` so a bad value fails in the launcher with the same message ``init()`` would give.
+Every knob with a ``cli_flag`` becomes a flag. A bool knob's flag takes no value: ``--no-X`` where
+the knob is called ``X`` sets it to false (``--no-abort-on-exception``), any other flag sets it to
+true (``--no-stall-check`` sets ``STALL_CHECK_DISABLE``) and has Horovod's opposite, which sets it
+to false (``--no-hierarchical-allreduce``, ``--stall-check``). ``--fusion-threshold-mb`` takes
+mebibytes (float) while the knob is bytes. Values are checked with the knob's own ``Knob.convert``
+so a bad value fails in the launcher with the same message ``init()`` would give.
 """
 
 from __future__ import annotations

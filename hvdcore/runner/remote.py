@@ -3,9 +3,9 @@
 Horovod's conventions: ``ssh`` without a password prompt and without asking about an unknown host
 key (``BatchMode=yes``, ``StrictHostKeyChecking=no``), ``-p`` / ``-i`` from ``--ssh-port`` /
 ``--ssh-identity-file``, and the launcher's whole environment exported to the rank (but for
-``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES`` and ``*_SECRET_KEY``), so ``PATH``, a virtual environment and the
-modules loaded where ``hvdcorerun`` runs hold on the remote host as on a shared-filesystem
-cluster. The rank starts in the launcher's working directory.
+``BASH_FUNC_*``, ``OLDPWD``, ``*CUDA_VISIBLE_DEVICES`` and ``*_SECRET_KEY``), so ``PATH``, a virtual
+environment and the modules loaded where ``hvdcorerun`` runs hold on the remote host as on a
+shared-filesystem cluster. The rank starts in the launcher's working directory.
 
 Unlike a bare ``ssh host cmd``, the rank does not outlive its launcher: ssh's standard input
 stays open while the launcher runs, and a watcher on the remote host ends the rank (SIGTERM)

@@ -224,7 +224,7 @@ def _in_build_order(ordered: bool = True) -> Iterator[None]:
     """
     graph = _session_graph() if ordered else None
     last = _LAST_OP.get(graph) if graph is not None else None
-    if last is None or last[1] is not graph._get_control_flow_context():  # noqa: SLF001
+    if graph is None or last is None or last[1] is not graph._get_control_flow_context():
         yield
         return
     with tf.control_dependencies([last[0]]):

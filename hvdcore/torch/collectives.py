@@ -34,7 +34,8 @@ from hvdcore.torch.tensors import (
 )
 
 __all__ = [
-    "allreduce_impl", "allreduce_inplace_impl", "allreduce_async_impl", "grouped_allreduce_async_impl",
+    "allreduce_impl", "allreduce_inplace_impl", "allreduce_async_impl",
+    "grouped_allreduce_async_impl",
     "allgather_async_impl", "grouped_allgather_async_impl", "broadcast_async_impl",
     "alltoall_async_impl", "reducescatter_async_impl", "grouped_reducescatter_async_impl",
     "sparse_allreduce_async_impl", "check_tensor", "host_view", "plain_view",
@@ -205,8 +206,10 @@ def _plane_input(tensor: torch.Tensor, op: Any, name: str | None) -> tuple[Any, 
             plane.prepare(buf.tensor)
         return plane, buf
     plane = dataplanes.plane_for(tensor)
-    staged = reduce_buffer(tensor, op.name, on_device=True) if plane is not None else None
-    if staged is None or not staged.shared or staged.kind != "same":
+    if plane is None:
+        return None
+    staged = reduce_buffer(tensor, op.name, on_device=True)
+    if not staged.shared or staged.kind != "same":
         return None
     buf = dataplanes.wrap(plane, staged.work)  # (prepares the plane's stream)
     if type(name) is str:
@@ -366,6 +369,8 @@ def broadcast_async_impl(tensor: torch.Tensor, root_rank: int, name: str | None,
     """Start a broadcast from ``root_rank``; in-place when ``inplace``."""
     check_tensor(tensor, "broadcast")
     plane = dataplanes.plane_for(tensor)
+    arr: Any  # a host array, or the plane's DeviceBuffer (the core takes either)
+    out_arg: Any
     if plane is None:
         buf = bytes_buffer(tensor)
         out, aliased = _out_for(buf, inplace)
@@ -421,7 +426,7 @@ def grouped_reducescatter_async_impl(tensors: Sequence[torch.Tensor], op: Any, n
 
 def _reducescatter(tensors: list[torch.Tensor], op: Any, name: str | None, process_set: Any,
                    prescale_factor: float, postscale_factor: float, grouped: bool) -> Handle:
-    staged = []
+    staged: list[tuple[Any, Any, Any]] = []  # (host array or plane DeviceBuffer, buffer, plane)
     for t in tensors:
         plane = dataplanes.plane_for(t)
         buf = reduce_buffer(t, op.name, on_device=plane is not None)

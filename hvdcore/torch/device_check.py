@@ -1,11 +1,12 @@
 """Ranks that drive the same GPU: found over MPI and reported on every rank.
 
-NCCL refuses two ranks of one communicator on one GPU, with an error that names neither the
-ranks nor the fix. :func:`check_distinct_devices` gathers every rank's GPU (its uuid where torch
-reports one, else its physical index after ``CUDA_VISIBLE_DEVICES``) and raises
-:class:`~hvdcore.errors.CapabilityError` on every rank, naming the ranks, the host and the GPU,
-when two ranks share one (:func:`shared_devices_message` gives that text without raising). :func:`duplicate_devices` is the decision alone, testable without GPUs.
-Re-exported by :mod:`hvdcore.torch.rendezvous`.
+NCCL refuses two ranks of one communicator on one GPU, with an error that names neither the ranks
+nor the fix. :func:`check_distinct_devices` gathers every rank's GPU (its uuid where torch reports
+one, else its physical index after ``CUDA_VISIBLE_DEVICES``) and raises
+:class:`~hvdcore.errors.CapabilityError` on every rank, naming the ranks, the host and the GPU, when
+two ranks share one (:func:`shared_devices_message` gives that text without raising).
+:func:`duplicate_devices` is the decision alone, testable without GPUs. Re-exported by
+:mod:`hvdcore.torch.rendezvous`.
 """
 
 from __future__ import annotations

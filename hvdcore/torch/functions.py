@@ -1,4 +1,4 @@
-"""Broadcasting model and optimizer state, and Python objects (Horovod's ``horovod.torch.functions``).
+"""Broadcasts of model and optimizer state and of Python objects (``horovod.torch.functions``).
 
 Example::
 

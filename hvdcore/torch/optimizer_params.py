@@ -41,7 +41,8 @@ class ParameterSetup:
             raise ArgumentError("named_parameters must be (name, parameter) tuples, as produced "
                                 "by model.named_parameters()")
         seen: set[str] = set()
-        dups = sorted({n for n, _ in named if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
+        dups = sorted({n for n, _ in named
+                       if n in seen or seen.add(n)})  # type: ignore[func-returns-value]
         if dups:
             raise ArgumentError(f"parameter names in named_parameters must be unique; "
                                 f"duplicates: {', '.join(dups)}")

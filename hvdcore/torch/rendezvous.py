@@ -35,8 +35,9 @@ interface, why they were chosen, and what to do::
 A torch.distributed group the user created before, with rank ``hvd.rank()`` and size
 ``hvd.size()`` on every rank, is adopted instead (and never destroyed by hvdcore).
 
-:func:`check_distinct_devices` (from :mod:`hvdcore.torch.device_check`) is the collective check
-that no two ranks drive one GPU (NCCL refuses that); :func:`describe` is the one-line summary for logs and ``--check-build``.
+:func:`check_distinct_devices` (from :mod:`hvdcore.torch.device_check`) is the collective check that
+no two ranks drive one GPU (NCCL refuses that); :func:`describe` is the one-line summary for logs
+and ``--check-build``.
 
 Example::
 

@@ -28,7 +28,7 @@ from hvdcore.tensorflow import __all__ as _tf_all
 
 # isort: split
 # (after the * import, whose ``elastic`` is hvdcore.tensorflow's: this one replaces it)
-import hvdcore.tensorflow.keras.elastic as elastic
+import hvdcore.tensorflow.keras.elastic as elastic  # type: ignore[no-redef]
 from hvdcore.tensorflow.keras import callbacks
 from hvdcore.tensorflow.keras.collectives import (  # type: ignore[assignment]
     allgather,
@@ -36,7 +36,10 @@ from hvdcore.tensorflow.keras.collectives import (  # type: ignore[assignment]
     broadcast,
     reducescatter,
 )
-from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer, PartialDistributedOptimizer
+from hvdcore.tensorflow.keras.optimizer import (  # type: ignore[assignment]  # Keras' own
+    DistributedOptimizer,
+    PartialDistributedOptimizer,
+)
 from hvdcore.tensorflow.keras.saving import (
     broadcast_global_variables,
     load_model,

@@ -80,7 +80,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, device_dense: 
     raise UnsupportedError(
         f"DistributedOptimizer wraps a Keras 3 (keras.optimizers.*) or Keras 2 "
         f"(tf_keras.optimizers.*, or tf.keras.optimizers.* on TensorFlow <= 2.15) optimizer, "
-        f"got {type(optimizer).__module__}.{type(optimizer).__name__}; for custom training loops use DistributedGradientTape"
+        f"got {type(optimizer).__module__}.{type(optimizer).__name__}; for custom training "
+        f"loops use DistributedGradientTape"
     )
 
 

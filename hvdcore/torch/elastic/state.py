@@ -3,6 +3,7 @@ resets."""
 
 from __future__ import annotations
 
+import abc
 import copy
 from typing import Any
 
@@ -14,7 +15,7 @@ from hvdcore.torch.elastic.sampler import ElasticSampler
 __all__ = ["TorchState"]
 
 
-class _Handler:
+class _Handler(abc.ABC):
     """How one kind of value is saved, restored and synced."""
 
     def __init__(self, value: Any) -> None:
@@ -31,6 +32,10 @@ class _Handler:
 
     def restore(self) -> None:
         self.value.load_state_dict(self._saved)
+
+    @abc.abstractmethod
+    def sync(self) -> None:
+        """Make every rank's value rank 0's (each kind of value its own way)."""
 
 
 class _ModelHandler(_Handler):
