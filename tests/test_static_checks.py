@@ -35,7 +35,8 @@ def test_ruff_refuses_a_long_line_in_the_package_only() -> None:
 
 
 def test_mypy_finds_nothing_in_the_package() -> None:
-    out = _run("mypy", "hvdcore")
+    # its cache outside the checkout: other tests copy the tree while this one runs
+    out = _run("mypy", "--cache-dir", "/var/tmp/hvdcore-mypy-cache", "hvdcore")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Success: no issues found" in out.stdout, out.stdout
     checked = int(out.stdout.split("in ")[-1].split()[0])
@@ -43,5 +44,6 @@ def test_mypy_finds_nothing_in_the_package() -> None:
 
 
 def test_mypy_reports_a_type_error() -> None:
-    out = _run("mypy", "-c", "from hvdcore.errors import HvdcoreError\nx: int = HvdcoreError('a')")
+    out = _run("mypy", "--cache-dir", "/var/tmp/hvdcore-mypy-cache", "-c",
+               "from hvdcore.errors import HvdcoreError\nx: int = HvdcoreError('a')")
     assert out.returncode == 1 and "Incompatible types in assignment" in out.stdout, out.stdout
