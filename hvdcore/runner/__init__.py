@@ -97,8 +97,8 @@ Elastic jobs (``--min-np`` or ``--host-discovery-script``; ``--max-np`` alone is
     instead of a reset after N. Without a script, ``-H``/``--hostfile`` (default
     ``localhost`` with ``--max-np``, else ``-np``, else ``--min-np`` slots) are the hosts.
     The script uses ``hvd.elastic`` (the manual's elastic page); output lines are prefixed
-    ``[host:slot]<stdout>:``; ``--output-filename DIR`` also writes ``DIR/rank.N/stdout|stderr``,
-    N a worker's first rank. ``--dry-run`` prints the plan and starts no worker.
+    ``[N]<stdout>:``, N a worker's first rank; ``--output-filename DIR`` also writes
+    ``DIR/rank.N/stdout|stderr``. ``--dry-run`` prints the plan and starts no worker.
 
 Exit code and signals
     The job's exit code is passed on (a rank killed by signal N gives 128+N). SIGINT, SIGTERM

@@ -100,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-tag-output", dest="tag_output", action="store_false",
                    help="leave the ranks' output lines untagged. By default, as with "
                         "horovodrun, each line starts with its rank: Open MPI [1,R]<stdout>:, "
-                        "MPICH/Intel MPI [R], srun 'R: ', --gloo [R]<stdout>:, elastic "
-                        "[host:slot]<stdout>:")
+                        "MPICH/Intel MPI [R], srun 'R: ', --gloo and elastic [R]<stdout>: "
+                        "(elastic: the rank a worker started as)")
     p.add_argument("--binding-args", metavar="'ARGS'",
                    help="Open MPI binding/mapping arguments replacing '--bind-to none "
                         "--map-by slot' (Hydra: added as given)")

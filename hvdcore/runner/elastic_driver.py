@@ -23,11 +23,13 @@ after them, ``out`` for the workers of a host that left. The workers' ``hvd.init
   last generation is left to broadcast the committed state, it ends the job: the reason goes to
   every waiting worker (which raise it) and to stderr, and hvdcorerun exits non-zero.
 - The job succeeds when every worker that was not removed has exited with status 0.
-- Workers' lines are tagged ``[host:slot]<stdout>:`` (their rank changes). With
-  ``--output-filename DIR`` each worker also writes ``DIR/rank.N/stdout`` and ``stderr``, N its
-  rank in its first generation, the file truncated when a later worker starts as rank N
-  (horovodrun's files, lines tagged ``[N]<stdout>:``); ``--prefix-output-with-timestamp`` puts
-  the time before every tag.
+- Workers' lines are tagged ``[N]<stdout>:``, N the rank the worker had in the first
+  generation it was in (horovodrun's Gloo launcher: the rank a worker started as; it keeps
+  the tag when its rank changes later), on the terminal and, with ``--output-filename DIR``,
+  in ``DIR/rank.N/stdout`` and ``stderr``, truncated when a later worker starts as rank N.
+  Lines a worker prints before its first generation are held until then
+  (:mod:`hvdcore.runner.worker_output`); a worker that ends before it had a rank shows them
+  tagged ``[host:slot]``. ``--prefix-output-with-timestamp`` puts the time before every tag.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ from dataclasses import dataclass
 from hvdcore.elastic_wire import Assignment, Keys, encode
 from hvdcore.runner.elastic_hosts import Blacklist, DiscoveryError
 from hvdcore.runner.elastic_slots import NO_SURVIVOR, Slot, plan_slots
-from hvdcore.runner.gloo_launch import RankFile, _own_names, _pump, iface_address, is_local
+from hvdcore.runner.gloo_launch import _own_names, iface_address, is_local
 from hvdcore.runner.hosts import Host
 from hvdcore.runner.remote import SshOptions, ssh_command
+from hvdcore.runner.worker_output import RankFile, Sink, TerminalTag, pump
 
 __all__ = ["ElasticSettings", "run_elastic_job"]
 
@@ -78,7 +81,7 @@ class ElasticSettings:
     ssh: SshOptions = SshOptions()  # how workers on other hosts start
     output_dir: str | None = None  # --output-filename: DIR/rank.N/stdout and stderr
     timestamps: bool = False  # --prefix-output-with-timestamp
-    tag_output: bool = True  # [host:slot]<stdout>: on the terminal (--no-tag-output: none)
+    tag_output: bool = True  # [N]<stdout>: on the terminal (--no-tag-output: none)
 
 
 @dataclass
@@ -91,33 +94,37 @@ class _Worker:
     gen: int = 0  # the last generation it was in
     state: str = "running"  # running, done, failed, stopped (its host failed), removed
     told: bool = False  # removed, and a generation published says so (it cannot come back)
-    files: tuple[RankFile, RankFile] | None = None  # --output-filename: opened at its rank
+    held: tuple[TerminalTag | RankFile, ...] = ()  # its output's sinks, opened at its rank
 
     def revivable(self) -> bool:
         """Removed, but no generation said so yet: listed again, it keeps its slot."""
         return self.state == "removed" and not self.told and self.proc.poll() is None
 
     def assign(self, rank: int, gen: int) -> None:
-        """Its rank in generation ``gen``; the first one names its files (horovodrun's)."""
-        if self.rank < 0 and self.files:
-            for f in self.files:
-                f.open(rank)
+        """Its rank in generation ``gen``; the first one is its tag and names its files
+        (horovodrun's)."""
+        if self.rank < 0:
+            for sink in self.held:
+                sink.open(rank)
         self.rank, self.gen = rank, gen
 
 
 def _forward(w: _Worker, s: ElasticSettings, lock: threading.Lock) -> None:
-    """Copy the worker's stdout and stderr to the launcher's, tagged ``[host:slot]``, and to
-    its files under ``--output-filename`` (from threads)."""
-    if s.output_dir:
-        # horovodrun pads N to the width of -np's largest rank, whatever the job grows to
-        size = s.start_np or s.min_np
-        w.files = (RankFile(s.output_dir, size, "stdout"), RankFile(s.output_dir, size, "stderr"))
-    for i, (stream, kind, out) in enumerate(((w.proc.stdout, "stdout", sys.stdout.buffer),
-                                             (w.proc.stderr, "stderr", sys.stderr.buffer))):
-        threading.Thread(target=_pump, args=(stream, w.wid, kind, out, lock,
-                                             w.files[i] if w.files else None, s.timestamps,
-                                             s.tag_output),
-                         daemon=True).start()
+    """Copy the worker's stdout and stderr to the launcher's and to its files under
+    ``--output-filename`` (from threads), tagged with its first rank once it has one."""
+    # horovodrun pads N to the width of -np's largest rank, whatever the job grows to
+    size = s.start_np or s.min_np
+    held: list[TerminalTag | RankFile] = []
+    for stream, kind, out in ((w.proc.stdout, "stdout", sys.stdout.buffer),
+                              (w.proc.stderr, "stderr", sys.stderr.buffer)):
+        sinks: list[TerminalTag | RankFile] = [
+            TerminalTag(out, kind, lock, s.tag_output, fallback=w.wid)]
+        if s.output_dir:
+            sinks.append(RankFile(s.output_dir, size, kind))
+        held += sinks
+        ends: tuple[Sink, ...] = tuple(sinks)
+        threading.Thread(target=pump, args=(stream, ends, s.timestamps), daemon=True).start()
+    w.held = tuple(held)
 
 
 def _say(text: str) -> None:

@@ -2,12 +2,12 @@
 
 The launcher hosts the job's rendezvous (a torch.distributed ``TCPStore``), gives every rank
 Horovod's variables (``HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE/HOSTNAME``,
-``HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT``, ``HOROVOD_CONTROLLER=gloo``), starts each rank on its host
-(a host that names this machine, such as ``localhost``, ``127.0.0.1`` or its own name, as a
-local process; any other over ``ssh``: :mod:`hvdcore.runner.remote`), prefixes each output
-line with ``[rank]<stdout>:`` / ``[rank]<stderr>:`` (also into per-rank files with
-``--output-filename``), and ends the job when a rank fails: the others get SIGTERM, then SIGKILL,
-and one line names the rank and its exit code.
+``HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT``, ``HOROVOD_CONTROLLER=gloo``), starts each rank on its host (a
+host that names this machine, such as ``localhost``, ``127.0.0.1`` or its own name, as a local
+process; any other over ``ssh``: :mod:`hvdcore.runner.remote`), prefixes each output line with
+``[rank]<stdout>:`` / ``[rank]<stderr>:`` (also into per-rank files with ``--output-filename``:
+:mod:`hvdcore.runner.worker_output`), and ends the job when a rank fails: the others get SIGTERM,
+then SIGKILL, and one line names the rank and its exit code.
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host
 from hvdcore.runner.remote import SshOptions, ssh_command
+from hvdcore.runner.worker_output import RankFile, Sink, TerminalTag, pump
 
-__all__ = ["RankPlace", "RankFile", "plan", "is_local", "iface_address", "output_files",
-           "run_gloo_job"]
+__all__ = ["RankPlace", "plan", "is_local", "iface_address", "run_gloo_job"]
 
 _GRACE_S = 5.0
 
@@ -100,85 +99,6 @@ def iface_address(ifaces: str) -> str:
     return have[names[0]]
 
 
-def _pump(stream: object, name: int | str, kind: str, out: object, lock: threading.Lock,
-          copy: RankFile | None = None, timestamps: bool = False, tagged: bool = True) -> None:
-    """Copy a worker's stream line by line to ``out``, tagged ``[name]<kind>:`` (unless not
-    ``tagged``), and to ``copy`` (its file under ``--output-filename``, closed at the end)."""
-    tag = f"[{name}]<{kind}>:".encode() if tagged else b""
-    try:
-        for line in iter(stream.readline, b""):  # type: ignore[attr-defined]
-            stamp = time.ctime().encode() if timestamps else b""
-            with lock:
-                try:
-                    out.write(stamp + tag + line)  # type: ignore[attr-defined]
-                    out.flush()  # type: ignore[attr-defined]
-                except (OSError, ValueError):
-                    pass
-            if copy is not None:
-                copy.write(stamp, line)
-    finally:
-        if copy is not None:
-            copy.close()
-
-
-def output_files(output_dir: str, rank: int, size: int) -> tuple[str, str]:
-    """horovodrun's per-rank files under ``--output-filename``: DIR/rank.N/stdout and stderr,
-    N zero-padded to the width of the largest rank (created here)."""
-    folder = os.path.join(output_dir, f"rank.{rank:0{len(str(max(size - 1, 0)))}d}")
-    os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-
-
-class RankFile:
-    """A worker's ``DIR/rank.N/stdout`` (or ``stderr``) under ``--output-filename``, its lines
-    tagged ``[N]<kind>:`` as horovodrun writes them. An elastic worker learns N from its first
-    generation, after it started: its lines are held until :meth:`open`."""
-
-    def __init__(self, output_dir: str, size: int, kind: str, rank: int | None = None) -> None:
-        self._dir, self._size, self._kind = output_dir, size, kind
-        self._lock = threading.Lock()
-        self._file: BinaryIO | None = None
-        self._tag = b""
-        self._held: list[tuple[bytes, bytes]] = []
-        self._closed = False
-        if rank is not None:
-            self.open(rank)
-
-    def open(self, rank: int) -> None:
-        """Create or truncate the file of rank ``rank`` (horovodrun truncates it whenever a
-        worker starts as that rank) and write the lines held so far."""
-        stdout, stderr = output_files(self._dir, rank, self._size)
-        # O_APPEND: a worker that still writes to a file truncated for a newer worker of the
-        # same rank number adds its lines at the end instead of leaving a hole
-        fd = os.open(stdout if self._kind == "stdout" else stderr,
-                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
-        with self._lock:
-            self._file = os.fdopen(fd, "wb")
-            self._tag = f"[{rank}]<{self._kind}>:".encode()
-            for stamp, line in self._held:
-                self._file.write(stamp + self._tag + line)
-            self._held.clear()
-            self._file.flush()
-            if self._closed:
-                self._file.close()
-
-    def write(self, stamp: bytes, line: bytes) -> None:
-        """One line of the worker's output, ``stamp`` (its time, or empty) before the tag."""
-        with self._lock:
-            if self._file is None:
-                self._held.append((stamp, line))
-            elif not self._file.closed:
-                self._file.write(stamp + self._tag + line)
-                self._file.flush()
-
-    def close(self) -> None:
-        """The worker's stream ended (a file not opened yet is closed once opened)."""
-        with self._lock:
-            self._closed = True
-            if self._file is not None:
-                self._file.close()
-
-
 def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: Mapping[str, str],
                  exports: Mapping[str, str], timeout_s: float, iface: str | None,
                  ssh: SshOptions | None = None, *, output_dir: str | None = None,
@@ -220,15 +140,12 @@ def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: M
             _stop(procs, signal.SIGKILL)
             return 127
         procs.append(proc)
-        files = ((RankFile(output_dir, len(places), "stdout", p.rank),
-                  RankFile(output_dir, len(places), "stderr", p.rank)) if output_dir
-                 else (None, None))
-        for stream, kind, out, copy in ((proc.stdout, "stdout", sys.stdout.buffer, files[0]),
-                                        (proc.stderr, "stderr", sys.stderr.buffer, files[1])):
-            t = threading.Thread(target=_pump,
-                                 args=(stream, p.rank, kind, out, lock, copy, timestamps,
-                                       tag_output),
-                                 daemon=True)
+        for stream, kind, out in ((proc.stdout, "stdout", sys.stdout.buffer),
+                                  (proc.stderr, "stderr", sys.stderr.buffer)):
+            sinks: tuple[Sink, ...] = (TerminalTag(out, kind, lock, tag_output, p.rank),)
+            if output_dir:
+                sinks += (RankFile(output_dir, len(places), kind, p.rank),)
+            t = threading.Thread(target=pump, args=(stream, sinks, timestamps), daemon=True)
             t.start()
             pumps.append(t)
     return _supervise(procs, pumps)

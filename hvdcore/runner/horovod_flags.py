@@ -103,8 +103,7 @@ def add_horovod_flags(parser: argparse.ArgumentParser,
                         "MPICH/Intel MPI: -outfile-pattern DIR (as horovodrun)")
     p.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp", action="store_true",
                    help="the time before every output line (Open MPI: --timestamp-output; "
-                        "--gloo and elastic jobs: before each line's [rank] or "
-                        "[host:slot] tag)")
+                        "--gloo and elastic jobs: before each line's [rank] tag)")
     p.add_argument("--tcp", action="store_true",
                    help="TCP only: NCCL_IB_DISABLE=1 for every rank; Open MPI also gets "
                         "-mca pml ob1 -mca btl ^openib")
