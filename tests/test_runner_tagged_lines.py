@@ -1,4 +1,5 @@
-"""LineJoiner: Open MPI's per-write ``--tag-output`` stream back into whole tagged lines."""
+"""LineJoiner: Open MPI's per-write ``--tag-output`` stream (and Hydra's ``-l``) back into whole
+tagged lines."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import random
 
 import pytest
 
-from hvdcore.runner.tagged_lines import LineJoiner
+from hvdcore.runner.tagged_lines import HYDRA, LineJoiner, TagFormat
 
 # Recorded on the test VM (Open MPI 4.1.4): PYTHONUNBUFFERED=1 mpirun --tag-output -np 2, each
 # rank printing print('loss', r, 0.5); write('part'), flush, write(f'ial {r}\n');
@@ -20,9 +21,18 @@ WHOLE = [f"[1,{r}]<stdout>:{text}" for r in (1, 0)
          for text in (f"loss {r} 0.5", f"partial {r}", "step 1 of 2")]
 
 
-def joined(stream: bytes, cuts: list[int]) -> bytes:
+# Recorded on the test VM (MPICH 5.0.2's Hydra, the PyPI wheel): the same program under
+# PYTHONUNBUFFERED=1 mpirun -l -np 2 (PMI_RANK for r). Rank 1's print()s arrived a write at a time.
+HYDRA_RECORDED = (b"[1] loss[1]  [1] 1[1]  [1] 0.5[1] \n[1] part[1] ial 1\n[1] step[1]  [1] 1"
+                  b"[1]  [1] of[1]  [1] 2[1] \n[0] loss[0]  0 0.5\n[0] partial 0\n"
+                  b"[0] step 1 of 2\n")
+HYDRA_WHOLE = [f"[{r}] {text}" for r in (1, 0)
+               for text in (f"loss {r} 0.5", f"partial {r}", "step 1 of 2")]
+
+
+def joined(stream: bytes, cuts: list[int], tags: TagFormat | None = None) -> bytes:
     """``stream`` fed in pieces ending at ``cuts``, then flushed."""
-    joiner = LineJoiner()
+    joiner = LineJoiner() if tags is None else LineJoiner(tags)
     out, start = bytearray(), 0
     for end in [*cuts, len(stream)]:
         out += joiner.feed(stream[start:end])
@@ -37,6 +47,24 @@ def test_recorded_stream_gives_whole_lines_however_it_is_read(seed: int) -> None
     assert joined(RECORDED, cuts).decode().splitlines() == WHOLE
     every_byte = list(range(1, len(RECORDED)))
     assert joined(RECORDED, every_byte).decode().splitlines() == WHOLE
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_recorded_hydra_stream_gives_whole_lines_however_it_is_read(seed: int) -> None:
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(HYDRA_RECORDED)), 40))
+    assert joined(HYDRA_RECORDED, cuts, HYDRA).decode().splitlines() == HYDRA_WHOLE
+    every_byte = list(range(1, len(HYDRA_RECORDED)))
+    assert joined(HYDRA_RECORDED, every_byte, HYDRA).decode().splitlines() == HYDRA_WHOLE
+
+
+def test_hydra_brackets_that_are_no_tag_stay_text() -> None:
+    joiner = LineJoiner(HYDRA)
+    assert joiner.feed(b"[0] x = [") == b""
+    assert joiner.feed(b"1]\n[0] a[2]=3\n[1") == b"[0] x = [1]\n[0] a[2]=3\n"
+    assert joiner.feed(b"2] y\n") == b"[12] y\n"
+    assert joiner.feed(b"[0] z[") == b""
+    assert joiner.flush() == b"[0] z["
 
 
 def test_interleaved_partial_lines_of_two_ranks_are_kept_apart() -> None:

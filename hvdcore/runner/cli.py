@@ -29,6 +29,7 @@ from hvdcore.runner.launch import run_job
 from hvdcore.runner.mpi_command import build_mpirun_command, detect_flavor, query_version
 from hvdcore.runner.remote import SshOptions, options_from, ssh_args
 from hvdcore.runner.slurm_command import build_srun_command, in_allocation
+from hvdcore.runner.tagged_lines import HYDRA, OPEN_MPI
 
 __all__ = ["main", "build_parser", "build_command", "allocator_exports", "UsageError",
            "TORCH_THP"]
@@ -312,9 +313,10 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         return 0
     if args.verbose:
         print(f"{PROG}: running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    launcher_args = cmd[:len(cmd) - len(args.command)]  # Open MPI's tags, ours or --mpi-args'
-    return run_job(cmd, {**environ, **exports}, name,
-                   join_tagged_lines="--tag-output" in launcher_args)
+    launcher_args = cmd[:len(cmd) - len(args.command)]  # the tags: ours or --mpi-args'
+    tagged = (OPEN_MPI if "--tag-output" in launcher_args
+              else HYDRA if name != "srun" and "-l" in launcher_args else None)
+    return run_job(cmd, {**environ, **exports}, name, tagged=tagged)
 
 
 def _elastic_asked(args: argparse.Namespace) -> bool:

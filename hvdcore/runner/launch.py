@@ -6,8 +6,9 @@ are forwarded to it, and mpirun/srun stop the ranks. A third signal kills the ch
 Its stdout is passed through untouched; its stderr is copied through as it arrives and scanned
 for the launcher's own failure report, so that a failed job ends with one summary line such as
 ``hvdcorerun: rank 1 exited with exit code 3 (mpirun exit code 3)``. Under Open MPI's
-``--tag-output`` both streams go through :class:`~hvdcore.runner.tagged_lines.LineJoiner`
-instead (whole lines, one tag each; a partial line is let out after a pause of ``_PAUSE_S``).
+``--tag-output`` or Hydra's ``-l`` both streams go through
+:class:`~hvdcore.runner.tagged_lines.LineJoiner` instead (whole lines, one tag each; a partial
+line is let out after a pause of ``_PAUSE_S``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 
-from hvdcore.runner.tagged_lines import LineJoiner
+from hvdcore.runner.tagged_lines import LineJoiner, TagFormat
 
 __all__ = ["run_job", "failure_summary", "exit_code"]
 
@@ -127,12 +128,13 @@ def _pump(stream: object, tail: bytearray | None, write: Callable[[bytes], None]
 
 
 def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun",
-            join_tagged_lines: bool = False) -> int:
+            tagged: TagFormat | None = None) -> int:
     """Run ``cmd`` to completion and return the exit code to pass on (see module docstring);
-    ``join_tagged_lines``: ``cmd`` is Open MPI's with ``--tag-output``."""
+    ``tagged``: the ranks' lines carry these tags (Open MPI ``--tag-output``, Hydra ``-l``),
+    joined back into whole lines."""
     try:
         proc = subprocess.Popen(list(cmd), env=dict(env), stderr=subprocess.PIPE,
-                                stdout=subprocess.PIPE if join_tagged_lines else None,
+                                stdout=subprocess.PIPE if tagged else None,
                                 start_new_session=True)
     except OSError as exc:
         _say(f"hvdcorerun: cannot start {cmd[0]}: {exc}")
@@ -153,10 +155,10 @@ def run_job(cmd: Sequence[str], env: Mapping[str, str], name: str = "mpirun",
     previous = {s: signal.signal(s, forward) for s in _FORWARDED} if in_main else {}
     tail = bytearray()
     pumps = [threading.Thread(target=_pump, daemon=True, args=(
-        proc.stderr, tail, _write_err, LineJoiner() if join_tagged_lines else None))]
-    if join_tagged_lines:
+        proc.stderr, tail, _write_err, LineJoiner(tagged) if tagged else None))]
+    if tagged:
         pumps.append(threading.Thread(target=_pump, daemon=True,
-                                      args=(proc.stdout, None, _write_out, LineJoiner())))
+                                      args=(proc.stdout, None, _write_out, LineJoiner(tagged))))
     for pump in pumps:
         pump.start()
     try:

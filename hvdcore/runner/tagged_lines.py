@@ -1,32 +1,47 @@
-"""Whole lines out of Open MPI's ``--tag-output`` stream.
+"""Whole lines out of an MPI launcher's tagged output: Open MPI's ``--tag-output``, Hydra's
+``-l`` (MPICH, Intel MPI).
 
-Open MPI tags each chunk a rank writes, not each line: a rank whose ``print("loss", 0.5)``
-reaches mpirun as several writes (``PYTHONUNBUFFERED=1``, ``flush=True``) comes out as
-``[1,1]<stdout>:loss [1,1]<stdout>:0.5[1,1]<stdout>:`` plus a newline, and two ranks' partial
-lines interleave. :class:`LineJoiner` reads that stream, keeps one pending line per tag, and
-gives each finished line back with its tag once. A line ends at ``\\n`` or ``\\r`` (a progress
-bar that redraws itself stays one line per redraw). :meth:`LineJoiner.flush` hands out what is
-pending (tagged, unterminated) when the stream pauses or ends, so nothing waits for a newline
-that never comes. Text outside any tag (mpirun's own messages: what follows a newline without
-a tag) passes through as it came.
+Both tag each chunk a rank writes, not each line: a rank whose ``print("loss", 0.5)`` reaches
+the launcher as several writes (``PYTHONUNBUFFERED=1``, ``flush=True``) comes out as
+``[1,1]<stdout>:loss [1,1]<stdout>:0.5[1,1]<stdout>:`` (Hydra: ``[1] loss [1] 0.5[1] ``) plus a
+newline, and two ranks' partial lines interleave. :class:`LineJoiner` reads that stream, keeps
+one pending line per tag, and gives each finished line back with its tag once. A line ends at
+``\\n`` or ``\\r`` (a progress bar that redraws itself stays one line per redraw).
+:meth:`LineJoiner.flush` hands out what is pending (tagged, unterminated) when the stream
+pauses or ends, so nothing waits for a newline that never comes. Text outside any tag (the
+launcher's own messages: what follows a newline without a tag) passes through as it came.
+A rank's own text that looks like a tag (``[3] `` under Hydra) is read as one.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-__all__ = ["LineJoiner"]
+__all__ = ["TagFormat", "OPEN_MPI", "HYDRA", "LineJoiner"]
 
-_TAG = re.compile(rb"\[1,\d+\]<(?:stdout|stderr|stddiag)>:")
-# the end of a read that may be the start of a tag cut by the read's boundary
-_PARTIAL = re.compile(rb"\[(?:1(?:,\d*(?:\](?:<[a-z]{0,7}>?)?)?)?)?\Z")
+
+@dataclass(frozen=True)
+class TagFormat:
+    """A launcher's rank tag: the tag itself, and the end of a read that may be the start of
+    a tag cut by the read's boundary."""
+
+    name: str
+    tag: re.Pattern[bytes]
+    partial: re.Pattern[bytes]
+
+
+OPEN_MPI = TagFormat("Open MPI --tag-output", re.compile(rb"\[1,\d+\]<(?:stdout|stderr|stddiag)>:"),
+                     re.compile(rb"\[(?:1(?:,\d*(?:\](?:<[a-z]{0,7}>?)?)?)?)?\Z"))
+HYDRA = TagFormat("Hydra -l", re.compile(rb"\[\d+\] "), re.compile(rb"\[(?:\d+\]?)?\Z"))
 _ENDS = re.compile(rb"\r?\n|\r")
 
 
 class LineJoiner:
-    """Re-cut a ``--tag-output`` byte stream into whole lines, one tag each (one per stream)."""
+    """Re-cut a tagged byte stream into whole lines, one tag each (one per stream)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tags: TagFormat = OPEN_MPI) -> None:
+        self._format = tags
         self._pending: dict[bytes, bytearray] = {}  # tag (b"" for untagged) -> unfinished line
         self._carry = b""  # a tag cut by the end of the last read
         self._tag = b""  # the tag the text being read belongs to
@@ -35,12 +50,12 @@ class LineJoiner:
         """The whole lines that ``data`` finishes, in the order they finished."""
         buf = self._carry + data
         self._carry = b""
-        cut = _PARTIAL.search(buf, max(0, len(buf) - 24))
+        cut = self._format.partial.search(buf, max(0, len(buf) - 24))
         if cut is not None:
             buf, self._carry = buf[:cut.start()], buf[cut.start():]
         out = bytearray()
         pos = 0
-        for match in _TAG.finditer(buf):
+        for match in self._format.tag.finditer(buf):
             self._add(buf[pos:match.start()], out)
             self._tag = match.group(0)
             pos = match.end()
@@ -69,8 +84,8 @@ class LineJoiner:
             pending.clear()
             start = end.end()
             if end.group(0).endswith(b"\n"):
-                # Open MPI tags whatever a rank writes after a newline: untagged text that
-                # follows is mpirun's own
+                # the launcher tags whatever a rank writes after a newline: untagged text
+                # that follows is the launcher's own
                 self._tag = b""
         if start < len(text):
             self._pending.setdefault(self._tag, bytearray()).extend(text[start:])
