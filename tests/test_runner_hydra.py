@@ -1,5 +1,5 @@
-"""hvdcorerun under a real MPICH Hydra ``mpirun`` (MPICH 5.0.2, the ``mpich`` wheel from PyPI,
-installed once into its own prefix so that Open MPI's ``mpirun`` stays the suite's default).
+"""hvdcorerun under a real MPICH Hydra ``mpirun`` (MPICH 5.0.2, the ``mpich`` wheel from PyPI:
+:mod:`harness.mpich_wheel`).
 
 Hydra's ``-l`` tags each write a rank makes, as Open MPI's ``--tag-output`` does: a print()
 under ``PYTHONUNBUFFERED=1`` reaches the terminal as ``[1] loss[1]  [1] 1...``. hvdcorerun
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import mpich_wheel
+
 ROOT = Path(__file__).resolve().parents[1]
-MPICH = "5.0.2"
-PREFIX = Path(f"/var/tmp/hvdcore-mpich-{MPICH}")
 
 RANK_SAYS = """import os, sys
 r = os.environ["PMI_RANK"]
@@ -32,37 +32,27 @@ sys.exit(int(os.environ.get("FAIL_RANK_1", "0")) if r == "1" else 0)
 
 @pytest.fixture(scope="module")
 def hydra_bin() -> Path:
-    """The folder of MPICH's ``mpirun`` (installed on first use, ~13 MB from PyPI)."""
-    bin_dir = PREFIX / "bin"
-    if not (bin_dir / "mpirun").exists():
-        out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                              "--disable-pip-version-check", "--prefix", str(PREFIX),
-                              f"mpich=={MPICH}"], capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stdout + out.stderr
-    version = subprocess.run([str(bin_dir / "mpirun"), "--version"], capture_output=True,
-                             text=True, timeout=30)
-    assert "HYDRA build details" in version.stdout, version.stdout + version.stderr
-    return bin_dir
+    """The folder of MPICH's ``mpirun`` (installed on first use)."""
+    return mpich_wheel.install() / "bin"
 
 
-def _hvdcorerun(bin_dir: Path, cwd: Path, *args: str, env: dict[str, str] | None = None,
+def _hvdcorerun(cwd: Path, *args: str, env: dict[str, str] | None = None,
                 unbuffered: bool = True) -> subprocess.CompletedProcess[str]:
     """A real ``python -m hvdcore.runner ARGS`` with MPICH's mpirun first on PATH;
     ``unbuffered``: PYTHONUNBUFFERED=1 (a print() is several writes), else unset (one)."""
     base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("HVDCORE_", "HOROVOD_", "OMPI_", "PMIX_", "PMI_", "SLURM_"))
-            and k != "PYTHONUNBUFFERED"}
+            if not k.startswith(("HVDCORE_", "HOROVOD_")) and k != "PYTHONUNBUFFERED"}
     return subprocess.run(
         [sys.executable, "-m", "hvdcore.runner", *args], cwd=cwd, capture_output=True,
         text=True, timeout=120,
-        env={**base, "PATH": f"{bin_dir}:{base['PATH']}", "PYTHONPATH": str(ROOT),
+        env={**mpich_wheel.environ(base, use_library=False), "PYTHONPATH": str(ROOT),
              **({"PYTHONUNBUFFERED": "1"} if unbuffered else {}), **(env or {})})
 
 
 def test_each_rank_line_comes_back_whole_with_hydras_tag(hydra_bin: Path,
                                                           tmp_path: Path) -> None:
     (tmp_path / "says.py").write_text(RANK_SAYS)
-    proc = _hvdcorerun(hydra_bin, tmp_path, "--verbose", "-np", "2", sys.executable, "says.py")
+    proc = _hvdcorerun(tmp_path, "--verbose", "-np", "2", sys.executable, "says.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{hydra_bin}/mpirun -l -n 2 " in proc.stderr, proc.stderr  # Hydra's flags
     assert sorted(proc.stdout.splitlines()) == [
@@ -74,12 +64,12 @@ def test_each_rank_line_comes_back_whole_with_hydras_tag(hydra_bin: Path,
 def test_no_tag_output_and_a_failing_rank(hydra_bin: Path, tmp_path: Path) -> None:
     # untagged, only what a rank writes at once stays whole: one print, block-buffered
     plain = "import os; print('loss', os.environ['PMI_RANK'], 0.5)"
-    proc = _hvdcorerun(hydra_bin, tmp_path, "--no-tag-output", "-np", "2", sys.executable,
+    proc = _hvdcorerun(tmp_path, "--no-tag-output", "-np", "2", sys.executable,
                        "-c", plain, unbuffered=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(proc.stdout.splitlines()) == ["loss 0 0.5", "loss 1 0.5"], proc.stdout
     (tmp_path / "says.py").write_text(RANK_SAYS)
-    proc = _hvdcorerun(hydra_bin, tmp_path, "-np", "2", sys.executable, "says.py",
+    proc = _hvdcorerun(tmp_path, "-np", "2", sys.executable, "says.py",
                        env={"FAIL_RANK_1": "3"})
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "[1] partial 1" in proc.stdout.splitlines(), proc.stdout

@@ -10,6 +10,7 @@ from typing import Any
 
 from hvdcore import errors
 from hvdcore.controllers.base import Formed
+from hvdcore.controllers.mpi_mismatch import launcher_size_mismatch
 
 __all__ = ["MPIController"]
 
@@ -89,6 +90,10 @@ class MPIController:
                 "MPI_THREAD_MULTIPLE: do not set mpi4py.rc.thread_level below 'serialized'")
         world = _world_from(comm)
         rank, size = world.Get_rank(), world.Get_size()
+        if comm is None:
+            wrong = launcher_size_mismatch(os.environ, size, MPI.Get_library_version())
+            if wrong:
+                raise errors.CapabilityError(wrong)
         on_rank(rank)
         data = world.Dup()
         local = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)

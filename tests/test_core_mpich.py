@@ -1,0 +1,86 @@
+"""hvdcore on a second MPI: MPICH 5.0.2 (the ``mpich`` wheel from PyPI, :mod:`harness.mpich_wheel`),
+launched by its Hydra ``mpirun`` through ``hvdcorerun``, mpi4py on MPICH's library.
+
+- Every core collective against its NumPy reference (tests/programs/core_collectives.py) at 2
+  and 3 ranks; at 2 ranks ``a + b == b + a`` exactly, so the results' digests must be the same
+  bits as under Open MPI (this suite's MPI).
+- The launcher and the library mismatched (Hydra starts the ranks, mpi4py loads Open MPI, so
+  each process is a world of one): a clear error on every rank, never N copies of rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import program, run_mpi
+
+from harness import mpich_wheel
+
+pytestmark = pytest.mark.mpi
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def mpich() -> Path:
+    return mpich_wheel.install()
+
+
+def _on_mpich(np_: int, args: list[str], use_library: bool = True
+              ) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "hvdcore.runner", "-np", str(np_), sys.executable, *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        env={**mpich_wheel.environ(base, use_library), "PYTHONPATH": str(ROOT)})
+
+
+def _digests(out: str) -> dict[str, str]:
+    return dict(re.findall(r"rank (\d+): CHECKS \d+ DIGEST (\w+)", out))
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_core_collectives_on_mpich(mpich: Path, np_: int) -> None:
+    res = _on_mpich(np_, [program("core_collectives.py")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    counts = [int(c) for c in re.findall(r"CHECKS (\d+)", res.stdout)]
+    assert len(counts) == np_ and min(counts) > 250, res.stdout
+    assert res.stdout.count("CONTROLLER mpi") == np_, res.stdout
+    if np_ == 2:
+        ours = run_mpi(2, [program("core_collectives.py")], timeout=180)
+        assert ours.returncode == 0, ours.stdout + ours.stderr
+        assert _digests(res.stdout) == _digests(ours.stdout) and len(_digests(ours.stdout)) == 2
+
+
+def test_mpi_library_of_another_launcher_is_a_clear_error(mpich: Path, tmp_path: Path) -> None:
+    script = tmp_path / "init.py"
+    script.write_text("import hvdcore\nhvdcore.init()\nprint('rank', hvdcore.rank(), "
+                      "'of', hvdcore.size(), flush=True)\n")
+    res = _on_mpich(2, [str(script)], use_library=False)
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "rank 0 of 1" not in res.stdout, res.stdout
+    for rank in (0, 1):
+        said = [ln for ln in res.stderr.splitlines()
+                if ln.startswith(f"[{rank}] ") and "CapabilityError" in ln]
+        assert said, res.stderr
+        assert "started 2 ranks (PMI_SIZE=2), but MPI_COMM_WORLD holds this process alone" \
+            in said[-1] and "MPI4PY_LIBMPI" in said[-1], said
+
+
+def test_the_mismatch_rule() -> None:
+    """The launcher's size against the world's: only a world of one under a launch of more."""
+    from hvdcore.controllers.mpi_mismatch import launcher_size_mismatch
+
+    lib = "MPICH Version:      5.0.2\nMPICH Release date: ..."
+    said = launcher_size_mismatch({"OMPI_COMM_WORLD_SIZE": "4"}, 1, lib)
+    assert said and said.startswith("Open MPI's mpirun started 4 ranks") and "(MPICH Version:" \
+        in said
+    assert launcher_size_mismatch({"OMPI_COMM_WORLD_SIZE": "4"}, 4, lib) is None
+    assert launcher_size_mismatch({"PMI_SIZE": "1"}, 1, lib) is None  # mpirun -np 1
+    assert launcher_size_mismatch({}, 1, lib) is None  # a lone process
+    assert launcher_size_mismatch({"PMI_SIZE": "x"}, 1, lib) is None
