@@ -3,7 +3,8 @@ launched by its Hydra ``mpirun`` through ``hvdcorerun``, mpi4py on MPICH's libra
 
 - Every core collective against its NumPy reference (tests/programs/core_collectives.py) at 2
   and 3 ranks; at 2 ranks ``a + b == b + a`` exactly, so the results' digests must be the same
-  bits as under Open MPI (this suite's MPI).
+  bits as under Open MPI (this suite's MPI). The torch binding's collectives (2 and 3 ranks) and
+  DistributedOptimizer (2 ranks) against their single-process references.
 - The launcher and the library mismatched (Hydra starts the ranks, mpi4py loads Open MPI, so
   each process is a world of one): a clear error on every rank, never N copies of rank 0.
 """
@@ -55,6 +56,23 @@ def test_core_collectives_on_mpich(mpich: Path, np_: int) -> None:
         ours = run_mpi(2, [program("core_collectives.py")], timeout=180)
         assert ours.returncode == 0, ours.stdout + ours.stderr
         assert _digests(res.stdout) == _digests(ours.stdout) and len(_digests(ours.stdout)) == 2
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("name", "np_", "said"), [
+    ("torch_collectives.py", 2, "torch-collectives"), ("torch_collectives.py", 3,
+                                                       "torch-collectives"),
+    ("torch_optimizer.py", 2, "torch-optimizer")])
+def test_torch_binding_on_mpich(mpich: Path, name: str, np_: int, said: str) -> None:
+    """The torch binding's collectives (against torch references computed in one process) and
+    DistributedOptimizer (against single-process training) on MPICH's host plane."""
+    pytest.importorskip("torch")
+    res = _on_mpich(np_, [program(name)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = re.findall(rf"^\[\d+\] {said} rank=(\d+) size=(\d+) checks=(\d+) OK$", res.stdout,
+                       re.M)
+    assert sorted(int(r) for r, _, _ in lines) == list(range(np_)), res.stdout
+    assert all(int(n) == np_ and int(c) > 100 for _, n, c in lines), res.stdout
 
 
 def test_mpi_library_of_another_launcher_is_a_clear_error(mpich: Path, tmp_path: Path) -> None:
