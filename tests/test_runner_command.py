@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hvdcore.runner.cli import main
-from hvdcore.runner.mpi_command import detect_flavor
+from hvdcore.runner.cli import _parse, build_command, build_parser, main
+from hvdcore.runner.mpi_command import detect_flavor, output_tags
+from hvdcore.runner.tagged_lines import HYDRA, OPEN_MPI
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,6 +30,11 @@ OPENMPI_VERSION = "mpirun (Open MPI) 5.0.3\n\nReport bugs to https://www.open-mp
 
 def _which(name: str) -> str:
     return f"/opt/mpi/bin/{name}"
+
+
+def parse_args(argv: list[str]) -> object:
+    """hvdcorerun's arguments as main() parses them."""
+    return _parse(build_parser(), argv)
 
 
 def dry_run(capsys: pytest.CaptureFixture[str], argv: list[str], **kw: object) -> list[str]:
@@ -201,6 +207,23 @@ def test_ranks_output_is_tagged_unless_no_tag_output(
     cmd = dry_run(capsys, ["-np", "2", "--no-tag-output", "python", "x.py"], which=_which,
                   **launch)
     assert tag not in cmd, cmd
+
+
+def test_the_joiner_follows_the_tags_the_launcher_was_given() -> None:
+    """Lines are joined by the tag format of the launcher's own arguments: ours, or the user's
+    through --mpi-args; a program's own ``-l`` or ``--tag-output`` is not the launcher's."""
+    ompi, hydra = detect_flavor(OPENMPI_VERSION), detect_flavor(MPICH_VERSION)
+    assert output_tags(ompi, ["mpirun", "--tag-output", "-np", "2"]) is OPEN_MPI
+    assert output_tags(ompi, ["mpirun", "-np", "2", "-l"]) is None
+    assert output_tags(hydra, ["mpirun", "-l", "-n", "2"]) is HYDRA
+    assert output_tags(hydra, ["mpirun", "-n", "2", "--tag-output"]) is None
+    args = parse_args(["-np", "2", "--no-tag-output", "--mpi-args=-l", "python", "x.py", "-l"])
+    assert build_command(args, {}, {}, which=_which, mpi_version_output=MPICH_VERSION)[2] is HYDRA
+    args = parse_args(["-np", "2", "--no-tag-output", "python", "x.py", "-l", "--tag-output"])
+    for version in (OPENMPI_VERSION, MPICH_VERSION):
+        assert build_command(args, {}, {}, which=_which, mpi_version_output=version)[2] is None
+    args = parse_args(["-np", "2", "python", "x.py"])
+    assert build_command(args, SLURM_ENV, {}, which=_which)[2] is None  # srun: whole lines
 
 
 def test_hosts_inside_allocation_use_mpirun(capsys: pytest.CaptureFixture[str]) -> None:

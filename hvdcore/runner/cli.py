@@ -26,10 +26,15 @@ from hvdcore.runner.horovod_flags import (
 from hvdcore.runner.hosts import Host, parse_host_list, parse_hostfile, total_slots
 from hvdcore.runner.knob_flags import add_knob_flags, knob_exports, validate_environment
 from hvdcore.runner.launch import run_job
-from hvdcore.runner.mpi_command import build_mpirun_command, detect_flavor, query_version
+from hvdcore.runner.mpi_command import (
+    build_mpirun_command,
+    detect_flavor,
+    output_tags,
+    query_version,
+)
 from hvdcore.runner.remote import SshOptions, options_from, ssh_args
 from hvdcore.runner.slurm_command import build_srun_command, in_allocation
-from hvdcore.runner.tagged_lines import HYDRA, OPEN_MPI
+from hvdcore.runner.tagged_lines import TagFormat
 
 __all__ = ["main", "build_parser", "build_command", "allocator_exports", "UsageError",
            "TORCH_THP"]
@@ -217,8 +222,9 @@ def build_command(
     which: Callable[[str], str | None] = shutil.which,
     mpi_version_output: str | None = None,
     uid: int | None = None,
-) -> tuple[list[str], str]:
-    """(launch command, launcher name) for parsed ``args``; UsageError/LaunchError if bad.
+) -> tuple[list[str], str, TagFormat | None]:
+    """(launch command, launcher name, the tags its output lines carry) for parsed ``args``;
+    UsageError/LaunchError if bad. ``srun --label``'s lines come whole: nothing to join.
 
     ``mpi_version_output`` replaces running ``mpirun --version`` (tests of the MPICH path).
     """
@@ -248,7 +254,7 @@ def build_command(
             raise UsageError("--launcher srun: srun is not on PATH (module load slurm?)")
         return build_srun_command(srun, args.np, environ, exports, args.command,
                                   mpi_type=args.slurm_mpi, extra_args=mpi_args,
-                                  label=args.tag_output), "srun"
+                                  label=args.tag_output), "srun", None
     launcher = which("mpirun") or which("mpiexec")
     if launcher is None:
         raise UsageError(NO_LAUNCHER)
@@ -266,7 +272,8 @@ def build_command(
         tcp_only=args.tcp, tag_output=args.tag_output)
     if flavor.hydra and args.prefix_output_with_timestamp:
         _note("--prefix-output-with-timestamp: no effect under MPICH/Intel MPI (as horovodrun)")
-    return cmd, os.path.basename(launcher)
+    launcher_args = cmd[:len(cmd) - len(args.command)]  # the tags: ours or --mpi-args'
+    return cmd, os.path.basename(launcher), output_tags(flavor, launcher_args)
 
 
 def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str], str | None],
@@ -306,16 +313,13 @@ def _run(argv: Sequence[str], environ: Mapping[str, str], which: Callable[[str],
         return _run_gloo(args, environ, exports, ssh)
     if args.network_interfaces:  # Horovod's: NCCL's sockets and Open MPI's TCP on them
         exports = {**exports, "NCCL_SOCKET_IFNAME": args.network_interfaces}
-    cmd, name = build_command(args, environ, exports, which=which,
-                              mpi_version_output=mpi_version_output, uid=uid)
+    cmd, name, tagged = build_command(args, environ, exports, which=which,
+                                      mpi_version_output=mpi_version_output, uid=uid)
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
     if args.verbose:
         print(f"{PROG}: running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    launcher_args = cmd[:len(cmd) - len(args.command)]  # the tags: ours or --mpi-args'
-    tagged = (OPEN_MPI if "--tag-output" in launcher_args
-              else HYDRA if name != "srun" and "-l" in launcher_args else None)
     return run_job(cmd, {**environ, **exports}, name, tagged=tagged)
 
 

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from hvdcore.errors import LaunchError
 from hvdcore.runner.hosts import Host, is_local
 from hvdcore.runner.remote import mpi_exportable
+from hvdcore.runner.tagged_lines import HYDRA, OPEN_MPI, TagFormat
 
-__all__ = ["MpiFlavor", "detect_flavor", "query_version", "build_mpirun_command"]
+__all__ = ["MpiFlavor", "detect_flavor", "query_version", "build_mpirun_command", "output_tags"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,14 @@ def detect_flavor(version_output: str, launcher: str = "mpirun") -> MpiFlavor:
         f"{launcher} --version printed {first!r}: not Open MPI, MPICH or Intel MPI; "
         "pass the launch command yourself (mpirun ... python -m hvdcore ...) or put a "
         "supported mpirun first on PATH")
+
+
+def output_tags(flavor: MpiFlavor, launcher_args: Sequence[str]) -> TagFormat | None:
+    """The tags this launcher puts on the ranks' lines, given its own arguments (ours or
+    ``--mpi-args``'): Hydra's ``-l``, Open MPI's ``--tag-output``; None for untagged lines."""
+    if flavor.hydra:
+        return HYDRA if "-l" in launcher_args else None
+    return OPEN_MPI if "--tag-output" in launcher_args else None
 
 
 def query_version(launcher: str) -> str:
