@@ -90,8 +90,9 @@ class MPIController:
                 "MPI_THREAD_MULTIPLE: do not set mpi4py.rc.thread_level below 'serialized'")
         world = _world_from(comm)
         rank, size = world.Get_rank(), world.Get_size()
+        library = MPI.Get_library_version()
         if comm is None:
-            wrong = launcher_size_mismatch(os.environ, size, MPI.Get_library_version())
+            wrong = launcher_size_mismatch(os.environ, size, library)
             if wrong:
                 raise errors.CapabilityError(wrong)
         on_rank(rank)
@@ -103,4 +104,4 @@ class MPIController:
         return Formed("mpi", reason, world, rank, size, local_rank, local_size,
                       cross.Get_rank(), cross.Get_size(), data, plane,
                       host_plane(cfg, world, rank), comms=[local, cross],
-                      describe=f"MPI ({MPI.Get_library_version().splitlines()[0].strip()})")
+                      describe=f"MPI ({library.splitlines()[0].strip()})")
