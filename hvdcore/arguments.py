@@ -39,7 +39,7 @@ SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
 """NumPy dtypes the core reduces and moves."""
 _SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
 _DTYPE_NAMES = {d: d.name for d in SUPPORTED_DTYPES}
-_OP_NAMES = "Average, Sum, Min, Max, Product"
+_OP_NAMES = "Average, Sum, Adasum, Min, Max, Product"
 
 
 def _where(what: str, rank: int | None) -> str:
@@ -59,7 +59,8 @@ def device_of(arr: Any) -> str:
 def resolve_op(average: bool | None, op: Any, what: str = "allreduce",
                rank: int | None = None, allow_adasum: bool = True) -> ReduceOp:
     """Horovod's rule: ``op`` (default Average), or the deprecated ``average`` (True: Average,
-    False: Sum), never both. ``allow_adasum=False``: Adasum raises UnimplementedError."""
+    False: Sum), never both. ``allow_adasum=False`` (a collective without Adasum, as
+    reducescatter): Adasum raises UnimplementedError."""
     if op is None:
         if average is None or average:
             return ReduceOp.AVERAGE
@@ -79,9 +80,37 @@ def resolve_op(average: bool | None, op: Any, what: str = "allreduce",
                 f"{_where(what, rank)}: unknown op {op!r}; use one of {_OP_NAMES}") from exc
     if op is ReduceOp.ADASUM and not allow_adasum:
         raise UnimplementedError(
-            f"{_where(what, rank)}: Adasum is not supported by hvdcore yet; use op=Average "
+            f"{_where(what, rank)}: Adasum is not supported for {what}; use op=Average "
             "(or Sum)")
     return op
+
+
+ADASUM_DTYPES = ("float16", "float32", "float64")
+
+
+def check_adasum(arr: Any, set_id: int, set_size: int, what: str, rank: int) -> None:
+    """Horovod's limits of ``op=Adasum`` on the host (``horovod/torch/mpi_ops.py``): the global
+    process set, a power-of-two number of ranks (both ``UnimplementedError``, a
+    ``NotImplementedError`` as there), a float tensor (``ArgumentError``); and hvdcore's own:
+    a host array (a data plane's tensor is ``UnimplementedError``)."""
+    where = _where(what, rank)
+    if set_id != 0:
+        raise UnimplementedError(
+            f"{where}: Adasum runs on the global process set only (as Horovod's), not on "
+            f"process set {set_id}; use op=Average (or Sum) there")
+    if set_size & (set_size - 1):
+        raise UnimplementedError(
+            f"{where}: Adasum needs a power-of-two number of ranks (as Horovod's), this job "
+            f"has {set_size}; launch 1, 2, 4, 8, ... ranks or use op=Average (or Sum)")
+    device = device_of(arr)
+    if device:
+        raise UnimplementedError(
+            f"{where}: hvdcore reduces with Adasum on the host only, and this tensor is on the "
+            f"'{device}' plane; reduce a host copy (tensor.cpu()) or use op=Average (or Sum)")
+    if dtype_name(arr.dtype) not in ADASUM_DTYPES:
+        raise ArgumentError(
+            f"{where}: Adasum combines float16, float32 or float64 tensors, got "
+            f"{dtype_name(arr.dtype)}; cast it, or use op=Sum")
 
 
 def keras_optimizer_op(op: Any, what: str = "DistributedOptimizer") -> ReduceOp:
@@ -91,8 +120,8 @@ def keras_optimizer_op(op: Any, what: str = "DistributedOptimizer") -> ReduceOp:
     resolved = resolve_op(None, op, what)
     if resolved in (ReduceOp.AVERAGE, ReduceOp.SUM):
         return resolved
-    why = (" (hvdcore does not support Adasum yet)" if resolved is ReduceOp.ADASUM
-           else " (as in Horovod's Keras)")
+    why = (" (Horovod's Keras optimizer does not support Adasum either)"
+           if resolved is ReduceOp.ADASUM else " (as in Horovod's Keras)")
     raise ArgumentError(
         f"{what}: op must be Average or Sum, got {resolved.name.capitalize()}{why}")
 

@@ -36,9 +36,10 @@ PARAMS = {
     "name": "The operation's name, the same on every rank. None: an automatic name from the "
             "order of the calls (ranks must then make them in the same order), never kept in "
             "the response cache.",
-    "op": "The reduction: ``Average`` (the default), ``Sum``, ``Min``, ``Max`` or "
-          "``Product``. An average of integers truncates toward zero; ``Adasum`` raises "
-          "``UnimplementedError``.",
+    "op": "The reduction: ``Average`` (the default), ``Sum``, ``Adasum``, ``Min``, ``Max`` "
+          "or ``Product``. An average of integers truncates toward zero. ``Adasum`` (float "
+          "host tensors, the global set, 1, 2, 4, ... ranks, as Horovod's) combines the "
+          "ranks' tensors pairwise: their sum when orthogonal, their average when parallel.",
     "prescale_factor": "Every rank's input is multiplied by it before the reduction.",
     "postscale_factor": "The result is multiplied by it after the reduction.",
     "process_set": "The ranks that take part (default: all, ``global_process_set``). Every "

@@ -13,8 +13,10 @@ mistake                                                     raises (also an inst
 both ``op=`` and the deprecated ``average=``                ArgumentError (ValueError)
 ``op`` an integer that names no reduction                   ArgumentError (ValueError)
 ``op`` not an integer (``"sum"``, ``1.5``, ``True``)        UnsupportedError (TypeError)
-``op=Adasum`` (hvdcore does not implement it)               UnimplementedError
-                                                            (NotImplementedError)
+``op=Adasum`` on a non-power-of-two number of ranks, a      UnimplementedError
+process set or a device tensor (collectives and the torch   (NotImplementedError)
+``DistributedOptimizer(op=Adasum)`` alike)
+``op=Adasum`` of an integer or bool tensor                  ArgumentError (ValueError)
 op undefined for the dtype (Average of bool, Max of         ArgumentError (ValueError)
 complex); a dtype the collective cannot move
 tensor not an array (core) / not a tensor (binding)         UnsupportedError (TypeError)
@@ -118,7 +120,8 @@ class ArgumentError(UnsupportedError, ValueError):
 
 
 class UnimplementedError(UnsupportedError, NotImplementedError):
-    """A valid Horovod feature that hvdcore does not implement (Adasum)."""
+    """A valid Horovod feature, or configuration of one, that hvdcore does not implement
+    (Adasum where Horovod lacks it too, or on a device tensor)."""
 
 
 class ShutdownError(HvdcoreError):

@@ -23,6 +23,7 @@ from hvdcore import basics, errors
 from hvdcore.arguments import (
     SUPPORTED_DTYPES,
     as_array,
+    check_adasum,
     device_of,
     dtype_name,
     output_for,
@@ -120,13 +121,15 @@ def _allreduce_meta(
     sid = process_set_id(process_set, st.engine.sets, ALLREDUCE, rank)
     nm = st.request_name(ALLREDUCE, sid, name)
     try:
-        if average is None and type(op) is ReduceOp and op is not ReduceOp.ADASUM:
+        if average is None and type(op) is ReduceOp:
             rop: ReduceOp = op  # a binding resolved it already (one check per call)
         else:
-            rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
+            rop = resolve_op(average, op, ALLREDUCE, rank)
         pre = scale_factor(prescale_factor, "prescale_factor", ALLREDUCE, rank)
         post = scale_factor(postscale_factor, "postscale_factor", ALLREDUCE, rank)
         arr = as_array(tensor, ALLREDUCE, rank, rop)
+        if rop is ReduceOp.ADASUM:
+            check_adasum(arr, sid, len(st.engine.sets[sid].ranks), ALLREDUCE, rank)
         if out is not None:
             arr = output_for(out, tensor, arr, ALLREDUCE, rank)
     except Exception as exc:  # the peers' matching calls must fail too, not wait
@@ -302,7 +305,7 @@ def grouped_allreduce_async(
     listed = isinstance(tensors, (list, tuple))
     names = part_names(base, len(tensors) if listed else 1)
     try:
-        rop = resolve_op(average, op, ALLREDUCE, rank, allow_adasum=False)
+        rop = resolve_op(average, op, ALLREDUCE, rank)
         if not listed:
             raise errors.UnsupportedError(
                 f"rank {rank}: grouped_allreduce expects a list of arrays, got "
@@ -315,6 +318,8 @@ def grouped_allreduce_async(
         items = []
         for i, t in enumerate(tensors):
             arr = as_array(t, ALLREDUCE, rank, rop)
+            if rop is ReduceOp.ADASUM:
+                check_adasum(arr, sid, len(st.engine.sets[sid].ranks), ALLREDUCE, rank)
             o = out[i] if out is not None else None
             if o is not None:
                 arr = output_for(o, t, arr, ALLREDUCE, rank)

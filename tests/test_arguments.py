@@ -86,7 +86,7 @@ def test_adasum_is_not_implemented_in_the_core_only() -> None:
     with pytest.raises(UnimplementedError) as info:
         arguments.resolve_op(None, ReduceOp.ADASUM, allow_adasum=False)
     assert isinstance(info.value, NotImplementedError) and isinstance(info.value, UnsupportedError)
-    # the bindings pass Adasum through (the core rejects it, or a binding handles it)
+    # allreduce takes it (the core checks its limits when the tensor is known)
     assert arguments.resolve_op(None, ReduceOp.ADASUM) is ReduceOp.ADASUM
 
 

@@ -88,7 +88,7 @@ class JaxGradientReducer(GradientReducer):
     """Reduce a list of JAX gradients (None entries stay None) over a process set: one
     host :func:`hvdcore.grouped_allreduce` per call through an ordered ``io_callback``."""
 
-    OPS = (Average, Sum)  # the core's host allreduce has no Adasum
+    OPS = (Average, Sum)  # (Adasum through the jitted io_callback is not tested: refused)
     BACKEND = "jax"
 
     def __init__(self, op: Any = Average, compression: Any = Compression.none,

@@ -77,7 +77,9 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         compression: ``Compression.none`` or ``Compression.fp16`` (gradients travel as fp16).
         backward_passes_per_step: backward passes accumulated locally (summed into ``.grad``)
             before the allreduce; call ``step()`` after that many passes.
-        op: ``Average`` (default), ``Sum`` or ``Adasum`` (if the core supports it).
+        op: ``Average`` (default), ``Sum``, or ``Adasum``: in a job of more than one rank,
+            Horovod's Adasum optimizer, which combines parameter changes instead of gradients
+            (:mod:`hvdcore.torch.adasum_optimizer`; ``groups``, ``sparse_as_dense`` ignored).
         gradient_predivide_factor: with ``Average``, divide by this before the sum and by
             ``size()/factor`` after it (helps fp16 range).
         num_groups: deprecated spelling of ``groups=int``.
@@ -96,6 +98,29 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         >>> opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
         >>> loss.backward(); opt.step()                                  # doctest: +SKIP
     """
+
+    def __new__(cls, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        """Horovod's choice: with ``op=Adasum`` in a job of more than one rank, its Adasum
+        optimizer (:class:`~hvdcore.torch.adasum_optimizer.AdasumOptimizer`), which combines
+        each step's parameter changes instead of the gradients."""
+        op = kwargs["op"] if "op" in kwargs else args[3] if len(args) > 3 else _core.Average
+        if resolve_op(None, op, "DistributedOptimizer") != _core.Adasum or _core.size() == 1:
+            return super().__new__(cls)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise UnsupportedError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                                   f"{type(optimizer).__name__}")
+        names = ("named_parameters", "compression", "backward_passes_per_step", "op",
+                 "gradient_predivide_factor", "num_groups", "groups", "sparse_as_dense",
+                 "process_set")
+        given = {**dict(zip(names, args, strict=False)), **kwargs}
+        if given.get("gradient_predivide_factor", 1.0) != 1.0:
+            raise ArgumentError("gradient_predivide_factor is only supported with op=Average")
+        from hvdcore.torch.adasum_optimizer import AdasumOptimizer
+
+        return AdasumOptimizer(
+            optimizer, given.get("named_parameters"),
+            given.get("compression", Compression.none), given.get("backward_passes_per_step", 1),
+            given.get("process_set", _core.global_process_set))
 
     def __init__(self, optimizer: torch.optim.Optimizer,
                  named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,

@@ -122,8 +122,12 @@ for rnd in range(ROUNDS):
     case("bool-average-one-rank", ValueError,
          lambda: hvd.allreduce(other_rank_bad(x > 0, x > 0),
                                op=other_rank_bad(hvd.Sum, hvd.Average)), "rank 0")
-    case("adasum-one-rank", NotImplementedError,
-         lambda: hvd.allreduce(x, op=other_rank_bad(hvd.Sum, hvd.Adasum)), "Adasum")
+    case("adasum-one-rank", hvd.UnsupportedError,
+         lambda: hvd.allreduce(other_rank_bad(x, x.astype(np.int32)), op=hvd.Adasum),
+         "Adasum")
+    if size & (size - 1):  # Horovod's limit: a power-of-two number of ranks
+        case("adasum-ranks", NotImplementedError, lambda: hvd.allreduce(x, op=hvd.Adasum),
+             "power-of-two")
     case("not-an-array-one-rank", TypeError,
          lambda: hvd.allgather(other_rank_bad(x, [1, 2, 3])), "rank 0")
     case("out-one-rank", ValueError,

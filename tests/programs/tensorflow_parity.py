@@ -30,7 +30,10 @@ graph run by a Session:
    own bits;
 9. ``hvd.DistributedOptimizer`` of horovod.tensorflow takes a Keras optimizer (Horovod hands it
    to horovod.tensorflow.keras.DistributedOptimizer): a compiled one-batch fit from different
-   weights broadcast first ends with the same weights on every rank.
+   weights broadcast first ends with the same weights on every rank;
+10. ``op=Adasum`` (test_adasum_tensorflow.py's CPU test) bit for bit against the one-process
+   tree (``hvdcore.engine.adasum``) and within that test's tolerances of the float64 tree;
+   on a number of ranks that is not a power of two, Horovod's NotImplementedError.
 Prints ``CHECK <name> ok`` (rank 0) and ``TF-PARITY-OK rank=R checks=C`` on every rank.
 """
 
@@ -45,6 +48,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import hvdcore.tensorflow as hvd  # noqa: E402
+from hvdcore.engine.adasum import tree_reduce  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 hvd.init()
@@ -468,6 +472,31 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     hvd.DistributedGradientTape(tf.GradientTape(), num_groups=2)
 check("num_groups.deprecated", any(w.category is DeprecationWarning for w in caught), caught)
+
+# 10. op=Adasum on CPU tensors (test_adasum_tensorflow.py
+# test_horovod_adasum_multiple_allreduce_cpu): two 2x2 tensors of random_sample per rank
+if N & (N - 1):
+    try:
+        hvd.allreduce(tf.ones([3]), op=hvd.Adasum)
+    except NotImplementedError as exc:
+        check("adasum.ranks.refused", "power-of-two" in str(exc), exc)
+    else:
+        raise AssertionError(f"rank {R}: Adasum on {N} ranks was accepted")
+    ok_after("adasum")
+else:
+    gen = np.random.default_rng(10)
+    every = [[gen.random((2, 2)), gen.random((2, 2))] for _ in range(N)]
+    for dt, tol in ((np.float16, 1e-3), (np.float32, 1e-6), (np.float64, 1e-6)):
+        for i in range(2):
+            mine = every[R][i].astype(dt)
+            bits = tree_reduce([e[i].astype(dt).reshape(-1) for e in every]).reshape(2, 2)
+            exact = tree_reduce([e[i].reshape(-1) for e in every]).reshape(2, 2)
+            # the test's assertAllCloseAccordingToType: rtol = atol = tol
+            check(f"adasum.{np.dtype(dt).name}.{i}.horovod_tolerance",
+                  bool(np.allclose(bits, exact, rtol=tol, atol=tol)), (bits, exact))
+            three_ways(f"adasum.{np.dtype(dt).name}.{i}",
+                       lambda t=mine: hvd.allreduce(tf.constant(t), op=hvd.Adasum), bits)
+    run_pending()
 ok_after("end")
 
 hvd.shutdown()

@@ -90,7 +90,8 @@ def tensors() -> st.SearchStrategy:
 
 
 _VALID_OPS = [None, hvd.Average, hvd.Sum, hvd.Min, hvd.Max, hvd.Product, 0, 1]
-OPS = st.sampled_from(_VALID_OPS * 3 + [hvd.Adasum, 7, -1, "sum", 2.5, 1.0, True])
+# (Adasum is valid or not by dtype, set and world size: tests/programs/core_adasum.py)
+OPS = st.sampled_from(_VALID_OPS * 3 + [7, -1, "sum", 2.5, 1.0, True])
 FACTORS = st.sampled_from([1.0] * 8 + [0.5, 2.0, 0.25, 3, np.float32(0.5)] * 2
                           + ["x", None, float("nan"), True])
 ROOTS = st.sampled_from([0, 1] * 4 + [np.int64(1), -1, 2, 5, None, "0", 1.0, True])
