@@ -69,7 +69,7 @@ def test_ranks_swapping_with_rank_xor_level_reach_the_tree() -> None:
             level[0] += 1
             return theirs
 
-        results[me] = allreduce(vs[me], counts, me, 4, swap)
+        results[me] = allreduce(vs[me].copy(), counts, me, 4, swap)
 
     threads = [threading.Thread(target=rank, args=(me,)) for me in range(4)]
     for t in threads:

@@ -36,33 +36,63 @@ def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
+_BLOCK = 16384  # elements a pass works on at once: scratch that stays in cache, no page faults
+
+
 def _dot_norms(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    if a.dtype == np.float32:  # float products, float64 sums (Horovod's loop over T = float)
-        return (float(np.sum(a * b, dtype=np.float64)), float(np.sum(a * a, dtype=np.float64)),
-                float(np.sum(b * b, dtype=np.float64)))
-    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
-    return float(np.dot(a64, b64)), float(np.dot(a64, a64)), float(np.dot(b64, b64))
+    # float32: products rounded to float32, sums in float64 (Horovod's loop over T = float);
+    # float16 and float64: products and sums in float64
+    wide = np.float32 if a.dtype == np.float32 else np.float64
+    scratch = np.empty(min(len(a), _BLOCK), wide)
+    sums = [0.0, 0.0, 0.0]
+    for s in range(0, len(a), _BLOCK):
+        x, y = a[s:s + _BLOCK], b[s:s + _BLOCK]
+        t = scratch[:len(x)]
+        for i, (u, v) in enumerate(((x, y), (x, x), (y, y))):
+            np.multiply(u, v, out=t, dtype=wide)
+            sums[i] += float(np.add.reduce(t, dtype=np.float64))
+    return sums[0], sums[1], sums[2]
 
 
-def combine(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """Adasum of two 1-d vectors of one float dtype, in Horovod's arithmetic (a new array)."""
+def combine(left: np.ndarray, right: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Adasum of two 1-d vectors of one float dtype, in Horovod's arithmetic, into ``out``
+    (which may be ``left`` or ``right``; default a new array)."""
     dot, lnorm, rnorm = _dot_norms(left, right)
     lcoef = 1.0 - dot / lnorm * 0.5 if lnorm >= _TINY else 1.0
     rcoef = 1.0 - dot / rnorm * 0.5 if rnorm >= _TINY else 1.0
-    if left.dtype == np.float16:  # float32 coefficients, a product then a fused multiply-add
-        lc, rc = np.float32(lcoef), np.float32(rcoef)
-        scaled = (lc * left.astype(np.float32)).astype(np.float64)
-        return (scaled + np.float64(rc) * right.astype(np.float64)).astype(
-            np.float32).astype(np.float16)
-    mixed = lcoef * left.astype(np.float64) + rcoef * right.astype(np.float64)
-    return mixed.astype(left.dtype)
+    if out is None:
+        out = np.empty_like(left)
+    n = len(left)
+    wide = np.empty(min(n, _BLOCK), np.float64)
+    other = np.empty(min(n, _BLOCK), np.float64)
+    half = left.dtype == np.float16
+    narrow = np.empty(min(n, _BLOCK), np.float32) if half else None
+    lc, rc = (np.float32(lcoef), np.float64(np.float32(rcoef))) if half else (lcoef, rcoef)
+    for s in range(0, n, _BLOCK):
+        x, y = left[s:s + _BLOCK], right[s:s + _BLOCK]
+        k = len(x)
+        t, u = wide[:k], other[:k]
+        np.multiply(y, rc, out=u, dtype=np.float64)
+        if narrow is not None:  # float32 coefficients: a product, then a fused multiply-add
+            v = narrow[:k]
+            np.multiply(x, lc, out=v, dtype=np.float32)
+            np.add(u, v, out=t)
+            v[...] = t
+            out[s:s + k] = v
+        else:  # float32/float64: computed in float64, rounded once
+            np.multiply(x, lc, out=t, dtype=np.float64)
+            np.add(t, u, out=t)
+            out[s:s + k] = t
+    return out
 
 
-def _combine_parts(left: np.ndarray, right: np.ndarray, counts: Sequence[int]) -> np.ndarray:
-    out = np.empty_like(left)
+def _combine_parts(left: np.ndarray, right: np.ndarray, counts: Sequence[int],
+                   out: np.ndarray | None = None) -> np.ndarray:
+    if out is None:
+        out = np.empty_like(left)
     start = 0
     for n in counts:
-        out[start:start + n] = combine(left[start:start + n], right[start:start + n])
+        combine(left[start:start + n], right[start:start + n], out[start:start + n])
         start += n
     return out
 
@@ -83,30 +113,29 @@ def tree_reduce(vectors: Sequence[np.ndarray], counts: Sequence[int] | None = No
 def allreduce(buf: np.ndarray, counts: Sequence[int], index: int, size: int,
               swap: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
     """This rank's (``index`` of ``size``) Adasum of ``buf`` (1-d, the tensors of ``counts``
-    one after the other) with every member's; ``swap(vector, partner)`` sends ``vector`` to
-    member ``partner`` and returns the partner's (a collective of the set: each member swaps
-    with its own partner at the same level)."""
-    mine = buf
+    one after the other) with every member's, computed in ``buf`` (also returned);
+    ``swap(vector, partner)`` sends ``vector`` to member ``partner`` and returns the partner's
+    (a collective of the set: each member swaps with its own partner at the same level)."""
     level = 1
     while level < size:
-        theirs = swap(mine, index ^ level)
-        left, right = (mine, theirs) if index & level == 0 else (theirs, mine)
-        mine = _combine_parts(left, right, counts)
+        theirs = swap(buf, index ^ level)
+        left, right = (buf, theirs) if index & level == 0 else (theirs, buf)
+        _combine_parts(left, right, counts, out=buf)
         level <<= 1
-    return mine
+    return buf
 
 
-def swap_on(backend: Any, pset: Any) -> Callable[[np.ndarray, int], np.ndarray]:
+def swap_on(backend: Any, pset: Any, received: np.ndarray) -> Callable[[np.ndarray, int],
+                                                                       np.ndarray]:
     """``swap`` for :func:`allreduce` over a data plane's ``alltoallv``: the whole vector to
-    the partner, nothing to the others."""
+    the partner, nothing to the others, the partner's into ``received`` (reused each level)."""
     size = len(pset.ranks)
 
     def swap(vector: np.ndarray, partner: int) -> np.ndarray:
         sizes = [0] * size
         sizes[partner] = vector.nbytes
-        got = np.empty_like(vector)
-        backend.alltoallv(pset, vector, sizes, got, sizes)
-        return got
+        backend.alltoallv(pset, vector, sizes, received, sizes)
+        return received
 
     return swap
 

@@ -308,8 +308,9 @@ class Executor:
             else:
                 b.scale_into(buf[off:off + n], req.tensor.reshape(-1), resp.prescale)
             off += n
+        received = self.fusion_buffer(buf.dtype, len(buf))  # (a host plane: NumPy)
         result = adasum.allreduce(buf, counts, pset.index, len(pset.ranks),
-                                  adasum.swap_on(b, pset))
+                                  adasum.swap_on(b, pset, received))
         if resp.postscale != 1.0:
             b.scale_into(result, result, resp.postscale)
         self._span(reqs, resp.names, f"{self.prefix}_ADASUM_ALLREDUCE", t0, bytes=buf.nbytes,
