@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -111,3 +112,15 @@ def test_core_adasum_job(controller: str, np_: int) -> None:
 @pytest.mark.parametrize("np_", [2, 3])
 def test_torch_adasum_job(np_: int) -> None:
     _ok(run_mpi(np_, [program("torch_adasum.py")], timeout=240), np_, "TORCH ADASUM")
+
+
+@pytest.mark.mpi
+def test_adasum_benchmark_quick_form() -> None:
+    """benchmarks/adasum.py at 2 ranks: every peer's row, results compared (no timing)."""
+    res = run_mpi(2, [str(Path(__file__).parents[1] / "benchmarks" / "adasum.py"),
+                      "--sizes", "4KiB,64KiB", "--reps", "2"], timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for peer in ("mpi4py Allreduce Sum", "raw Adasum", "hvd.allreduce(x, op=Adasum)"):
+        assert len(re.findall(rf"^\| (4KiB|64KiB) \| {re.escape(peer)} \|", res.stdout,
+                              re.MULTILINE)) == 2, res.stdout
+    assert "results: every Adasum peer equals the tree" in res.stdout, res.stdout
