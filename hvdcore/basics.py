@@ -348,11 +348,18 @@ def _excepthook(etype: type[BaseException], value: BaseException, tb: Any) -> No
     _aborting = True
     text = "".join(traceback.format_exception(etype, value, tb)).rstrip("\n")
     label = f"[hvdcore rank {st.rank}] "
-    sys.stderr.write(
-        f"{label}uncaught {etype.__name__} on rank {st.rank} of {st.size}; aborting the job so "
-        "the other ranks do not wait forever:\n"
-        + "\n".join(label + line for line in text.splitlines()) + "\n")
-    sys.stderr.flush()
+    report = (f"{label}uncaught {etype.__name__} on rank {st.rank} of {st.size}; aborting the "
+              "job so the other ranks do not wait forever:\n"
+              + "\n".join(label + line for line in text.splitlines()) + "\n")
+    # also to the process's own stderr: torch.distributed's hook (init_process_group: the
+    # torch planes) calls this one with sys.stderr swapped for a buffer it writes out only
+    # after we return, and Abort below does not return
+    for stream in {id(s): s for s in (sys.stderr, sys.__stderr__) if s is not None}.values():
+        try:
+            stream.write(report)
+            stream.flush()
+        except (OSError, ValueError):
+            pass
     _close_timeline()
     if liveness.victim_of_a_dead_peer(tb):
         # the watchdog's abort_job ends this rank after its grace, so that the launcher sees

@@ -73,6 +73,25 @@ def test_exception_on_one_rank_aborts_job_with_labelled_traceback() -> None:
     assert "[hvdcore rank 1] ValueError: boom in user code on purpose" in err
 
 
+def test_exception_under_torch_distributed_still_shows_its_traceback() -> None:
+    """torch.distributed (the torch Gloo plane here; NCCL on GPU nodes) wraps sys.excepthook
+    and swaps sys.stderr for a buffer it prints only after the hook returns: hvdcore's hook
+    aborts the job, so its report must reach the process's stderr itself."""
+    code = ("import torch, hvdcore.torch as hvd\n"
+            "import torch.distributed as dist\n"
+            "hvd.init()\n"
+            "assert dist.is_initialized()\n"
+            "hvd.allreduce(torch.ones(2))\n"
+            "if hvd.rank() == 1:\n"
+            "    raise ValueError('boom under torch.distributed')\n"
+            "hvd.allreduce(torch.ones(2))\n")
+    res = run_mpi(2, ["-c", code], env={"HVDCORE_CPU_OPERATIONS": "gloo"}, timeout=120)
+    assert res.returncode != 0
+    err = res.stderr
+    assert err.count("uncaught ValueError on rank 1 of 2") == 1, err
+    assert "[hvdcore rank 1] ValueError: boom under torch.distributed" in err, err
+
+
 def test_sigkilled_rank_ends_job_and_is_named() -> None:
     # the other ranks would wait forever: run_mpi's timeout is the hang guard (not a speed check)
     res = run_mpi(3, [program("core_crash.py"), "kill"], timeout=60)
