@@ -30,11 +30,12 @@ from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import synchronize as _synchronize
 from hvdcore.torch.mpi_ops import allreduce_async_
 from hvdcore.torch.optimizer_params import ParameterSetup
+from hvdcore.torch.optimizer_wrapping import WrapsOptimizer
 
 __all__ = ["AdasumOptimizer"]
 
 
-class AdasumOptimizer(ParameterSetup, torch.optim.Optimizer):
+class AdasumOptimizer(WrapsOptimizer, ParameterSetup, torch.optim.Optimizer):
     """Horovod's Adasum delta optimizer (see the module); made by ``DistributedOptimizer``."""
 
     def __init__(self, optimizer: torch.optim.Optimizer,
@@ -147,22 +148,6 @@ class AdasumOptimizer(ParameterSetup, torch.optim.Optimizer):
         self._handles.clear()
         for k in self._delay:
             self._delay[k] = self.backward_passes_per_step
-
-    def set_backward_passes_per_step(self, passes: int) -> None:
-        """Change ``backward_passes_per_step`` (between steps)."""
-        self.backward_passes_per_step = passes
-        for k in self._delay:
-            self._delay[k] = passes
-
-    def state_dict(self) -> dict[str, Any]:
-        """The wrapped optimizer's state dict."""
-        return self.wrapped_optimizer.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load into the wrapped optimizer."""
-        self.wrapped_optimizer.load_state_dict(state_dict)
-        self.state = self.wrapped_optimizer.state
-        self.param_groups = self.wrapped_optimizer.param_groups
 
     def __repr__(self) -> str:
         return f"DistributedOptimizer({self.wrapped_optimizer!r}, op=Adasum)"

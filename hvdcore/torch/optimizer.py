@@ -29,9 +29,11 @@ As Horovod's, it reduces nothing where there is nothing to average with: in a jo
 parameter and is the wrapped optimizer (gradients used as computed, ``step(closure)`` passed on,
 no error for extra backward passes or an early ``zero_grad()``).
 
-The class is in three files: this one (construction, ``synchronize()``, ``step()`` and the
+The class is in four files: this one (construction, ``synchronize()``, ``step()`` and the
 ``torch.optim.Optimizer`` interface), ``optimizer_params.py`` (parameter names, groups, the
-same-model check) and ``optimizer_hooks.py`` (the hook, and the start of each allreduce).
+same-model check), ``optimizer_hooks.py`` (the hook, and the start of each allreduce) and
+``optimizer_wrapping.py`` (the wrapped optimizer's ``state_dict``; shared with the Adasum
+optimizer of ``adasum_optimizer.py``, which ``op=Adasum`` makes in a job of 2+ ranks).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from hvdcore.torch.compression import Compression, Compressor
 from hvdcore.torch.handles import Handle
 from hvdcore.torch.optimizer_hooks import GradientHooks
 from hvdcore.torch.optimizer_params import ParameterSetup
+from hvdcore.torch.optimizer_wrapping import WrapsOptimizer
 
 __all__ = ["DistributedOptimizer"]
 
@@ -65,7 +68,7 @@ sentence is Horovod's (``horovod/torch/optimizer.py``), so warning filters writt
 match it."""
 
 
-class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer):
+class DistributedOptimizer(WrapsOptimizer, ParameterSetup, GradientHooks, torch.optim.Optimizer):
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
     Args:
@@ -287,16 +290,6 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
         the generation they were submitted to has ended; hvd.elastic calls this)."""
         self._new_step(synchronized=False)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The wrapped optimizer's state dict."""
-        return self.wrapped_optimizer.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load into the wrapped optimizer."""
-        self.wrapped_optimizer.load_state_dict(state_dict)
-        self.state = self.wrapped_optimizer.state
-        self.param_groups = self.wrapped_optimizer.param_groups
-
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a parameter group to the wrapped optimizer and hook its parameters.
 
@@ -315,12 +308,6 @@ class DistributedOptimizer(ParameterSetup, GradientHooks, torch.optim.Optimizer)
                 self._delay[id(p)] = self.backward_passes_per_step
                 if self._reducing:
                     self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
-
-    def set_backward_passes_per_step(self, passes: int) -> None:
-        """Change ``backward_passes_per_step`` (between steps)."""
-        self.backward_passes_per_step = passes
-        for k in self._delay:
-            self._delay[k] = passes
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("DistributedOptimizer cannot be pickled; save state_dict() instead")

@@ -2,8 +2,9 @@
 of each one's allreduce, the groups reduced together, and the check at construction that every
 rank wraps the same model.
 
-:class:`ParameterSetup` is a mixin of ``DistributedOptimizer``: it reads the attributes that
-class's ``__init__`` sets (annotated below) and is not meant to be used alone.
+:class:`ParameterSetup` is a mixin of ``DistributedOptimizer`` (and of the Adasum optimizer,
+which names and checks its parameters the same way): it reads the attributes their
+``__init__`` sets (annotated below) and is not meant to be used alone.
 """
 
 from __future__ import annotations

@@ -19,20 +19,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from rank_checks import Checks
 
 import hvdcore as hvd
 from hvdcore.engine.adasum import tree_reduce
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
-checks = 0
-
-
-def ok(cond: bool, what: str) -> None:
-    global checks
-    if not cond:
-        raise AssertionError(f"rank {R}: {what}")
-    checks += 1
+CHECKS = Checks(R)
+ok = CHECKS.ok
 
 
 def raises(exc: type[BaseException], needle: str, fn) -> None:
@@ -50,7 +45,7 @@ if N & (N - 1):  # Horovod's limit: a power-of-two number of ranks
     raises(NotImplementedError, "power-of-two", lambda: hvd.allreduce(np.ones(3), op=hvd.Adasum))
     raises(NotImplementedError, "power-of-two",
            lambda: hvd.grouped_allreduce([np.ones(3)], op=hvd.Adasum))
-    print(f"ADASUM OK {checks}", flush=True)
+    print(f"ADASUM OK {CHECKS.count}", flush=True)
     raise SystemExit(0)
 
 # -- Horovod's checks --------------------------------------------------------------------------
@@ -183,4 +178,4 @@ if N > 1:
         ok(float(hvd.allreduce(np.ones(1), op=hvd.Sum)[0]) == N, "odd ranks: Sum")
     raises(hvd.MismatchError, "mismatched op",
            lambda: hvd.allreduce(np.ones(3), op=hvd.Adasum if R == 0 else hvd.Sum))
-print(f"ADASUM OK {checks}", flush=True)
+print(f"ADASUM OK {CHECKS.count}", flush=True)

@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from rank_checks import Checks
 
 import hvdcore.torch as hvd
 from hvdcore.engine.adasum import tree_reduce
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
-checks = 0
-
-
-def ok(cond: bool, what: str) -> None:
-    global checks
-    if not cond:
-        raise AssertionError(f"rank {R}: {what}")
-    checks += 1
+CHECKS = Checks(R)
+ok = CHECKS.ok
 
 
 if N & (N - 1):  # Horovod's limit, both for the collective and for its optimizer
@@ -45,7 +40,7 @@ if N & (N - 1):  # Horovod's limit, both for the collective and for its optimize
             raise AssertionError(f"rank {R}: Adasum on {N} ranks was accepted")
     ok(torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(N))),
        "Sum after the refusals")
-    print(f"TORCH ADASUM OK {checks}", flush=True)
+    print(f"TORCH ADASUM OK {CHECKS.count}", flush=True)
     raise SystemExit(0)
 
 
@@ -157,4 +152,4 @@ for label, make_opt in SETUPS.items():
         every = hvd.allgather_object([g.tolist() for g in got])
         ok(all(e == every[0] for e in every), f"{label}: ranks' models differ")
 
-print(f"TORCH ADASUM OK {checks}", flush=True)
+print(f"TORCH ADASUM OK {CHECKS.count}", flush=True)
