@@ -8,13 +8,14 @@ holding the combination of its own members so far. Every tensor of a fused respo
 combined on its own (its own dot product and norms).
 
 The arithmetic is Horovod's (``horovod/common/ops/adasum/adasum.h``): dot products and squared
-norms accumulated in float64 (a float32 tensor's products rounded to float32 first, as its
-loop multiplies in the element type); a coefficient of 1 where a squared norm is below 1e-8;
-float32 and float64 results computed in float64 and rounded once, float16 ones with float32
-coefficients. Horovod reaches the tree's result by vector halving and distance doubling; here
-each level swaps whole vectors with the partner (``rank ^ L``) and both compute the same
-combination, so every rank holds the same bits without a final gather. Prescale and postscale
-apply before and after, as Horovod's MPI Adasum operation does.
+norms accumulated in float64 (a float32 tensor's products rounded to float32 first, as its loop
+multiplies in the element type; summed pairwise in blocks where its loop adds in order, so a
+coefficient may differ from Horovod's in the last bits of a double); a coefficient of 1 where a
+squared norm is below 1e-8; float32 and float64 results computed in float64 and rounded once,
+float16 ones with float32 coefficients. Horovod reaches the tree's result by vector halving and
+distance doubling; here each level swaps whole vectors with the partner (``rank ^ L``) and both
+compute the same combination, so every rank holds the same bits without a final gather. Prescale
+and postscale apply before and after, as Horovod's MPI Adasum operation does.
 """
 
 from __future__ import annotations
