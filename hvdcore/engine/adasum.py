@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["combine", "tree_reduce", "is_power_of_two", "allreduce", "swap_on",
-           "element_counts"]
+           "element_counts", "execute"]
 
 _TINY = 1e-8  # a squared norm below this leaves its vector's coefficient at 1 (Horovod's)
 
@@ -144,3 +144,35 @@ def swap_on(backend: Any, pset: Any, received: np.ndarray) -> Callable[[np.ndarr
 def element_counts(shapes: Sequence[Sequence[int]]) -> list[int]:
     """The element count of each tensor of a fused response."""
     return [math.prod(s) for s in shapes]
+
+
+def execute(executor: Any, resp: Any, reqs: list[Any], pset: Any) -> None:
+    """An Adasum response on ``executor``'s host plane (``Executor.allreduce`` hands it over):
+    each tensor combined on its own; a joined rank's zeros (``None`` in ``reqs``) leave the
+    others' result as it is."""
+    b = executor.backend
+    counts = element_counts(resp.shapes)
+    buf = np.empty(sum(counts), np.dtype(resp.dtype))
+    t0 = executor.timeline.now_us() if executor.timeline else 0.0
+    off = 0
+    for req, n in zip(reqs, counts, strict=True):
+        if req is None:
+            buf[off:off + n] = 0
+        else:
+            b.scale_into(buf[off:off + n], req.tensor.reshape(-1), resp.prescale)
+        off += n
+    received = executor.fusion_buffer(buf.dtype, len(buf))  # (a host plane: NumPy)
+    result = allreduce(buf, counts, pset.index, len(pset.ranks), swap_on(b, pset, received))
+    if resp.postscale != 1.0:
+        b.scale_into(result, result, resp.postscale)
+    executor._span(reqs, resp.names, f"{executor.prefix}_ADASUM_ALLREDUCE", t0,
+                   bytes=buf.nbytes, tensors=len(reqs))
+    off = 0
+    for req, n, shape in zip(reqs, counts, resp.shapes, strict=True):
+        if req is not None:
+            out = result[off:off + n].reshape(shape)
+            if req.out is not None:
+                req.out.reshape(-1)[...] = out.reshape(-1)
+                out = req.out
+            req.handle.set_part(req.part, out)
+        off += n

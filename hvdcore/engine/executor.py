@@ -194,9 +194,8 @@ class Executor:
         """Execute a (possibly fused) allreduce; ``None`` entries are joined-rank neutrals."""
         if self.timeline is not None:
             self._negotiated(reqs, resp.names)
-        if resp.op == ReduceOp.ADASUM:
-            self._adasum(resp, reqs, pset)
-            return
+        if resp.op == ReduceOp.ADASUM:  # (hvdcore/engine/adasum.py)
+            return adasum.execute(self, resp, reqs, pset)
         key = (resp.dtype, resp.op)
         plan = self._plans.get(key)
         if plan is None:
@@ -293,37 +292,6 @@ class Executor:
                 b.scale_into(flat, buf[off:off + n], post)
                 req.handle.set_part(req.part, out)
         self._span(reqs, resp.names, "UNFUSE", t2, bytes=nbytes)
-
-    def _adasum(self, resp: Response, reqs: list[Request | None], pset: SetState) -> None:
-        """Adasum of host arrays (see :mod:`hvdcore.engine.adasum`): each tensor combined on
-        its own; a joined rank's zeros leave the others' result as it is."""
-        b = self.backend
-        counts = adasum.element_counts(resp.shapes)
-        buf = np.empty(sum(counts), np.dtype(resp.dtype))
-        t0 = self.timeline.now_us() if self.timeline else 0.0
-        off = 0
-        for req, n in zip(reqs, counts, strict=True):
-            if req is None:
-                buf[off:off + n] = 0
-            else:
-                b.scale_into(buf[off:off + n], req.tensor.reshape(-1), resp.prescale)
-            off += n
-        received = self.fusion_buffer(buf.dtype, len(buf))  # (a host plane: NumPy)
-        result = adasum.allreduce(buf, counts, pset.index, len(pset.ranks),
-                                  adasum.swap_on(b, pset, received))
-        if resp.postscale != 1.0:
-            b.scale_into(result, result, resp.postscale)
-        self._span(reqs, resp.names, f"{self.prefix}_ADASUM_ALLREDUCE", t0, bytes=buf.nbytes,
-                   tensors=len(reqs))
-        off = 0
-        for req, n, shape in zip(reqs, counts, resp.shapes, strict=True):
-            if req is not None:
-                out = result[off:off + n].reshape(shape)
-                if req.out is not None:
-                    req.out.reshape(-1)[...] = out.reshape(-1)
-                    out = req.out
-                req.handle.set_part(req.part, out)
-            off += n
 
     # -- other collectives -------------------------------------------------------------------
 
