@@ -15,6 +15,7 @@ once met, the committed ``waited`` skips it when a reset rolls back into that ep
 discovery script); ``sleep`` (seconds per step).
 """
 
+import faulthandler
 import json
 import os
 import sys
@@ -29,6 +30,10 @@ plan = json.loads(os.environ["ELASTIC_PLAN"])
 host = os.environ.get("HOROVOD_HOSTNAME", "?")
 
 
+# a worker that stands still this long prints every thread's stack (re-armed at each commit:
+# a healthy job commits at least every few seconds): a hung test shows where it hung
+STUCK_S = 75
+faulthandler.dump_traceback_later(STUCK_S, exit=False)
 hvd.init()
 say(f"READY {os.getpid()} {os.getpid()}")  # the fault suite's leftover check reads the pids
 torch.manual_seed(0)
@@ -40,6 +45,15 @@ state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=0, batch=0, st
                                waited=-1)
 state.register_reset_callbacks([lambda: say(f"RESET rank {hvd.rank()} size {hvd.size()}")])
 B = plan["batch"]
+_commit = state.commit
+
+
+def commit():
+    faulthandler.dump_traceback_later(STUCK_S, exit=False)
+    _commit()
+
+
+state.commit = commit
 
 
 @hvd.elastic.run
