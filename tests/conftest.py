@@ -172,6 +172,7 @@ XDIST_GROUPS = {
     "test_tensorflow": "tf", "test_tensorflow_semantics": "tf", "test_tensorflow_dlpack": "tf",
     "test_reframe_slurm": "slurm", "test_faults_slurm": "slurm", "test_faults_reframe": "slurm",
     "test_core_hierarchical_slurm": "slurm", "test_torch_rendezvous_slurm": "slurm",
+    "test_mpi_mismatch_slurm": "slurm",
     "test_steady_path": "steady", "test_steady_batch": "steady",  # tests/steady_runs.py
     "test_torch_binding": "torch", "test_torch_semantics": "torch",  # SHARED_LAUNCHES["torch"]
     "test_torch_dataplanes": "torch",

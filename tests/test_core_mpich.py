@@ -102,3 +102,19 @@ def test_the_mismatch_rule() -> None:
     assert launcher_size_mismatch({"PMI_SIZE": "1"}, 1, lib) is None  # mpirun -np 1
     assert launcher_size_mismatch({}, 1, lib) is None  # a lone process
     assert launcher_size_mismatch({"PMI_SIZE": "x"}, 1, lib) is None
+    # srun's step size counts where no MPI launcher's variable is set (srun --mpi=none, or a
+    # --mpi plugin the library does not speak): as Slurm 22.05 sets them for a task of srun -n2
+    task = {"SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_NTASKS": "2"}
+    said = launcher_size_mismatch(task, 1, lib)
+    assert said and said.startswith("srun started 2 tasks (SLURM_STEP_NUM_TASKS=2)") \
+        and "comm=MPI.COMM_SELF" in said
+    assert launcher_size_mismatch(task, 2, lib) is None
+    assert "SLURM_MPI_TYPE=pmix" in (launcher_size_mismatch(
+        {**task, "SLURM_MPI_TYPE": "pmix"}, 1, lib) or "")
+    # mpirun inside an allocation: its ranks inherit the daemons' srun step (one task per
+    # node); the launcher's own size decides (mpirun -np 1 on two nodes is a world of one)
+    assert launcher_size_mismatch({**task, "OMPI_COMM_WORLD_SIZE": "1"}, 1, lib) is None
+    assert launcher_size_mismatch({**task, "PMI_SIZE": "1"}, 1, lib) is None
+    # the batch script itself: no step variables (SLURM_NTASKS is the allocation's)
+    assert launcher_size_mismatch({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, 1, lib) is None
