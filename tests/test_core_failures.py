@@ -1,5 +1,6 @@
 """Failure behaviour with real ranks: mismatches, stalls, exceptions, dead ranks, misuse."""
 
+import re
 import subprocess
 import sys
 
@@ -32,6 +33,21 @@ def test_mismatch_is_an_error_on_every_rank(case: str, needle: str) -> None:
         assert f"rank {r} healthy after mismatch" in res.stdout
 
 
+def _shows_where_rank_1_is(out: str, line: str) -> None:
+    """The stalled rank (only it) adds its main thread's stack to its warning, innermost frame
+    last: the function it waits in and the line."""
+    said = out.count("Where this rank's threads are instead:")
+    assert said >= 1 and said == out.count("This rank (1) has not submitted"), out
+    block = out[out.index("Where this rank's threads are instead:"):]
+    assert re.search(r"Thread 'MainThread' \(most recent call last\):\n"
+                     r'(?:    File "[^"]+", line \d+, in .+\n(?:      .+\n)?)*?'
+                     r'    File "[^"]*core_stall\.py", line \d+, in <module>\n'
+                     r"      slow_data_loader\(\)\n"
+                     r'    File "[^"]*core_stall\.py", line \d+, in slow_data_loader\n'
+                     rf"      {re.escape(line)}\n", block), block[:3000]
+    assert "hvdcore-engine" not in block.split("\n[")[0], block[:3000]
+
+
 @pytest.mark.parametrize("cached", [[], ["cached"]], ids=["negotiated", "cache-hit"])
 def test_stall_warns_then_shuts_down_every_rank(cached: list[str]) -> None:
     # Rank 1 sleeps 60 s: only the stall shutdown (at 4 s) can end the job before run_mpi's
@@ -44,6 +60,7 @@ def test_stall_warns_then_shuts_down_every_rank(cached: list[str]) -> None:
     assert "WARNING stalled collectives" in out
     assert "allreduce 'skipped': submitted by ranks [0, 2]" in out and "missing on rank 1" in out
     assert "This rank (1) has not submitted: skipped" in out
+    _shows_where_rank_1_is(out, "time.sleep(float(sys.argv[1]))")
     assert "StallError" in out and "rank 1 woke up" not in out
 
 
@@ -60,8 +77,32 @@ def test_stall_warning_only_when_shutdown_disabled(cached: list[str]) -> None:
     assert res.returncode == 0, out
     assert "WARNING stalled collectives" in out
     assert "This rank (1) has not submitted: skipped" in out
+    _shows_where_rank_1_is(out, "if not warned.wait(float(sys.argv[1])):")
     assert "rank 1 submitted late" in out and "StallError" not in out
     assert "rank 1 saw no stall warning" not in out
+
+
+def test_collectives_in_another_order_show_where_each_rank_waits() -> None:
+    """Both ranks stall, each on what the other submitted; each rank's warning shows its own
+    waiting line, cut at the hvdcore API call (no engine frames below it)."""
+    res = subprocess.run(
+        [sys.executable, "-m", "hvdcore.runner", "-np", "2", sys.executable,
+         program("core_order_stall.py")], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env=mpi_env({"HVDCORE_STALL_CHECK_TIME_SECONDS": "1",
+                     "HVDCORE_STALL_SHUTDOWN_TIME_SECONDS": "3"}))
+    assert res.returncode != 0 and "StallError" in res.stderr, res.stderr
+    for rank, missing, function, call in ((0, "second", "rank0_step", "first"),
+                                          (1, "first", "rank1_step", "second")):
+        mine = "\n".join(re.findall(rf"^\[1,{rank}\]<stderr>:(.*)$", res.stderr, re.M))
+        start = mine.index(f"This rank ({rank}) has not submitted: {missing}")
+        block = mine[start:mine.index("[hvdcore rank", start)]
+        assert re.search(r"  Where this rank's threads are instead:\n"
+                         r"  Thread 'MainThread' \(most recent call last\):\n"
+                         r'    File "[^"]*core_order_stall\.py", line \d+, in <module>\n.*\n'
+                         rf'    File "[^"]*core_order_stall\.py", line \d+, in {function}\n'
+                         rf'      hvd\.allreduce\(np\.ones\(2\), name="{call}"\)\n'
+                         r'    File "[^"]*hvdcore/ops\.py", line \d+, in allreduce\n'
+                         r"      .*\n?$", block), block
 
 
 def test_exception_on_one_rank_aborts_job_with_labelled_traceback() -> None:

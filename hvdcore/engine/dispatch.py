@@ -36,6 +36,7 @@ from hvdcore.engine.messages import (
     duplicate_name_error,
 )
 from hvdcore.engine.progress import RunState
+from hvdcore.engine.thread_stacks import where_threads_are
 
 log = logging.getLogger("hvdcore")
 
@@ -197,8 +198,12 @@ class Dispatcher:
 
     def _stall_warning(self, resp: Response, _cached: bool) -> None:
         mine = dict(resp.per_rank).get(self.rank)
-        extra = (f"\n  This rank ({self.rank}) has not submitted: {', '.join(mine)}"
-                 if mine else "")
+        extra = ""
+        if mine:
+            extra = f"\n  This rank ({self.rank}) has not submitted: {', '.join(mine)}"
+            where = where_threads_are("  ")
+            if where:
+                extra += f"\n  Where this rank's threads are instead:\n{where}"
         log.warning("%s%s", resp.message, extra)
 
     def _abort_job(self, resp: Response, _cached: bool) -> None:

@@ -30,12 +30,19 @@ hvd.allreduce(np.ones(2), name="warmup")
 if "cached" in sys.argv[2:]:
     for _ in range(3):
         hvd.allreduce(np.ones(2), name="skipped")
-if R == 1:
+
+
+def slow_data_loader() -> None:
+    """Where rank 1 is while the others wait (its stall warning must show this function)."""
     if "late" in sys.argv[2:]:
         if not warned.wait(float(sys.argv[1])):
             print("rank 1 saw no stall warning", flush=True)
     else:
         time.sleep(float(sys.argv[1]))
+
+
+if R == 1:
+    slow_data_loader()
     print("rank 1 woke up", flush=True)
     if "late" in sys.argv[2:]:
         hvd.allreduce(np.ones(2), name="skipped")
