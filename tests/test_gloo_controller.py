@@ -8,6 +8,7 @@ programs with thread progress, 1-3 ranks); this file checks how jobs start and f
 from __future__ import annotations
 
 import importlib.util
+import re
 import socket
 import subprocess
 import sys
@@ -161,3 +162,25 @@ def test_ranks_started_for_different_sizes_fail_clearly(tmp_path: Path) -> None:
     assert all(p.returncode != 0 for p in procs), outs
     assert "started for 3 ranks, rank 0 for 2" in outs[1][1], outs[1][1]
     assert "rank 1 was started for 3 ranks" in outs[0][1], outs[0][1]
+
+
+def test_a_rank_0_that_never_checks_in_is_named_within_the_timeout() -> None:
+    """Rank 1 alone at a live store (hosted here, as hvdcorerun --gloo hosts it): after the
+    timeout it names rank 0 as missing; it does not wait out the store's own timeout a
+    second time and end in torch's bare DistStoreError."""
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    store = TCPStore("127.0.0.1", 0, 2, True, datetime.timedelta(seconds=60),
+                     wait_for_workers=False)
+    env = _clean_env({"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+                      "HOROVOD_GLOO_RENDEZVOUS_PORT": str(store.port), "HOROVOD_RANK": "1",
+                      "HOROVOD_SIZE": "2", "HOROVOD_GLOO_TIMEOUT_SECONDS": "3"})
+    res = subprocess.run([sys.executable, program("gloo_job.py"), "ok"], env=env,
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    err = res.stderr
+    assert res.returncode != 0, err
+    assert re.search(r"RendezvousError: rank 1: ranks \[0\] of 2 did not reach the rendezvous "
+                     rf"store at 127\.0\.0\.1:{store.port} within 3 s", err), err
+    assert "DistStoreError" not in err, err

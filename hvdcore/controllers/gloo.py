@@ -101,6 +101,20 @@ def _wait(store: Any, keys: list[str], deadline: float, info: gloo_env.LaunchInf
         time.sleep(0.01)
 
 
+def _missing(info: gloo_env.LaunchInfo, missing: list[int], timeout: float
+             ) -> RendezvousError:
+    """The error of a check-in that waited ``timeout`` for ranks ``missing``."""
+    why = ("were they started with another controller (HVDCORE_CONTROLLER), another size, or "
+           "another rendezvous address?")
+    if info.prefix:  # an elastic generation: its ranks come from the last one
+        why = ("a rank of the last generation may still be leaving it (stuck in a collective "
+               "with a peer that is gone), or have ended without the launcher noticing")
+    return RendezvousError(
+        f"rank {info.rank}: ranks {missing} of {info.size} did not reach the rendezvous store "
+        f"at {info.addr}:{info.port}{f' ({info.prefix})' if info.prefix else ''} within "
+        f"{timeout:g} s (HVDCORE_RENDEZVOUS_TIMEOUT); {why}")
+
+
 def _check_in(store: Any, info: gloo_env.LaunchInfo, timeout: float) -> None:
     """Every rank announces (size, host); a rank that disagrees fails at once, a missing one
     within ``timeout``, on every rank that waits for it."""
@@ -117,6 +131,8 @@ def _check_in(store: Any, info: gloo_env.LaunchInfo, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     if info.rank != 0:
         _wait(store, ["rank/0"], deadline, info)
+        if not store.check(["rank/0"]):  # (a get would wait out the store's timeout again)
+            raise _missing(info, [0], timeout)
         size0 = int(store.get("rank/0").decode().split()[0])
         if size0 != info.size:
             raise RendezvousError(
@@ -127,12 +143,8 @@ def _check_in(store: Any, info: gloo_env.LaunchInfo, timeout: float) -> None:
         if info.superseded is not None and info.superseded():
             raise _Superseded()
         if time.monotonic() > deadline:
-            missing = [r for r in range(info.size) if not store.check([f"rank/{r}"])]
-            raise RendezvousError(
-                f"rank {info.rank}: ranks {missing} of {info.size} did not reach the "
-                f"rendezvous store at {info.addr}:{info.port} within {timeout:g} s "
-                "(HVDCORE_RENDEZVOUS_TIMEOUT); were they started with another controller "
-                "(HVDCORE_CONTROLLER), another size, or another rendezvous address?")
+            raise _missing(info, [r for r in range(info.size)
+                                  if not store.check([f"rank/{r}"])], timeout)
         time.sleep(0.01)
     for r in range(info.size):
         size_r = int(store.get(f"rank/{r}").decode().split()[0])
