@@ -80,11 +80,21 @@ def epochs(out: str) -> dict[int, set[tuple[int, int, str]]]:
     return seen
 
 
+def shown(out: str) -> str:
+    """The end of a job's output for a failed assertion, and the stack dumps of workers that
+    stood still (tests/programs/elastic_torch.py) wherever they are in it."""
+    tail = out[-6000:]
+    first = out.find("most recent call first")
+    if first < 0 or out.find("most recent call first") >= len(out) - 6000:
+        return tail
+    return f"{tail}\n--- stack dumps of stuck workers ---\n{out[max(first - 200, 0):][:8000]}"
+
+
 def finished(proc: subprocess.CompletedProcess[str], out: str, size: int) -> int:
     """Assert a successful job whose ``size`` final ranks agree with the reference; its steps."""
-    assert proc.returncode == 0, out[-6000:]
+    assert proc.returncode == 0, shown(out)
     done = re.findall(r"^DONE rank (\d+) size (\d+) steps (\d+) epoch 3 w (\S+)$", out, re.M)
-    assert sorted(int(r) for r, *_ in done) == list(range(size)), out[-6000:]
+    assert sorted(int(r) for r, *_ in done) == list(range(size)), shown(out)
     assert {int(n) for _, n, _, _ in done} == {size}
     steps = {int(s) for _, _, s, _ in done}
     assert len(steps) == 1, done
