@@ -120,9 +120,9 @@ def world_size(request: pytest.FixtureRequest) -> int:
 #: Tests in different files judge their own program's lines in the same launch.
 SHARED_LAUNCHES = {
     "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py", "tensorflow_model_parallel.py",
-           "tensorflow_parity.py"),
+           "tensorflow_parity.py", "tensorflow_v1_training.py"),
     "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py",
-              "tensorflow_api_parity.py"),
+              "tensorflow_api_parity.py", "tensorflow_sync_bn.py"),
     "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py",
               "torch_semantics.py:all", "torch_mpi_plane.py", "torch_horovod_rules.py"),
     # the Gloo launches of test_torch_gloo.py: the first three only (semantics on Gloo and the

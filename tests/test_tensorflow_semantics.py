@@ -118,3 +118,34 @@ def test_horovod_names_and_argument_orders(world_size: int, flavour: str,
         assert f"CHECK {name} ok" in proc.stdout, name
     if world_size > 1:
         assert "CHECK included.member.v1graph ok" in proc.stdout
+
+
+@pytest.mark.parametrize("flavour", KERAS_FLAVOURS)
+def test_sync_batch_normalization(world_size: int, flavour: str, shared_launch) -> None:
+    """``hvd.SyncBatchNormalization`` with Horovod's arithmetic (tests/programs/
+    tensorflow_sync_bn.py): outputs, moving statistics and gradients equal one batch
+    normalization over every rank's batch (eager, tf.function, 2-D and 4-D, channels last and
+    first); unequal batches weigh each rank alike; compiled fit with DistributedOptimizer equals
+    one-process training; fused=True refused; a saved model loads. (One launch after
+    tensorflow_api_parity.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("keras", world_size, flavour_env(flavour))
+    _assert_ok(proc, f"TF-SYNC-BN-OK flavour={flavour}", world_size)
+    for name in ("dense.eager.input_gradient", "nchw.eager.output", "nhwc.function.moving_variance",
+                 "unequal.output", "inference.moving_statistics",
+                 "fit.weights_and_moving_statistics_match_one_process", "fused_true.refused",
+                 "saved.loads_without_custom_objects"):
+        assert f"CHECK {flavour}.{name} ok" in proc.stdout, name
+
+
+def test_tf1_session_training(world_size: int, shared_launch) -> None:
+    """TF1-style training (tests/programs/tensorflow_v1_training.py): a MonitoredTrainingSession
+    with ``BroadcastGlobalVariablesHook(0)`` starts every rank from rank 0's values, and
+    ``DistributedOptimizer`` of a ``tf.compat.v1.train`` optimizer (gradient descent, momentum
+    and its slot, Adam; embedding gradients as IndexedSlices) trains as one process on the
+    concatenated batches; Adasum and backward_passes_per_step > 1 are refused. (One launch
+    after tensorflow_parity.py: ``SHARED_LAUNCHES`` in conftest.py.)"""
+    proc = shared_launch("tf", world_size)
+    _assert_ok(proc, "TF-V1-TRAINING-OK", world_size)
+    for name in ("sgd.hook_gives_rank0_start", "sgd.w", "momentum.slot", "adam.w",
+                 "sgd_embedding.table", "refused.adasum", "refused.passes"):
+        assert f"CHECK tfv1.{name} ok" in proc.stdout, name

@@ -21,6 +21,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 from hvdcore import (
     Adasum,
     Average,
@@ -81,6 +83,7 @@ from hvdcore.tensorflow.compression import Compression
 from hvdcore.tensorflow.device_path import init, shutdown
 from hvdcore.tensorflow.gradients import DistributedGradientTape, PartialDistributedGradientTape
 from hvdcore.tensorflow.optimizer import DistributedOptimizer
+from hvdcore.tensorflow.session_training import BroadcastGlobalVariablesHook
 from hvdcore.tensorflow.variables import broadcast_global_variables, broadcast_variables
 
 __all__ = [
@@ -96,4 +99,15 @@ __all__ = [
     "DistributedGradientTape", "DistributedOptimizer", "PartialDistributedGradientTape",
     "broadcast_variables", "broadcast_global_variables",
     "start_timeline", "stop_timeline", "HorovodInternalError", "elastic",
+    "SyncBatchNormalization", "BroadcastGlobalVariablesHook",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``SyncBatchNormalization``, made on first use (it derives from a Keras class: Keras is
+    imported only when it is asked for)."""
+    if name == "SyncBatchNormalization":
+        from hvdcore.tensorflow.sync_batch_norm import sync_batch_normalization_class
+
+        return sync_batch_normalization_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,9 +2,9 @@
 
 Horovod's ``horovod.tensorflow.DistributedOptimizer`` hands a Keras optimizer on to
 ``horovod.tensorflow.keras.DistributedOptimizer``; so does this one (TF2 scripts that import
-``horovod.tensorflow as hvd`` and compile a Keras model with it). TF1's
-``tf.compat.v1.train.Optimizer`` is not supported: the error says to use
-``DistributedGradientTape`` or a Keras optimizer.
+``horovod.tensorflow as hvd`` and compile a Keras model with it). A TF1
+``tf.compat.v1.train.Optimizer`` gets :class:`~hvdcore.tensorflow.session_training.
+V1DistributedOptimizer`, whose ``compute_gradients`` reduces the gradients over the ranks.
 """
 
 from __future__ import annotations
@@ -24,8 +24,18 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
                          op: Any = Average, gradient_predivide_factor: float = 1.0,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
                          groups: Any = None, process_set: Any = global_process_set) -> Any:
-    """Wrap a Keras optimizer (Horovod's TF signature; ``use_locking`` is TF1's and unused):
-    :func:`hvdcore.tensorflow.keras.DistributedOptimizer` with the same options."""
+    """Wrap an optimizer (Horovod's TF signature): a Keras one in
+    :func:`hvdcore.tensorflow.keras.DistributedOptimizer` with the same options, a
+    ``tf.compat.v1.train`` one in :class:`~hvdcore.tensorflow.session_training.
+    V1DistributedOptimizer` (``use_locking`` is its; the device arguments are unused)."""
+    from hvdcore.tensorflow.session_training import V1DistributedOptimizer, is_v1_optimizer
+
+    if is_v1_optimizer(optimizer):
+        return V1DistributedOptimizer(
+            optimizer, name=name, use_locking=use_locking, compression=compression,
+            sparse_as_dense=sparse_as_dense, backward_passes_per_step=backward_passes_per_step,
+            op=op, gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
+            groups=groups, process_set=process_set)
     from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer as keras_optimizer
 
     return keras_optimizer(optimizer, name=name, device_dense=device_dense,
