@@ -99,8 +99,10 @@ __all__ = [
     "DistributedGradientTape", "DistributedOptimizer", "PartialDistributedGradientTape",
     "broadcast_variables", "broadcast_global_variables",
     "start_timeline", "stop_timeline", "HorovodInternalError", "elastic",
-    "SyncBatchNormalization", "BroadcastGlobalVariablesHook",
+    "BroadcastGlobalVariablesHook",
 ]
+# (SyncBatchNormalization is an attribute, made on first use, and not in __all__: a star import,
+# as hvdcore.tensorflow.keras makes, would make it, importing Keras)
 
 
 def __getattr__(name: str) -> Any:
