@@ -102,12 +102,12 @@ __all__ = [
     "BroadcastGlobalVariablesHook",
 ]
 # (SyncBatchNormalization is an attribute, made on first use, and not in __all__: a star import,
-# as hvdcore.tensorflow.keras makes, would make it, importing Keras)
+# as hvdcore.tensorflow.keras makes, would make it, looking Keras up)
 
 
 def __getattr__(name: str) -> Any:
-    """``SyncBatchNormalization``, made on first use (it derives from a Keras class: Keras is
-    imported only when it is asked for)."""
+    """``SyncBatchNormalization``, made on first use (it derives from a Keras class, which is
+    looked up only when it is asked for)."""
     if name == "SyncBatchNormalization":
         from hvdcore.tensorflow.sync_batch_norm import sync_batch_normalization_class
 

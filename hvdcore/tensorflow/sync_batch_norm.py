@@ -11,8 +11,9 @@ The class derives from ``tf.keras.layers.BatchNormalization``, whichever Keras t
 from TensorFlow 2.16 on (its ``synchronized=True`` belongs to ``tf.distribute`` and is refused),
 tf-keras with ``TF_USE_LEGACY_KERAS=1``, Keras 2 on TensorFlow 2.13-2.15. The fused kernel hides
 the batch moments, so ``fused=True`` (or None) is refused, as in Horovod. The class is made on
-first use (``hvdcore.tensorflow.SyncBatchNormalization``): importing hvdcore.tensorflow does not
-import Keras.
+first use (``hvdcore.tensorflow.SyncBatchNormalization``): importing hvdcore.tensorflow needs no
+Keras class (TensorFlow 2.13-2.15 load Keras lazily; the manual's docs-only build stands in for
+TensorFlow).
 """
 
 from __future__ import annotations
