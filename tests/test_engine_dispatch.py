@@ -161,8 +161,13 @@ def test_stall_warning_names_what_this_rank_has_not_submitted(caplog) -> None:
                              per_rank=[(0, ["x", "y"]), (1, ["z"])]))
         p.d.run_one(Response(kind=STALL_WARNING, set_id=0, names=[], message="stalled: 'q'",
                              per_rank=[(1, ["q"])]))
-    assert caplog.messages == [
-        "stalled: 'x'\n  This rank (0) has not submitted: x, y", "stalled: 'q'"]
+    first, second = caplog.messages
+    # the rank that is missing tensors adds where its threads are: here, in this test
+    head, _, where = first.partition("\n  Where this rank's threads are instead:\n")
+    assert head == "stalled: 'x'\n  This rank (0) has not submitted: x, y", first
+    assert "Thread 'MainThread' (most recent call last" in where, where
+    assert "in test_stall_warning_names_what_this_rank_has_not_submitted\n" in where, where
+    assert second == "stalled: 'q'"
 
 
 def test_abort_hands_the_error_to_the_engine() -> None:
