@@ -83,6 +83,13 @@ def _parse_pos_float(text: str) -> float:
     return value
 
 
+def _parse_unit_float(text: str) -> float:
+    value = float(text.strip())
+    if not 0 <= value <= 1:  # also rejects NaN
+        raise ValueError("expected a number in [0, 1]")
+    return value
+
+
 def _parse_str(text: str) -> str:
     return text
 
@@ -143,6 +150,33 @@ KNOBS: tuple[Knob, ...] = (
          "Longest time the coordinator holds ready tensors to fuse them with tensors that "
          "other ranks are about to submit. An idle engine starts a request at once.",
          horovod_alias=True, cli_flag="--cycle-time-ms", parse=_parse_nonneg_float),
+    Knob("AUTOTUNE", "bool", False,
+         "Rank 0 tries fusion thresholds (0-64 MiB) and cycle times (1-100 ms) during the "
+         "first steps of training, scoring each by the bytes allreduced per second, and every "
+         "rank keeps the best for the rest of the run (Horovod's procedure: four test points, "
+         "then Bayesian optimisation). A threshold or cycle time you set yourself is held. "
+         "Hierarchical collectives and the cache keep their configured values.",
+         horovod_alias=True, cli_flag="--autotune", parse=_parse_bool),
+    Knob("AUTOTUNE_LOG", "path", "",
+         "With AUTOTUNE: rank 0 writes every scored parameter set, and last the best, to "
+         "this CSV file (Horovod's columns: threshold in MiB, score in bytes per microsecond).",
+         horovod_alias=True, cli_flag="--autotune-log-file"),
+    Knob("AUTOTUNE_WARMUP_SAMPLES", "int", 3,
+         "With AUTOTUNE: scores discarded at the start (one score is the median of 5 samples).",
+         horovod_alias=True, cli_flag="--autotune-warmup-samples", parse=_parse_nonneg_int),
+    Knob("AUTOTUNE_STEPS_PER_SAMPLE", "int", 10,
+         "With AUTOTUNE: a sample ends when some tensor was allreduced this many more times.",
+         horovod_alias=True, cli_flag="--autotune-steps-per-sample", parse=_parse_nonneg_int),
+    Knob("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "int", 20,
+         "With AUTOTUNE: tuning ends after this many scored parameter sets beyond the first "
+         "(the four test points included), keeping the best.",
+         horovod_alias=True, cli_flag="--autotune-bayes-opt-max-samples",
+         parse=_parse_nonneg_int),
+    Knob("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "float [0, 1]", 0.8,
+         "With AUTOTUNE: how noisy a score is taken to be (the Gaussian process's noise "
+         "term): higher explores more.",
+         horovod_alias=True, cli_flag="--autotune-gaussian-process-noise",
+         parse=_parse_unit_float),
     Knob("CACHE_CAPACITY", "int", 1024,
          "How many allreduce responses every rank caches. A tensor submitted again with the "
          "same name, shape, dtype and op skips the coordinator: the ranks agree in one small "
@@ -296,6 +330,11 @@ class Config:
     def as_dict(self) -> dict[str, Any]:
         """All values by attribute name."""
         return dict(self._values)
+
+    def set_tuned(self, attr: str, value: Any) -> None:
+        """Replace a value chosen by the autotuner (its source becomes 'autotune')."""
+        self._values[attr] = value
+        self._sources[attr] = "autotune"
 
     def __repr__(self) -> str:
         return f"Config({self._values!r})"

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from hvdcore.backends.round_wire import FLAG_JOINING, HEADER_BYTES, HEADER_WORDS, WORD_BYTES, Header
 from hvdcore.backends.round_wire import HEADER as _HEADER
 from hvdcore.engine.fusion import slot_bytes
-from hvdcore.engine.messages import ALLREDUCE, Meta, Response, itemsize
+from hvdcore.engine.messages import ALLREDUCE, Meta, Response, itemsize, response_bytes
 
 # a Header from the struct's tuple without the Python-level __new__ (the round's latency path)
 _new_header = functools.partial(tuple.__new__, Header)
@@ -129,6 +129,11 @@ class ResponseCache:
         and ``resp`` is still its response (what the steady path checks per call). Off
         (:meth:`disable`), never: the cache then finds nothing."""
         return (self.enabled and self._matched[cid] is meta and self._single[cid] is resp)
+
+    def nbytes(self, cids: list[int]) -> int:
+        """Bytes of the live ids' tensors (what the autotuner counts)."""
+        single = self._single
+        return sum(response_bytes(r) for c in cids if (r := single[c]) is not None)
 
     def name_of(self, cid: int) -> str | None:
         """The tensor name of a live id."""

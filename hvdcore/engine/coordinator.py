@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable
 
+from hvdcore.engine.autotune import TunedParams
 from hvdcore.engine.fusion import slot_bytes
 from hvdcore.engine.messages import (
     ABORT,
@@ -28,6 +29,7 @@ from hvdcore.engine.messages import (
     BROADCAST,
     ERROR,
     JOIN,
+    PARAMS,
     REDUCESCATTER,
     REMOVE_SET,
     SHUTDOWN,
@@ -149,10 +151,20 @@ class Coordinator:
         self._join_fence = 0
         self.hit_waits: dict[str, dict[int, float]] = {}
         self._hit_warned: set[str] = set()
+        #: Parameters the autotuner chose and no list has carried yet (see :meth:`tune`).
+        self.params_due: TunedParams | None = None
 
     def busy(self) -> bool:
-        """True while some request is announced but not answered."""
-        return bool(self.table) or bool(self._held) or bool(self.hit_waits)
+        """True while some request is announced but not answered (or parameters wait)."""
+        return (bool(self.table) or bool(self._held) or bool(self.hit_waits)
+                or self.params_due is not None)
+
+    def tune(self, params: TunedParams) -> None:
+        """Use ``params`` from now on, and send them to every rank first in the next list
+        (every rank then switches at the same point of the ordered lists and rounds)."""
+        self.fusion_threshold = params.fusion_threshold
+        self.cycle_time_s = params.cycle_time_ms / 1000.0
+        self.params_due = params
 
     def note_waiting(self, rank: int, name: str, age: float) -> None:
         """``rank`` has waited ``age`` s for cached allreduce ``name`` (for the stall check)."""
@@ -186,6 +198,10 @@ class Coordinator:
     def poll(self) -> list[Response]:
         """Return the responses that can be sent now (possibly empty)."""
         now = self.clock()
+        if self.params_due is not None:
+            p, self.params_due = self.params_due, None
+            return [Response(kind=PARAMS, set_id=0, names=["autotune"],
+                             per_rank=[p.fusion_threshold, p.cycle_time_ms]), *self.poll()]
         if not self._dirty and not self._held and (
                 (not self.table and not self.hit_waits) or self.stall_disabled
                 or now - self._last_stall_scan < 0.2):

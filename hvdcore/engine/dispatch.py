@@ -26,6 +26,7 @@ from hvdcore.engine.messages import (
     BROADCAST,
     ERROR,
     JOIN,
+    PARAMS,
     REDUCESCATTER,
     REMOVE_SET,
     SHUTDOWN,
@@ -56,13 +57,15 @@ class Dispatcher:
         self.plane = plane
         self.run = run
         self._abort = abort
+        #: Applies the autotuner's parameters on this rank (fusion threshold, cycle time ms).
+        self.use_params: Callable[[int, float], None] | None = None
         self.inflight: dict[tuple[int, str], Request] = {}
         # Requests whose data call raised after they left ``inflight`` (see interrupted)
         self._interrupted: list[Request] = []
         self._handlers: dict[str, Callable[[Response, bool], None]] = {
             ALLREDUCE: self._allreduce, ERROR: self._error, STALL_WARNING: self._stall_warning,
             ABORT: self._abort_job, JOIN: self._join, SHUTDOWN: self._shutdown,
-            ADD_SET: self._add_set, REMOVE_SET: self._remove_set,
+            ADD_SET: self._add_set, REMOVE_SET: self._remove_set, PARAMS: self._params,
         }
         data = {ALLGATHER: Executor.allgather, BROADCAST: Executor.broadcast,
                 ALLTOALL: Executor.alltoall, REDUCESCATTER: Executor.reducescatter,
@@ -211,6 +214,11 @@ class Dispatcher:
             f"rank {self.rank}: {resp.message}")
         log.error("%s", err)
         self._abort(err)
+
+    def _params(self, resp: Response, _cached: bool) -> None:
+        if self.use_params is not None:
+            threshold, cycle_ms = resp.per_rank
+            self.use_params(int(threshold), float(cycle_ms))
 
     def _join(self, resp: Response, _cached: bool) -> None:
         req = self._take(resp, "join")

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hvdcore import errors
+from hvdcore.engine import autotune
 from hvdcore.engine.cache import ResponseCache
 from hvdcore.engine.control import ControlChannel
 from hvdcore.engine.coordinator import Coordinator
@@ -100,6 +101,7 @@ class Engine:
                                  functools.partial(_abort_after_grace, self), caller_progress,
                                  self.rank)
         self.rounds.bind(self.progress, self.executor)
+        autotune.install(cfg, coordinator, self.rounds, self.dispatcher)
         self.pipeline = Pipeline(self.rounds, self.cache, self.dispatcher.executors, sets[0])
         self.batches = SteadyBatches(self.pipeline, self.rounds, self.cache, self.progress,
                                      self.executor, sets[0])

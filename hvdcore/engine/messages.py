@@ -4,6 +4,7 @@ two records every engine stage shares: a submitted :class:`Request` and a :class
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ DATA_KINDS = (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER)
 ERROR = "error"
 STALL_WARNING = "stall_warning"
 ABORT = "abort"
+PARAMS = "params"  # the autotuner's parameters: per_rank = [fusion threshold, cycle time ms]
 
 
 @dataclass(slots=True)
@@ -122,6 +124,13 @@ class Response:
         return (self.kind, self.set_id, self.names, self.dtype, self.shapes, self.op, self.root,
                 self.prescale, self.postscale, self.per_rank, self.joined, self.message,
                 self.error_type, self.value, self.ranks, self.device)
+
+
+def response_bytes(resp: Response) -> int:
+    """Bytes of this rank's tensors in ``resp`` (0 for a response without data)."""
+    if not resp.dtype:
+        return 0
+    return sum(math.prod(shape) for shape in resp.shapes) * itemsize(resp.dtype)
 
 
 @dataclass(slots=True)

@@ -150,8 +150,7 @@ class RoundScheduler:
         self.enabled = capacity > 0
         #: The round buffers, the round in flight and the steady calls (None: no cache).
         self.channel = RoundChannel(capacity, plane, cfg.hotpath) if capacity else None
-        # Ordered execution: coordinator lists with their fences, completed rounds, and how
-        # many of each this rank has executed.
+        # Ordered execution: lists with their fences, completed rounds, how many of each ran
         self._lists: deque[tuple[int, list[Any]]] = deque()
         self._lists_executed = 0
         self._rounds_ready: deque[RoundResult] = deque()
@@ -166,13 +165,13 @@ class RoundScheduler:
         self._closing = False
         self.posted = 0  # rounds this rank has posted
         self.fast_count = 0  # rounds a caller ran itself (statistics for benchmarks)
-        #: Called with the ready ids of the next completed round that carries anything,
-        #: once (then reset): True when it executed them itself (a batch left pending by
-        #: :mod:`hvdcore.engine.steady_batch`); its second argument says the round is clean
-        #: (no invalid id, no flag).
+        #: Called with the ready ids of the next completed round that carries anything, once
+        #: (then reset): True when it executed them itself (a batch left pending by
+        #: :mod:`hvdcore.engine.steady_batch`); its second argument: a clean round.
         self.ready_hook: Callable[[list[int], bool], bool] | None = None
         self._progress: Any = None
         self._timeline_of: Any = None
+        self.tuner: Any = None  # rank 0 while autotuning: its Autotuner counts what runs
 
     def bind(self, progress: Any, host: Any) -> None:
         """The engine parts :meth:`idle` reads: who drives (``Progress``) and the host
@@ -257,6 +256,8 @@ class RoundScheduler:
             if self._lists and self._lists[0][0] <= self._rounds_executed:
                 _, responses = self._lists.popleft()
                 self._lists_executed += 1
+                if self.tuner is not None:  # (rank 0, while it tunes: counts what runs)
+                    self.tuner = self.tuner.ran_list(responses)
                 self.dispatcher.run_all(responses)
             elif self._rounds_ready and self._lists_executed >= self._rounds_ready[0][0].lists:
                 # Counted before it runs, as a list is: when its data call raises (its
@@ -340,15 +341,16 @@ class RoundScheduler:
 
     def idle(self) -> bool:
         """The one rule for a caller's shortcut: True when it may post a round for its own
-        cached tensors now. Nothing is queued or announced and waiting, no round is out or
-        waiting to run, no list waits, no join or shutdown is under way, no timeline is on
-        (every call must then show its phases), and the engine is healthy."""
+        cached tensors now. Nothing is queued, announced or waiting to run, no round is out,
+        no join or shutdown is under way, no timeline is on (every call must then show its
+        phases), no autotuned parameters wait to be sent, and the engine is healthy."""
         run = self.run
         return not (self.channel is None or self._progress.queue or self.dispatcher.inflight
                     or run.fatal is not None or run.stopped
                     or self._timeline_of.timeline is not None
                     or self.hits.waiting or self.hits.invalid or self.channel.request is not None
-                    or self._rounds_ready or self._lists or self._join_flag or self._closing)
+                    or self._rounds_ready or self._lists or self._join_flag or self._closing
+                    or (self.coordinator and self.coordinator.params_due))
 
     def post_alone(self, cids: list[int]) -> Stage:
         """Post a round offering just ``cids`` (the engine is :meth:`idle`) and poll it
@@ -405,13 +407,12 @@ class RoundScheduler:
     def complete(self, stage: Stage, cids: list[int], names: list[str],
                  reqs: list[Request] | None = None, alone: bool = True) -> None:
         """The one bookkeeping after the round stage of cached tensors ``cids`` (``names``),
-        for every route. WAITING: the round did not let them run now: ``reqs`` become
-        ordinary hits of it (in flight, waiting for the round, which completes in order).
-        READY or RAN of a caller's own round (``alone``): counted as executed (in order:
-        nothing else was waiting; also when its call raised). READY of a round the cycle
-        collected (not ``alone``): the hits of ``cids`` leave the table, and ``reqs``, when
-        given (run by the caller, not the dispatcher), leave ``inflight``. Then (READY, RAN)
-        the coordinator's stall check no longer waits on ``names``."""
+        for every route. WAITING: ``reqs`` become ordinary hits of the round (in flight; it
+        completes in order). READY or RAN of a caller's own round (``alone``): counted as
+        executed (in order; also when its call raised). READY of a round the cycle collected:
+        the hits of ``cids`` leave the table, and ``reqs``, when given (run by the caller),
+        leave ``inflight``. Then (READY, RAN) the stall check no longer waits on ``names``,
+        and the autotuner (rank 0, while it tunes) counts them."""
         if stage is WAITING:
             now = time.perf_counter()
             inflight, add = self.dispatcher.inflight, self.hits.add
@@ -432,3 +433,5 @@ class RoundScheduler:
         if coord is not None and coord.hit_waits:  # (checked here: the steady call's hot path)
             for name in names:
                 coord.hit_done(name)
+        if self.tuner is not None:
+            self.tuner = self.tuner.ran(names, self.cache.nbytes(cids))

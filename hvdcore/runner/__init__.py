@@ -33,10 +33,10 @@ More horovodrun flags
     ``--output-filename DIR``: Open MPI ``--output-filename``, Hydra ``-outfile-pattern``,
     ``--gloo`` and elastic jobs ``DIR/rank.N/stdout|stderr``. ``-prefix-timestamp``: Open MPI
     ``--timestamp-output``, ``--gloo`` and elastic jobs the time before each tag. ``--tcp``:
-    ``NCCL_IB_DISABLE=1`` (Open MPI also ``-mca pml ob1 -mca btl ^openib``). ``--autotune*``,
-    ``--mpi-threads-disable``, ``--num-nccl-streams``, ``--thread-affinity`` and the log
-    timestamp switches are accepted with no effect and a note saying why; ``--jsrun`` is
-    refused (no LSF launcher).
+    ``NCCL_IB_DISABLE=1`` (Open MPI also ``-mca pml ob1 -mca btl ^openib``). The
+    ``--autotune*`` flags are knobs (above). ``--mpi-threads-disable``,
+    ``--num-nccl-streams``, ``--thread-affinity`` and the log timestamp switches are accepted
+    with no effect and a note saying why; ``--jsrun`` is refused (no LSF launcher).
 
 Hostfile
     One host per line: ``node1 slots=4`` (Open MPI/Horovod), ``node1:4`` or ``node1`` (1 slot);

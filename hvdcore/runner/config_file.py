@@ -64,12 +64,12 @@ KEYS: dict[str, dict[str, tuple[str, Callable[[Any], Any]]]] = {
         "hierarchical_allgather": ("knob_hierarchical_allgather", _flag),
     },
     "autotune": {
-        "enabled": ("autotune", _flag),
-        "log_file": ("autotune_log_file", _text),
-        "warmup_samples": ("autotune_warmup_samples", _same),
-        "steps_per_sample": ("autotune_steps_per_sample", _same),
-        "bayes_opt_max_samples": ("autotune_bayes_opt_max_samples", _same),
-        "gaussian_process_noise": ("autotune_gaussian_process_noise", _same),
+        "enabled": ("knob_autotune", _flag),
+        "log_file": ("knob_autotune_log", _text),
+        "warmup_samples": ("knob_autotune_warmup_samples", _text),
+        "steps_per_sample": ("knob_autotune_steps_per_sample", _text),
+        "bayes_opt_max_samples": ("knob_autotune_bayes_opt_max_samples", _text),
+        "gaussian_process_noise": ("knob_autotune_gaussian_process_noise", _text),
     },
     "timeline": {
         "filename": ("knob_timeline", _text),

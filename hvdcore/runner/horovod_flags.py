@@ -9,10 +9,10 @@ MPI's ``--timestamp-output``, ``--gloo`` and elastic jobs: the time before each 
 the transport choice horovodrun's mpirun command carries). ``--jsrun`` is refused: hvdcorerun
 has no LSF launcher.
 
-Accepted without effect, one notice line on stderr each: the autotuner's flags (hvdcore has no
-autotuner), ``--mpi-threads-disable``, ``--num-nccl-streams``, ``--thread-affinity`` and the log
-timestamp switches. Their values are checked as horovodrun checks them (an integer >= 0, a
-noise in [0, 1]), so a command horovodrun refuses is refused here too.
+Accepted without effect, one notice line on stderr each: ``--mpi-threads-disable``,
+``--num-nccl-streams``, ``--thread-affinity`` and the log timestamp switches. Their values are
+checked as horovodrun checks them (an integer >= 0), so a command horovodrun refuses is refused
+here too. (The autotuner's flags are knobs: :mod:`hvdcore.runner.knob_flags`.)
 """
 
 from __future__ import annotations
@@ -25,17 +25,9 @@ from hvdcore.errors import LaunchError
 __all__ = ["add_horovod_flags", "notices", "tcp_exports", "refuse_jsrun", "InterfacesAction",
            "NOOPS"]
 
-_AUTOTUNE = ("hvdcore has no autotuner: set --fusion-threshold-mb and --cycle-time-ms "
-             "yourself")
 _LOG_TIME = "hvdcore's log lines carry no timestamp"
 
 NOOPS: dict[str, tuple[str, str]] = {
-    "autotune": ("--autotune", _AUTOTUNE),
-    "autotune_log_file": ("--autotune-log-file", _AUTOTUNE),
-    "autotune_warmup_samples": ("--autotune-warmup-samples", _AUTOTUNE),
-    "autotune_steps_per_sample": ("--autotune-steps-per-sample", _AUTOTUNE),
-    "autotune_bayes_opt_max_samples": ("--autotune-bayes-opt-max-samples", _AUTOTUNE),
-    "autotune_gaussian_process_noise": ("--autotune-gaussian-process-noise", _AUTOTUNE),
     "mpi_threads_disable": ("--mpi-threads-disable",
                             "hvdcore's engine thread needs MPI's thread support: MPI always "
                             "starts multi-threaded, and mpi4py on top works as it is"),
@@ -53,13 +45,6 @@ def _count(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text}: must be >= 0")
-    return value
-
-
-def _noise(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be in [0, 1]")
     return value
 
 
@@ -109,14 +94,6 @@ def add_horovod_flags(parser: argparse.ArgumentParser,
                         "-mca pml ob1 -mca btl ^openib")
     n = parser.add_argument_group(
         "accepted for horovodrun without effect (a note on stderr says so)")
-    _pair(n, "--autotune", "--no-autotune", "autotune",
-          "no effect: hvdcore has no autotuner", "no effect (the default)")
-    n.add_argument("--autotune-log-file", metavar="FILE", help="no effect (no autotuner)")
-    for flag in ("--autotune-warmup-samples", "--autotune-steps-per-sample",
-                 "--autotune-bayes-opt-max-samples"):
-        n.add_argument(flag, type=_count, metavar="N", help="no effect (no autotuner)")
-    n.add_argument("--autotune-gaussian-process-noise", type=_noise, metavar="X",
-                   help="no effect (no autotuner)")
     _pair(n, "--mpi-threads-disable", "--no-mpi-threads-disable", "mpi_threads_disable",
           "no effect: hvdcore's engine thread needs MPI's thread support",
           "no effect (the default)")

@@ -1,0 +1,246 @@
+"""The autotuner (``HVDCORE_AUTOTUNE``, ``hvdcorerun --autotune``): rank 0 tries fusion
+thresholds and cycle times during the first steps of training and keeps the best.
+
+Horovod's procedure, with its numbers: rank 0 counts the bytes of the allreduces it runs; a
+*sample* ends when some tensor has been reduced ``steps_per_sample`` more times, and scores
+bytes per microsecond since the sample began. Five samples make one *score* (their median).
+The first ``warmup_samples`` scores are discarded; then each score is logged against the
+parameters it was measured with, and the next parameters come from four fixed test points
+(4 MiB/5 ms, 32 MiB/50 ms, 16 MiB/25 ms, 8 MiB/10 ms) and then from Bayesian optimisation over
+0-64 MiB and 1-100 ms (:mod:`hvdcore.engine.bayes_opt`). After ``bayes_opt_max_samples`` scored
+parameter sets the best scoring one is kept for the rest of the run. A parameter the user set
+(``--fusion-threshold-mb``, ``--cycle-time-ms`` or their variables) is held, not tuned.
+
+Parameters reach the other ranks in the coordinator's ordered lists (``Response`` of kind
+``params``), so every rank switches at the same point of the one order of lists and rounds.
+Hierarchical collectives and the response cache are not switched at run time here: the log
+records their configured values in Horovod's columns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from hvdcore.engine.bayes_opt import BayesianOptimizer
+from hvdcore.engine.messages import Response, response_bytes
+
+__all__ = ["Autotuner", "TunedParams", "install", "LOG_HEADER", "SAMPLES"]
+
+log = logging.getLogger("hvdcore")
+
+MIB = 1024 * 1024
+SAMPLES = 5  # samples whose median is one score (Horovod's constant)
+_BOUNDS = {"fusion_mb": (0.0, 64.0), "cycle_ms": (1.0, 100.0)}
+_TEST_POINTS = ((4.0, 5.0), (32.0, 50.0), (16.0, 25.0), (8.0, 10.0))  # (MiB, ms)
+LOG_HEADER = ("hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,"
+              "cycle_time_ms,tensor_fusion_threshold,score")
+"""The autotune log's CSV header: Horovod's columns (threshold in MiB, score in bytes/us)."""
+
+
+@dataclass(frozen=True)
+class TunedParams:
+    """What rank 0 tells every rank to use: fusion threshold (bytes) and cycle time (ms)."""
+
+    fusion_threshold: int
+    cycle_time_ms: float
+
+
+@dataclass(frozen=True)
+class _Settings:
+    warmup: int
+    steps_per_sample: int
+    max_samples: int
+    noise: float
+
+
+class Autotuner:
+    """Rank 0's tuning state. Feed it what ran (:meth:`update`); publish what it returns.
+
+    ``cfg``: the engine's configuration (the start values, what the user fixed, the
+    autotune knobs); ``clock``: seconds (``time.perf_counter``); ``coordinator``: rank 0's
+    :class:`~hvdcore.engine.coordinator.Coordinator`, which sends what :meth:`ran` chose.
+    """
+
+    def __init__(self, cfg: Any, clock: Callable[[], float] = time.perf_counter,
+                 coordinator: Any = None) -> None:
+        self._clock = clock
+        self.coordinator = coordinator
+        self._set = _Settings(cfg.autotune_warmup_samples, cfg.autotune_steps_per_sample,
+                              cfg.autotune_bayes_opt_max_samples,
+                              cfg.autotune_gaussian_process_noise)
+        start = {"fusion_mb": cfg.fusion_threshold / MIB, "cycle_ms": float(cfg.cycle_time)}
+        user_set = {"fusion_mb": cfg.source("fusion_threshold") != "default",
+                    "cycle_ms": cfg.source("cycle_time") != "default"}
+        self._fixed = {k: v for k, v in start.items() if user_set[k]}
+        self._free = [k for k in _BOUNDS if k not in self._fixed]
+        self._columns = (int(bool(cfg.hierarchical_allreduce)),
+                         int(bool(cfg.hierarchical_allgather)), 0, int(cfg.cache_capacity > 0))
+        self._bayes = (BayesianOptimizer([_BOUNDS[k] for k in self._free],
+                                         self._set.noise) if self._free else None)
+        self.active = bool(self._free)
+        self._point = self._test_point(0)
+        self._best: tuple[float, list[float]] = (0.0, list(self._point))
+        self._iteration = 0
+        self._warmup_left = self._set.warmup
+        self.measured = 0  # scores taken, warm-up included
+        self.scored = 0  # scores logged (warm-up not included)
+        # the sample under way: tensor counts, finished samples' scores, bytes, start time
+        self._counts: dict[str, int] = {}
+        self._scores: list[float] = []
+        self._bytes = 0
+        self._sample = 0
+        self._sample_start = 0.0
+        self._file: TextIO | None = None
+        path = cfg.autotune_log
+        if path:
+            try:
+                self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - for the run
+                self._file.write(LOG_HEADER + "\n")
+                self._file.flush()
+            except OSError as exc:  # (the peers are running: tune on, without the file)
+                log.error("autotune: cannot write the log file %s (%s); tuning goes on "
+                          "without it", path, exc.strerror or exc)
+                self._file = None
+        self._reset()
+        if not self.active:
+            log.info("autotune: the fusion threshold and the cycle time are both set: "
+                     "nothing to tune")
+            self._close()
+
+    # -- what the engine calls --------------------------------------------------------------
+
+    def ran(self, names: Iterable[str], nbytes: int) -> Autotuner | None:
+        """Rank 0 ran ``names`` (``nbytes`` bytes): new parameters go to the coordinator, to
+        be sent first in its next list (no caller's shortcut runs until then:
+        ``RoundScheduler.idle``). Returns this tuner while it tunes, then None."""
+        params = self.update(names, nbytes)
+        if params is not None:
+            self.coordinator.tune(params)
+        return self if self.active else None
+
+    def ran_list(self, responses: list[Response]) -> Autotuner | None:
+        """:meth:`ran` for a coordinator list about to run (its data responses)."""
+        return self.ran([n for r in responses if r.dtype for n in r.names],
+                        sum(response_bytes(r) for r in responses))
+
+    def start(self) -> TunedParams:
+        """The parameters of the first sample (the first test point)."""
+        return self._params(self._point)
+
+    def update(self, names: Iterable[str], nbytes: int) -> TunedParams | None:
+        """Rank 0 ran ``names`` (``nbytes`` bytes in all): the parameters every rank must
+        switch to now, or None (no change)."""
+        if not self.active:
+            return None
+        counts = self._counts
+        limit = (self._sample + 1) * self._set.steps_per_sample
+        for name in names:
+            seen = counts.get(name, 0)
+            counts[name] = seen + 1
+            if seen >= limit:
+                now = self._clock()
+                elapsed_us = max((now - self._sample_start) * 1e6, 1e-3)
+                self._scores.append(self._bytes / elapsed_us)
+                self._bytes = 0
+                self._sample_start = now
+                self._sample += 1
+                break
+        self._bytes += nbytes
+        if self._sample < SAMPLES:
+            return None
+        score = sorted(self._scores)[SAMPLES // 2]
+        return self._tune(score)
+
+    # -- Horovod's Tune ---------------------------------------------------------------------
+
+    def _tune(self, score: float) -> TunedParams | None:
+        self.measured += 1
+        if self._warmup_left > 0:
+            self._warmup_left -= 1
+            log.info("autotune: warming up (%d samples left)", self._warmup_left)
+            self._reset()
+            return None
+        self.scored += 1
+        self._write(self._point, score)
+        log.info("autotune: %s: %.1f MB/s (%d of %d)", self._describe(self._point),
+                 score, self.scored, self._set.max_samples + 1)
+        if score > self._best[0]:
+            self._best = (score, list(self._point))
+        assert self._bayes is not None
+        self._bayes.add(self._point, score)
+        self._iteration += 1
+        if self._iteration > self._set.max_samples:
+            self.active = False
+            best_score, best = self._best
+            self._point = best
+            self._write(best, best_score)
+            log.info("autotune: done after %d scores: best %s (%.1f MB/s); give these values "
+                     "to skip tuning next time", self.scored, self._describe(best), best_score)
+            self._close()
+        elif self._iteration < len(_TEST_POINTS):
+            self._point = self._test_point(self._iteration)
+        else:
+            self._point = self._bayes.propose()
+        self._reset()
+        return self._params(self._point)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._counts = {}
+        self._scores = []
+        self._bytes = 0
+        self._sample = 0
+        self._sample_start = self._clock()
+
+    def _test_point(self, i: int) -> list[float]:
+        point = dict(zip(_BOUNDS, _TEST_POINTS[i], strict=True))
+        return [point[k] for k in self._free]
+
+    def _values(self, point: list[float]) -> dict[str, float]:
+        values = dict(self._fixed)
+        values.update(zip(self._free, point, strict=True))
+        return values
+
+    def _params(self, point: list[float]) -> TunedParams:
+        v = self._values(point)
+        return TunedParams(int(v["fusion_mb"] * MIB), v["cycle_ms"])
+
+    def _describe(self, point: list[float]) -> str:
+        v = self._values(point)
+        return (f"--fusion-threshold-mb {v['fusion_mb']:.2f} "
+                f"--cycle-time-ms {v['cycle_ms']:.2f}")
+
+    def _write(self, point: list[float], score: float) -> None:
+        if self._file is None:
+            return
+        v = self._values(point)
+        cols = ",".join(str(c) for c in self._columns)
+        self._file.write(f"{cols},{v['cycle_ms']:g},{v['fusion_mb']:g},{score:g}\n")
+        self._file.flush()
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def install(cfg: Any, coordinator: Any, rounds: Any, dispatcher: Any) -> None:
+    """Wire autotuning into an engine's parts: every rank applies the parameters its lists
+    carry (``dispatcher``); with ``HVDCORE_AUTOTUNE`` rank 0 (the one with a
+    ``coordinator``) counts what runs (``rounds``) and sends the first test point."""
+
+    def use(fusion_threshold: int, cycle_time_ms: float) -> None:
+        cfg.set_tuned("fusion_threshold", fusion_threshold)
+        cfg.set_tuned("cycle_time", cycle_time_ms)
+
+    dispatcher.use_params = use
+    if coordinator is not None and cfg.autotune:
+        tuner = Autotuner(cfg, coordinator=coordinator)
+        if tuner.active:
+            rounds.tuner = tuner
+            coordinator.tune(tuner.start())

@@ -1,0 +1,63 @@
+"""A training-like loop under the autotuner (HVDCORE_AUTOTUNE=1 and its knobs set by the test).
+
+Every step reduces a step's "gradients" the ways the bindings do (a batch of in-place arrays
+under fixed names, an async allreduce then synchronize, a blocking allreduce) and every result
+is checked against a reference computed here from every rank's inputs (integer values: any
+summation order gives the same bits). The parameters change under these calls as rank 0's
+lists carry them. The loop runs ``STEPS`` steps (argv[1]); then every rank prints
+``rank R tuned: fusion_threshold=B cycle_time=MS source=S checks=N`` (its engine's values, the
+same on every rank once the lists ran; source is "autotune" once tuned).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import hvdcore as hvd
+from hvdcore import basics
+from hvdcore import ops as hops
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+STEPS = int(sys.argv[1])
+SHAPES = [(3,), (257,), (64, 65), (1,), (4000,)]  # odd sizes: gaps in the fusion buffer
+NAMES = tuple(f"grad.{i}" for i in range(len(SHAPES)))
+checks = 0
+
+
+def inputs(rank: int, shape: tuple[int, ...], step: int, salt: int) -> np.ndarray:
+    rng = np.random.default_rng(100_000 * rank + 37 * step + salt)
+    return rng.integers(-4, 5, shape).astype(np.float32)
+
+
+def expect(shape: tuple[int, ...], step: int, salt: int) -> np.ndarray:
+    return np.sum([inputs(r, shape, step, salt) for r in range(N)], axis=0, dtype=np.float32)
+
+
+def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    global checks
+    if not np.array_equal(got, want):
+        raise SystemExit(f"rank {R}: {what}: wrong result (max diff "
+                         f"{np.abs(got - want).max()})")
+    checks += 1
+
+
+for step in range(STEPS):
+    grads = [inputs(R, s, step, i) for i, s in enumerate(SHAPES)]
+    hvd.synchronize(hops.allreduce_batch_async(grads, NAMES, op=hvd.Sum))
+    for i, (g, s) in enumerate(zip(grads, SHAPES, strict=True)):
+        check(g, expect(s, step, i), f"step {step} batch {NAMES[i]}")
+    a = inputs(R, (513,), step, 50)
+    check(hvd.synchronize(hvd.allreduce_async(a, name="async.a", op=hvd.Sum)),
+          expect((513,), step, 50), f"step {step} async")
+    b = inputs(R, (7, 9), step, 60)
+    check(hvd.allreduce(b, name="blocking.b", op=hvd.Sum), expect((7, 9), step, 60),
+          f"step {step} blocking")
+
+hvd.barrier()  # (after the lists that carried the last parameters)
+cfg = basics.state().engine.cfg
+print(f"rank {R} tuned: fusion_threshold={cfg.fusion_threshold} cycle_time={cfg.cycle_time:g} "
+      f"source={cfg.source('fusion_threshold')} checks={checks}", flush=True)
+hvd.shutdown()

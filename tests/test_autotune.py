@@ -1,0 +1,213 @@
+"""The autotuner: Horovod's procedure in-process (warm-up, five samples a score, the test
+points, the Bayesian search, the best kept, the CSV log), and real jobs whose ranks switch
+parameters under their collectives (mpirun at 1, 2 and 3 ranks, the Gloo controller, caller
+progress) with every result checked and every rank ending on the parameters the log names."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hvdcore.config import load
+from hvdcore.engine.autotune import LOG_HEADER, SAMPLES, Autotuner, TunedParams
+from hvdcore.engine.bayes_opt import BayesianOptimizer
+from hvdcore.engine.coordinator import Coordinator
+from hvdcore.engine.messages import PARAMS
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = HERE / "programs" / "autotune_run.py"
+MIB = 1024 * 1024
+
+
+class Clock:
+    """Seconds that move only when the test says (the tuner's scores are then exact)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tuner(tmp_path: Path, clock: Clock, **env: str) -> Autotuner:
+    base = {"HVDCORE_AUTOTUNE": "1", "HVDCORE_AUTOTUNE_WARMUP_SAMPLES": "1",
+            "HVDCORE_AUTOTUNE_STEPS_PER_SAMPLE": "2",
+            "HVDCORE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "6",
+            "HVDCORE_AUTOTUNE_LOG": str(tmp_path / "log.csv")}
+    return Autotuner(load({**base, **env}), clock)
+
+
+def score_once(t: Autotuner, clock: Clock, mb_per_s: float) -> TunedParams | None:
+    """Run steps of two tensors (1 MB a step) at ``mb_per_s`` until the tuner scores."""
+    before = t.measured
+    for _ in range(100):
+        for name in ("a", "b"):
+            clock.now += 0.5 / mb_per_s  # half a MB per tensor
+            got = t.update([name], 500_000)
+            if t.measured > before:
+                return got
+    raise AssertionError("no score after 100 steps")
+
+
+def rows(tmp_path: Path) -> list[list[str]]:
+    with open(tmp_path / "log.csv", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def test_horovods_procedure_scores_test_points_then_keeps_the_best(tmp_path: Path) -> None:
+    clock = Clock()
+    t = tuner(tmp_path, clock)
+    assert t.start() == TunedParams(4 * MIB, 5.0)  # the first test point
+    published = []
+    speeds = [10.0, 20.0, 80.0, 30.0, 40.0, 50.0, 60.0, 70.0]  # warm-up first, then 7 scores
+    for speed in speeds:
+        published.append(score_once(t, clock, speed))
+    assert published[0] is None and t.scored == 7 and not t.active
+    # after each score: the next test point, then the search, last the best
+    assert published[1:4] == [TunedParams(32 * MIB, 50.0), TunedParams(16 * MIB, 25.0),
+                              TunedParams(8 * MIB, 10.0)]
+    for p in published[4:7]:
+        assert p is not None and 0 <= p.fusion_threshold <= 64 * MIB
+        assert 1.0 <= p.cycle_time_ms <= 100.0
+    assert published[7] == TunedParams(32 * MIB, 50.0)  # where 80 was measured
+    got = rows(tmp_path)
+    assert ",".join(got[0]) == LOG_HEADER and len(got) == 1 + 7 + 1
+    assert got[1][4:6] == ["5", "4"] and got[2][4:6] == ["50", "32"]  # cycle ms, MiB
+    assert got[-1][4:6] == ["50", "32"] and float(got[-1][6]) == pytest.approx(80.0)
+    assert [float(r[6]) for r in got[1:8]] == pytest.approx(speeds[1:])
+    assert all(r[:4] == ["0", "0", "0", "1"] for r in got[1:])
+    assert t.update(["a"], 1) is None  # done: nothing more
+
+
+def test_a_score_is_the_median_of_five_samples(tmp_path: Path) -> None:
+    clock = Clock()
+    t = tuner(tmp_path, clock, HVDCORE_AUTOTUNE_WARMUP_SAMPLES="0",
+              HVDCORE_AUTOTUNE_STEPS_PER_SAMPLE="1")
+    # One tensor, 1 MB a call, one step a sample: the first sample ends at the second call
+    # (the tensor's second reduction), each later one at the next call. A sample's bytes are
+    # those counted before the call that ends it, its time runs from the previous end.
+    durations = iter([1.0, 1.0, 0.25, 0.5, 0.1, 0.2, 9.0])
+    got = None
+    for _ in range(7):
+        clock.now += next(durations)
+        got = t.update(["a"], 1_000_000)
+        if got is not None:
+            break
+    assert got == TunedParams(32 * MIB, 50.0) and t.scored == 1
+    # samples 1/2.0, 1/0.25, 1/0.5, 1/0.1, 1/0.2 MB/s: the median of [0.5, 4, 2, 10, 5] is 4
+    assert float(rows(tmp_path)[1][6]) == pytest.approx(4.0)
+    assert SAMPLES == 5
+
+
+def test_what_the_user_set_is_held(tmp_path: Path) -> None:
+    clock = Clock()
+    t = tuner(tmp_path, clock, HVDCORE_FUSION_THRESHOLD=str(3 * MIB))
+    assert t.start() == TunedParams(3 * MIB, 5.0)
+    for speed in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0):
+        p = score_once(t, clock, speed)
+        assert p is None or p.fusion_threshold == 3 * MIB
+    assert all(r[5] == "3" for r in rows(tmp_path)[1:])
+    both = tuner(tmp_path, clock, HVDCORE_FUSION_THRESHOLD="0", HVDCORE_CYCLE_TIME="2")
+    assert not both.active and both.update(["a"], 1) is None
+
+
+def test_an_unwritable_log_is_reported_and_tuning_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    with caplog.at_level(logging.ERROR, logger="hvdcore"):
+        t = tuner(tmp_path, clock, HVDCORE_AUTOTUNE_LOG=str(tmp_path / "no" / "dir.csv"))
+    assert "cannot write the log file" in caplog.text and t.active
+    for speed in (1.0, 2.0):
+        score_once(t, clock, speed)
+    assert t.scored == 1
+
+
+def test_the_search_finds_a_smooth_peak() -> None:
+    def score(x: list[float]) -> float:
+        return float(np.exp(-((x[0] - 40) / 20) ** 2 - ((x[1] - 70) / 30) ** 2))
+
+    opt = BayesianOptimizer([(0.0, 64.0), (1.0, 100.0)], noise=0.01, seed=3)
+    for point in ([4.0, 5.0], [32.0, 50.0], [16.0, 25.0], [8.0, 10.0]):
+        opt.add(point, score(point))
+    for _ in range(14):
+        x = opt.propose()
+        assert 0 <= x[0] <= 64 and 1 <= x[1] <= 100
+        opt.add(x, score(x))
+    assert max(opt.ys) > 0.9  # the test points alone reach 0.53
+    again = BayesianOptimizer([(0.0, 64.0), (1.0, 100.0)], noise=0.01, seed=3)
+    for x, y in zip(opt.xs[:4], opt.ys[:4], strict=True):
+        again.add(x, y)
+    assert again.propose() == pytest.approx(list(opt.xs[4]))  # reproducible
+
+
+def test_parameters_go_first_in_the_next_list() -> None:
+    coord = Coordinator(world_size=2, sets={0: (0, 1)}, fusion_threshold=64 * MIB,
+                        cycle_time_s=0.001, stall_check_s=60, stall_shutdown_s=0)
+    assert not coord.busy()
+    coord.tune(TunedParams(8 * MIB, 10.0))
+    assert coord.busy() and coord.fusion_threshold == 8 * MIB and coord.cycle_time_s == 0.01
+    [resp] = coord.poll()
+    assert resp.kind == PARAMS and resp.per_rank == [8 * MIB, 10.0]
+    assert not coord.busy() and coord.poll() == []
+
+
+# --- real jobs
+
+STEPS = 80  # enough for warm-up + 7 scores of 5 one-step samples, with room to spare
+SMALL = ["--autotune", "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "1",
+         "--autotune-bayes-opt-max-samples", "6"]
+
+
+def _job(tmp_path: Path, np_: int, extra: list[str], env: dict[str, str] | None = None
+         ) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+    log = tmp_path / "tune.csv"
+    cmd = [sys.executable, "-m", "hvdcore.runner", "-np", str(np_), *SMALL,
+           "--autotune-log-file", str(log), *extra, sys.executable, str(PROGRAM), str(STEPS)]
+    full_env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          env=full_env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(log, encoding="utf-8") as f:
+        return proc, list(csv.reader(f))
+
+
+def _check(proc: subprocess.CompletedProcess[str], log: list[list[str]], np_: int) -> None:
+    lines = sorted(ln.split("tuned: ", 1)[1] for ln in proc.stdout.splitlines()
+                   if " tuned: " in ln)
+    assert len(lines) == np_, proc.stdout
+    assert len(set(lines)) == 1, lines  # every rank on the same parameters
+    fields = dict(kv.split("=") for kv in lines[0].split())
+    assert fields["source"] == "autotune" and fields["checks"] == str(STEPS * 7)
+    assert len(log) == 1 + 7 + 1  # header, 7 scores, the best
+    best = log[-1]
+    assert float(fields["cycle_time"]) == pytest.approx(float(best[4]), rel=1e-5)
+    # (the log has 6 significant digits, as Horovod's)
+    assert int(fields["fusion_threshold"]) == pytest.approx(float(best[5]) * MIB, rel=1e-5)
+    assert max(float(r[6]) for r in log[1:8]) == pytest.approx(float(best[6]))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_ranks_switch_together_and_end_on_the_best(tmp_path: Path, np_: int) -> None:
+    proc, log = _job(tmp_path, np_, [])
+    _check(proc, log, np_)
+
+
+@pytest.mark.mpi
+def test_caller_progress_publishes_the_parameters(tmp_path: Path) -> None:
+    proc, log = _job(tmp_path, 2, ["--progress", "caller"])
+    _check(proc, log, 2)
+
+
+def test_the_gloo_controller_carries_the_parameters(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    proc, log = _job(tmp_path, 2, ["--gloo"])
+    _check(proc, log, 2)
