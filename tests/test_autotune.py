@@ -211,3 +211,19 @@ def test_the_gloo_controller_carries_the_parameters(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     proc, log = _job(tmp_path, 2, ["--gloo"])
     _check(proc, log, 2)
+
+
+@pytest.mark.mpi
+def test_the_benchmark_runs_its_four_settings() -> None:
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, str(HERE.parent / "benchmarks" / "autotune.py"), "--rounds", "1",
+         "--iters", "2", "--batch-size", "2", "--autotune-args",
+         "--autotune-warmup-samples 0 --autotune-steps-per-sample 1 "
+         "--autotune-bayes-opt-max-samples 1"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = proc.stdout.split("setting", 1)[1]
+    for setting in ("default", "autotune", "tuned", "default again"):
+        assert f"\n{setting} " in table, proc.stdout  # a row per setting, figures not judged
+    assert "kept per round: " in proc.stdout and " MiB / " in proc.stdout

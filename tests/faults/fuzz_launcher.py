@@ -94,7 +94,7 @@ def _judge(stats: FuzzStats, argv: list[str], environ: dict[str, str], version: 
         except ValueError:
             words = []
         # one shell-quoted command (it may quote newlines); on stderr only notes on flags that
-        # have no effect here (``--autotune``...)
+        # have no effect here (``--thread-affinity``...)
         noise = [ln for ln in err.splitlines() if not ln.startswith("hvdcorerun: note: ")]
         if not words or noise:
             stats.failures.append(f"argv={argv!r}: exit 0 but stdout={out!r} stderr={err!r}")
