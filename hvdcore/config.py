@@ -155,7 +155,8 @@ KNOBS: tuple[Knob, ...] = (
          "first steps of training, scoring each by the bytes allreduced per second, and every "
          "rank keeps the best for the rest of the run (Horovod's procedure: four test points, "
          "then Bayesian optimisation). A threshold or cycle time you set yourself is held. "
-         "Hierarchical collectives and the cache keep their configured values.",
+         "Hierarchical collectives and the cache keep their configured values. Progress and "
+         "the values kept are logged at LOG_LEVEL info and written to AUTOTUNE_LOG.",
          horovod_alias=True, cli_flag="--autotune", parse=_parse_bool),
     Knob("AUTOTUNE_LOG", "path", "",
          "With AUTOTUNE: rank 0 writes every scored parameter set, and last the best, to "
