@@ -165,11 +165,13 @@ SMALL = ["--autotune", "--autotune-warmup-samples", "1", "--autotune-steps-per-s
          "--autotune-bayes-opt-max-samples", "6"]
 
 
-def _job(tmp_path: Path, np_: int, extra: list[str], env: dict[str, str] | None = None
+def _job(tmp_path: Path, np_: int, extra: list[str], env: dict[str, str] | None = None,
+         args: tuple[str, ...] | list[str] = ()
          ) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
     log = tmp_path / "tune.csv"
     cmd = [sys.executable, "-m", "hvdcore.runner", "-np", str(np_), *SMALL,
-           "--autotune-log-file", str(log), *extra, sys.executable, str(PROGRAM), str(STEPS)]
+           "--autotune-log-file", str(log), *extra, sys.executable, str(PROGRAM), str(STEPS),
+           *args]
     full_env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1",
                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path,
@@ -192,6 +194,15 @@ def _check(proc: subprocess.CompletedProcess[str], log: list[list[str]], np_: in
     # (the log has 6 significant digits, as Horovod's)
     assert int(fields["fusion_threshold"]) == pytest.approx(float(best[5]) * MIB, rel=1e-5)
     assert max(float(r[6]) for r in log[1:8]) == pytest.approx(float(best[6]))
+    # every scored set was in force on every rank while it was measured
+    seen_lines = [ln.split("seen: ", 1)[1] for ln in proc.stdout.splitlines() if " seen: " in ln]
+    assert len(seen_lines) == np_, proc.stdout
+    for line in seen_lines:
+        seen = [tuple(float(v) for v in item.split("/")) for item in line.split(",")]
+        for row in log[1:8]:
+            mib, ms = float(row[5]), float(row[4])
+            assert any(b == pytest.approx(mib * MIB, rel=1e-5, abs=1)
+                       and c == pytest.approx(ms, rel=1e-5) for b, c in seen), (row, line)
 
 
 @pytest.mark.mpi
@@ -202,9 +213,23 @@ def test_ranks_switch_together_and_end_on_the_best(tmp_path: Path, np_: int) -> 
 
 
 @pytest.mark.mpi
+def test_without_the_cache_the_lists_are_scored(tmp_path: Path) -> None:
+    proc, log = _job(tmp_path, 2, ["--cache-capacity", "0"])
+    _check(proc, log, 2)
+
+
+@pytest.mark.mpi
 def test_caller_progress_publishes_the_parameters(tmp_path: Path) -> None:
     proc, log = _job(tmp_path, 2, ["--progress", "caller"])
     _check(proc, log, 2)
+
+
+@pytest.mark.mpi
+def test_parameters_go_out_when_every_call_is_a_shortcut(tmp_path: Path) -> None:
+    # One rank, caller progress, blocking calls only: no engine cycle runs on its own, so the
+    # parameters reach the engine only because rank 0 then stops taking its shortcut.
+    proc, log = _job(tmp_path, 1, ["--progress", "caller"], args=["blocking"])
+    _check(proc, log, 1)
 
 
 def test_the_gloo_controller_carries_the_parameters(tmp_path: Path) -> None:

@@ -4,9 +4,13 @@ Every step reduces a step's "gradients" the ways the bindings do (a batch of in-
 under fixed names, an async allreduce then synchronize, a blocking allreduce) and every result
 is checked against a reference computed here from every rank's inputs (integer values: any
 summation order gives the same bits). The parameters change under these calls as rank 0's
-lists carry them. The loop runs ``STEPS`` steps (argv[1]); then every rank prints
+lists carry them. The loop runs ``STEPS`` steps (argv[1]); with ``blocking`` (argv[2]) a step is blocking
+allreduces alone (every call a caller's shortcut: with caller progress no engine cycle runs
+unless the engine makes one for the parameters). Then every rank prints
 ``rank R tuned: fusion_threshold=B cycle_time=MS source=S checks=N`` (its engine's values, the
-same on every rank once the lists ran; source is "autotune" once tuned).
+same on every rank once the lists ran; source is "autotune" once tuned) and
+``rank R seen: B/MS,B/MS,...``: the values in force at the end of each step, each change once
+(every scored set must be among them, on every rank: in force while it was measured).
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ from hvdcore import ops as hops
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 STEPS = int(sys.argv[1])
+BLOCKING = sys.argv[2:] == ["blocking"]
 SHAPES = [(3,), (257,), (64, 65), (1,), (4000,)]  # odd sizes: gaps in the fusion buffer
 NAMES = tuple(f"grad.{i}" for i in range(len(SHAPES)))
 checks = 0
+seen: list[tuple[int, float]] = []
+cfg = basics.state().engine.cfg
 
 
 def inputs(rank: int, shape: tuple[int, ...], step: int, salt: int) -> np.ndarray:
@@ -45,6 +52,14 @@ def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 
 for step in range(STEPS):
+    if not seen or seen[-1] != (cfg.fusion_threshold, cfg.cycle_time):
+        seen.append((cfg.fusion_threshold, cfg.cycle_time))
+    if BLOCKING:
+        for i, s in enumerate(SHAPES):
+            check(hvd.allreduce(inputs(R, s, step, i), name=NAMES[i], op=hvd.Sum),
+                  expect(s, step, i), f"step {step} blocking {NAMES[i]}")
+        checks += 2  # (as many checks a step as the other mode)
+        continue
     grads = [inputs(R, s, step, i) for i, s in enumerate(SHAPES)]
     hvd.synchronize(hops.allreduce_batch_async(grads, NAMES, op=hvd.Sum))
     for i, (g, s) in enumerate(zip(grads, SHAPES, strict=True)):
@@ -57,7 +72,7 @@ for step in range(STEPS):
           f"step {step} blocking")
 
 hvd.barrier()  # (after the lists that carried the last parameters)
-cfg = basics.state().engine.cfg
+print(f"rank {R} seen: {','.join(f'{b}/{ms:g}' for b, ms in seen)}", flush=True)
 print(f"rank {R} tuned: fusion_threshold={cfg.fusion_threshold} cycle_time={cfg.cycle_time:g} "
       f"source={cfg.source('fusion_threshold')} checks={checks}", flush=True)
 hvd.shutdown()
