@@ -43,6 +43,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model", default="tiny", help="the example's --model (default tiny)")
     p.add_argument("--batch-size", type=int, default=8, help="images per rank per step")
     p.add_argument("--iters", type=int, default=8, help="timed iterations of 20 steps")
+    p.add_argument("--job-timeout", type=float, default=1800,
+                   help="seconds one launch may take before it is stopped (default 1800)")
     p.add_argument("--autotune-args", default="--autotune-warmup-samples 1 "
                    "--autotune-steps-per-sample 2 --autotune-bayes-opt-max-samples 8",
                    help="hvdcorerun flags of the autotune setting (besides --autotune)")
@@ -55,12 +57,20 @@ def run(args: argparse.Namespace, flags: list[str]) -> tuple[float, str]:
            "--batch-size", str(args.batch_size), "--num-warmup-batches", "1",
            "--num-batches-per-iter", "20", "--num-iters", str(args.iters)]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
-    found = TOTAL.search(proc.stdout)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        out, err = proc.communicate(timeout=args.job_timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # hvdcorerun forwards it to mpirun: no rank is left behind
+        out, err = proc.communicate()
+        raise SystemExit(f"{' '.join(cmd)}: no result after {args.job_timeout} s:\n"
+                         f"{out[-2000:]}{err[-2000:]}") from None
+    found = TOTAL.search(out)
     if proc.returncode != 0 or not found:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n"
-                         f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return float(found.group(1)), proc.stdout
+                         f"{out[-2000:]}{err[-2000:]}")
+    return float(found.group(1)), out
 
 
 def tuned_values(log: Path) -> tuple[str, str]:

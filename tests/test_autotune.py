@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import mpi_env
 
 from hvdcore.config import load
 from hvdcore.engine.autotune import LOG_HEADER, SAMPLES, Autotuner, TunedParams
@@ -165,17 +165,33 @@ SMALL = ["--autotune", "--autotune-warmup-samples", "1", "--autotune-steps-per-s
          "--autotune-bayes-opt-max-samples", "6"]
 
 
-def _job(tmp_path: Path, np_: int, extra: list[str], env: dict[str, str] | None = None,
-         args: tuple[str, ...] | list[str] = ()
+def bounded(cmd: list[str], timeout: float, cwd: Path | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` (an hvdcorerun job, or a script that launches them); past ``timeout`` stop
+    it with SIGTERM, which hvdcorerun forwards to mpirun, so that no rank outlives the test,
+    then fail."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd, env=mpi_env())
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout}s:\n{out[-3000:]}{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _job(tmp_path: Path, np_: int, extra: list[str], args: tuple[str, ...] | list[str] = ()
          ) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
     log = tmp_path / "tune.csv"
     cmd = [sys.executable, "-m", "hvdcore.runner", "-np", str(np_), *SMALL,
            "--autotune-log-file", str(log), *extra, sys.executable, str(PROGRAM), str(STEPS),
            *args]
-    full_env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1",
-                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **(env or {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path,
-                          env=full_env)
+    proc = bounded(cmd, 120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(log, encoding="utf-8") as f:
         return proc, list(csv.reader(f))
@@ -241,12 +257,11 @@ def test_the_gloo_controller_carries_the_parameters(tmp_path: Path) -> None:
 @pytest.mark.mpi
 def test_the_benchmark_runs_its_four_settings() -> None:
     pytest.importorskip("torch")
-    proc = subprocess.run(
+    proc = bounded(
         [sys.executable, str(HERE.parent / "benchmarks" / "autotune.py"), "--rounds", "1",
-         "--iters", "2", "--batch-size", "2", "--autotune-args",
+         "--iters", "2", "--batch-size", "2", "--job-timeout", "120", "--autotune-args",
          "--autotune-warmup-samples 0 --autotune-steps-per-sample 1 "
-         "--autotune-bayes-opt-max-samples 1"],
-        capture_output=True, text=True, timeout=600)
+         "--autotune-bayes-opt-max-samples 1"], 600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = proc.stdout.split("setting", 1)[1]
     for setting in ("default", "autotune", "tuned", "default again"):

@@ -48,7 +48,7 @@ class V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
                  op: Any = Average, gradient_predivide_factor: float = 1.0,
                  num_groups: int = 0, groups: Any = None,
                  process_set: Any = global_process_set) -> None:
-        if op is Adasum or op == Adasum:
+        if op == Adasum:  # (an IntEnum: hvd.Adasum and its value 2 alike)
             raise ArgumentError(
                 "DistributedOptimizer(op=Adasum) with a tf.compat.v1.train optimizer: Horovod "
                 "builds its Adasum delta optimizer there, which hvdcore does not have; use "
