@@ -196,7 +196,8 @@ def _valid_value(k: config.Knob) -> st.SearchStrategy:
         return st.integers(0, 2**40).map(str)
     if k.kind.startswith("float"):
         low = 1e-3 if "> 0" in k.kind else 0.0  # e.g. a timeout: zero is not valid
-        return st.floats(low, 1e6).map(repr)
+        high = 1.0 if "[0, 1]" in k.kind else 1e6  # e.g. the autotuner's noise
+        return st.floats(low, high).map(repr)
     return st.text(alphabet=st.characters(blacklist_categories=("Cs",),
                                           blacklist_characters="\0"), max_size=10)
 
