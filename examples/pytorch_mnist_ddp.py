@@ -9,8 +9,9 @@ timing (barrier to barrier, slowest rank). Only the gradient exchange differs: D
 allreduce over ``gloo`` (CPU) or ``nccl`` (CUDA), ``--backend`` to choose.
 
 Launch it like any MPI program (``mpirun -np 2 python pytorch_mnist_ddp.py``, ``srun``):
-mpi4py only provides the rank, size and the rendezvous address (rank 0's host and a free port,
-or 127.0.0.1 when every rank runs on one host); torch.distributed does the rest.
+mpi4py only provides the rank, size and the address of rank 0's key-value store (its host, or
+127.0.0.1 when every rank runs on one host, and the port it opened); torch.distributed does the
+rest.
 
 Output (rank 0)::
 
@@ -56,17 +57,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def rendezvous(comm: MPI.Comm) -> str:
-    """``tcp://host:port`` of rank 0, agreed over MPI (loopback when all ranks share a host)."""
+def rendezvous(comm: MPI.Comm, timeout: timedelta) -> dist.TCPStore:
+    """torch.distributed's key-value store, served by rank 0 on a port it holds from the start.
+
+    Rank 0 opens the store on a port the kernel picks and keeps it open; the other ranks learn
+    the address over MPI (loopback when every rank shares a host). Probing for a free port and
+    handing its number to the store would leave a window in which another process can take it.
+    """
     host = socket.gethostname()
     hosts = comm.allgather(host)
-    address = None
+    address = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
+    store = None
     if comm.rank == 0:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        address = f"127.0.0.1:{port}" if len(set(hosts)) == 1 else f"{host}:{port}"
-    return f"tcp://{comm.bcast(address, root=0)}"
+        store = dist.TCPStore(address, 0, comm.size, is_master=True, timeout=timeout,
+                              wait_for_workers=False)
+    port = comm.bcast(store.port if store is not None else None, root=0)
+    if store is None:
+        store = dist.TCPStore(address, port, comm.size, is_master=False, timeout=timeout)
+    return store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or max(1, (os.cpu_count() or 1) // local_size)
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
-    url = rendezvous(comm)
+    timeout = timedelta(seconds=args.timeout)
     try:
-        dist.init_process_group(backend, init_method=url, rank=rank, world_size=size,
-                                timeout=timedelta(seconds=args.timeout))
+        store = rendezvous(comm, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=size,
+                                timeout=timeout)
     except Exception as exc:
-        raise RuntimeError(f"rank {rank}: torch.distributed rendezvous at {url} "
-                           f"({backend}) failed: {exc}") from exc
+        raise RuntimeError(f"rank {rank}: torch.distributed rendezvous ({backend}) failed: "
+                           f"{exc}") from exc
 
     x_train, y_train, x_test, y_test = (torch.from_numpy(a) for a in mnist.load(args.data))
     model = torch.nn.parallel.DistributedDataParallel(Net().to(device))

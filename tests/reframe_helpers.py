@@ -124,14 +124,24 @@ def stage_output(workdir: Path) -> str:
     return "\n".join(f.read_text(errors="replace") for f in files)
 
 
-def job_stdout(case: dict) -> str:
-    """The text a ReFrame test case's job printed, from its report entry ``case``."""
+def job_stdout(case: dict, stream: str = "job_stdout") -> str:
+    """The text a ReFrame test case's job printed, from its report entry ``case``
+    (``stream="job_stderr"``: what it wrote to stderr)."""
     # a passed case's files are copied to its output folder, a failed one's stay staged; a
     # passed dependency's copy was once seen missing under load in CI (fef99eb): then the
     # stage folder is read, when ReFrame kept it
     dirs = [case["outputdir"], case["stagedir"]] if case["result"] == "pass" else [case["stagedir"]]
-    found_at = [Path(d) / case["job_stdout"] for d in dirs if d]
+    found_at = [Path(d) / case[stream] for d in dirs if d]
     return next((p for p in found_at if p.exists()), found_at[0]).read_text()
+
+
+def job_stderr_tail(case: dict, chars: int = 3000) -> str:
+    """The end of what a test case's job wrote to stderr, or why it cannot be read (for an
+    assertion's message: a failed case's stage folder is gone once the test ends)."""
+    try:
+        return job_stdout(case, "job_stderr")[-chars:]
+    except (OSError, KeyError, TypeError) as exc:
+        return f"(its stderr could not be read: {exc})"
 
 
 def run_reframe(
