@@ -10,8 +10,9 @@ Each round launches, one after the other, ``hvdcorerun -np N`` of
 ``examples/pytorch_synthetic_benchmark.py`` (the model ``--model``, 32 px images) in four
 settings: ``default`` (64 MiB, 1 ms), ``autotune`` (tuning during the run, with short autotune
 settings so that it ends early in the timed steps; the CSV log gives the values it kept),
-``tuned`` (the latest kept values given as ``--fusion-threshold-mb``/``--cycle-time-ms``: what
-a user gets who reuses them) and ``default again`` (the run's noise). The order rotates from
+``tuned`` (the latest kept values given as ``--fusion-threshold-mb``/``--cycle-time-ms`` and, where
+the autotuner chose them, ``--[no-]hierarchical-allreduce``/``allgather``: what a user gets who
+reuses them) and ``default again`` (the run's noise). The order rotates from
 round to round, so that each setting takes each place once in four rounds. Rows: images per second over all ranks (median over rounds)
 and the median of the per-round ratios to ``default`` (> 1: faster). A ratio inside
 ``default again``'s distance from 1 is noise, not a gain.
@@ -45,8 +46,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=8, help="timed iterations of 20 steps")
     p.add_argument("--job-timeout", type=float, default=1800,
                    help="seconds one launch may take before it is stopped (default 1800)")
+    # (on a node of several ranks the search runs four times: flat, then each hierarchical
+    # choice; these settings finish it within the default --iters)
     p.add_argument("--autotune-args", default="--autotune-warmup-samples 1 "
-                   "--autotune-steps-per-sample 2 --autotune-bayes-opt-max-samples 8",
+                   "--autotune-steps-per-sample 1 --autotune-bayes-opt-max-samples 3",
                    help="hvdcorerun flags of the autotune setting (besides --autotune)")
     return p.parse_args()
 
@@ -73,13 +76,21 @@ def run(args: argparse.Namespace, flags: list[str]) -> tuple[float, str]:
     return float(found.group(1)), out
 
 
-def tuned_values(log: Path) -> tuple[str, str]:
-    """(MiB, ms) of the log's last row: the values the autotuner kept."""
+def tuned_values(log: Path) -> tuple[list[str], str]:
+    """The hvdcorerun flags of the values the autotuner kept (the log's last row, which
+    repeats its best scored row once the tuner finished), and a short description."""
     with open(log, encoding="utf-8") as f:
         rows = list(csv.reader(f))
-    if len(rows) < 2:
+    scored, last = rows[1:-1], rows[-1] if len(rows) > 1 else None
+    if last is None or last not in scored or float(last[6]) < max(float(r[6]) for r in scored):
         raise SystemExit(f"{log}: the autotuner did not finish (raise --iters)")
-    return rows[-1][5], rows[-1][4]
+    flags = ["--fusion-threshold-mb", last[5], "--cycle-time-ms", last[4]]
+    what = f"{float(last[5]):.2f} MiB / {float(last[4]):.2f} ms"
+    if len({(r[0], r[1]) for r in scored}) > 1:  # (the hierarchical choices were tried)
+        for col, op in ((0, "allreduce"), (1, "allgather")):
+            flags.append(f"--{'' if last[col] == '1' else 'no-'}hierarchical-{op}")
+        what += f" / hierarchical {last[0]}/{last[1]}"
+    return flags, what
 
 
 def main() -> None:
@@ -90,7 +101,7 @@ def main() -> None:
           f"on {os.cpu_count()} CPUs; autotune {args.autotune_args}", flush=True)
     rates: dict[str, list[float]] = {s: [] for s in SETTINGS}
     chosen: list[str] = []
-    kept: tuple[str, str] | None = None
+    kept: list[str] | None = None
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             # each setting takes each place in turn (whatever the first launch of a round
@@ -106,11 +117,11 @@ def main() -> None:
                     flags = ["--autotune", "--autotune-log-file", str(log),
                              *args.autotune_args.split()]
                 elif setting == "tuned" and kept is not None:
-                    flags = ["--fusion-threshold-mb", kept[0], "--cycle-time-ms", kept[1]]
+                    flags = kept
                 rates[setting].append(run(args, flags)[0])
                 if setting == "autotune":
-                    kept = tuned_values(log)
-                    chosen.append(f"{float(kept[0]):.2f} MiB / {float(kept[1]):.2f} ms")
+                    kept, what = tuned_values(log)
+                    chosen.append(what)
             print(f"round {r} ({', '.join(order)}): "
                   + ", ".join(f"{s} {rates[s][-1]:.1f}" for s in SETTINGS)
                   + f" img/s; kept {chosen[-1]}", flush=True)

@@ -86,6 +86,41 @@ def test_horovods_procedure_scores_test_points_then_keeps_the_best(tmp_path: Pat
     assert t.update(["a"], 1) is None  # done: nothing more
 
 
+class TwoLevelPlane:
+    """What the tuner reads of a hierarchical host plane on a node of several ranks."""
+
+    splits = True
+    enabled_allreduce = False
+    enabled_allgather = False
+
+
+def test_the_chain_searches_under_each_hierarchical_choice_and_keeps_the_best_set(
+        tmp_path: Path) -> None:
+    clock = Clock()
+    cfg = load({"HVDCORE_AUTOTUNE": "1", "HVDCORE_AUTOTUNE_WARMUP_SAMPLES": "1",
+                "HVDCORE_AUTOTUNE_STEPS_PER_SAMPLE": "2",
+                "HVDCORE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "1",
+                "HVDCORE_AUTOTUNE_LOG": str(tmp_path / "log.csv")})
+    t = Autotuner(cfg, clock, plane=TwoLevelPlane())
+    first, second = (4 * MIB, 5.0), (32 * MIB, 50.0)  # the test points
+    assert t.start() == TunedParams(*first, False, False)
+    # warm-up, then two scores per search: flat, allreduce, allgather, both (Horovod's order)
+    speeds = [1.0, 10.0, 20.0, 30.0, 15.0, 25.0, 50.0, 40.0, 45.0]
+    published = [score_once(t, clock, speed) for speed in speeds]
+    assert published == [
+        None, TunedParams(*second, False, False), TunedParams(*first, True, False),
+        TunedParams(*second, True, False), TunedParams(*first, False, True),
+        TunedParams(*second, False, True), TunedParams(*first, True, True),
+        TunedParams(*second, True, True),
+        TunedParams(*second, False, True)]  # kept: where 50 was measured, as a whole
+    assert not t.active and t.scored == 8
+    got = rows(tmp_path)
+    assert [r[:2] for r in got[1:9]] == [["0", "0"]] * 2 + [["1", "0"]] * 2 + [["0", "1"]] * 2 \
+        + [["1", "1"]] * 2
+    assert got[-1][:2] == ["0", "1"] and got[-1][4:6] == ["50", "32"]
+    assert float(got[-1][6]) == pytest.approx(50.0)
+
+
 def test_a_score_is_the_median_of_five_samples(tmp_path: Path) -> None:
     clock = Clock()
     t = tuner(tmp_path, clock, HVDCORE_AUTOTUNE_WARMUP_SAMPLES="0",
@@ -154,15 +189,16 @@ def test_parameters_go_first_in_the_next_list() -> None:
     coord.tune(TunedParams(8 * MIB, 10.0))
     assert coord.busy() and coord.fusion_threshold == 8 * MIB and coord.cycle_time_s == 0.01
     [resp] = coord.poll()
-    assert resp.kind == PARAMS and resp.per_rank == [8 * MIB, 10.0]
+    assert resp.kind == PARAMS and resp.per_rank == [8 * MIB, 10.0, 0, 0]
+    assert TunedParams.from_wire(resp.per_rank) == TunedParams(8 * MIB, 10.0)
     assert not coord.busy() and coord.poll() == []
 
 
 # --- real jobs
 
-STEPS = 80  # enough for warm-up + 7 scores of 5 one-step samples, with room to spare
-SMALL = ["--autotune", "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "1",
-         "--autotune-bayes-opt-max-samples", "6"]
+STEPS = 80  # enough for warm-up + 8 scores of 5 one-step samples, with room to spare
+CHECKS_PER_STEP = 9  # (autotune_run.py's)
+SMALL = ["--autotune", "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "1"]
 
 
 def bounded(cmd: list[str], timeout: float, cwd: Path | None = None
@@ -185,59 +221,103 @@ def bounded(cmd: list[str], timeout: float, cwd: Path | None = None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def _job(tmp_path: Path, np_: int, extra: list[str], args: tuple[str, ...] | list[str] = ()
-         ) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+def _job(tmp_path: Path, np_: int, extra: list[str], args: tuple[str, ...] | list[str] = (),
+         max_samples: int = 1) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
     log = tmp_path / "tune.csv"
     cmd = [sys.executable, "-m", "hvdcore.runner", "-np", str(np_), *SMALL,
+           "--autotune-bayes-opt-max-samples", str(max_samples),
            "--autotune-log-file", str(log), *extra, sys.executable, str(PROGRAM), str(STEPS),
            *args]
-    proc = bounded(cmd, 120, cwd=tmp_path)
+    proc = bounded(cmd, 150, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(log, encoding="utf-8") as f:
         return proc, list(csv.reader(f))
 
 
-def _check(proc: subprocess.CompletedProcess[str], log: list[list[str]], np_: int) -> None:
+def _row_set(row: list[str]) -> tuple[float, float, int, int]:
+    """(threshold bytes, cycle ms, hierarchical allreduce, allgather) of a log row."""
+    return float(row[5]) * MIB, float(row[4]), int(row[0]), int(row[1])
+
+
+def _check(proc: subprocess.CompletedProcess[str], log: list[list[str]], np_: int,
+           scores: int) -> None:
     lines = sorted(ln.split("tuned: ", 1)[1] for ln in proc.stdout.splitlines()
                    if " tuned: " in ln)
     assert len(lines) == np_, proc.stdout
     assert len(set(lines)) == 1, lines  # every rank on the same parameters
     fields = dict(kv.split("=") for kv in lines[0].split())
-    assert fields["source"] == "autotune" and fields["checks"] == str(STEPS * 7)
-    assert len(log) == 1 + 7 + 1  # header, 7 scores, the best
-    best = log[-1]
+    assert fields["source"] == "autotune"
+    assert fields["checks"] == str(STEPS * CHECKS_PER_STEP)
+    assert len(log) == 1 + scores + 1, log  # header, the scores, the best
+    scored, best = log[1:-1], log[-1]
     assert float(fields["cycle_time"]) == pytest.approx(float(best[4]), rel=1e-5)
     # (the log has 6 significant digits, as Horovod's)
     assert int(fields["fusion_threshold"]) == pytest.approx(float(best[5]) * MIB, rel=1e-5)
-    assert max(float(r[6]) for r in log[1:8]) == pytest.approx(float(best[6]))
+    assert fields["hierarchical"] == f"{best[0]}/{best[1]}"
+    # the set kept is the one that scored best (Horovod's chain keeps it as a whole)
+    top = max(scored, key=lambda r: float(r[6]))
+    assert float(top[6]) == pytest.approx(float(best[6]))
+    assert _row_set(top) == pytest.approx(_row_set(best), rel=1e-5)
     # every scored set was in force on every rank while it was measured
     seen_lines = [ln.split("seen: ", 1)[1] for ln in proc.stdout.splitlines() if " seen: " in ln]
     assert len(seen_lines) == np_, proc.stdout
     for line in seen_lines:
         seen = [tuple(float(v) for v in item.split("/")) for item in line.split(",")]
-        for row in log[1:8]:
-            mib, ms = float(row[5]), float(row[4])
-            assert any(b == pytest.approx(mib * MIB, rel=1e-5, abs=1)
-                       and c == pytest.approx(ms, rel=1e-5) for b, c in seen), (row, line)
+        for row in scored:
+            want = _row_set(row)
+            assert any(s[2:] == want[2:] and s[0] == pytest.approx(want[0], rel=1e-5, abs=1)
+                       and s[1] == pytest.approx(want[1], rel=1e-5) for s in seen), (row, line)
+
+
+def _chain_rows(log: list[list[str]], per_search: int) -> list[tuple[str, str]]:
+    """The hierarchical (allreduce, allgather) columns of each search, in order."""
+    scored = log[1:-1]
+    return [(r[0], r[1]) for r in scored[::per_search]]
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("np_", [1, 2, 3])
-def test_ranks_switch_together_and_end_on_the_best(tmp_path: Path, np_: int) -> None:
+def test_one_rank_tunes_the_joint_search_alone(tmp_path: Path) -> None:
+    # One rank per node: no second level to try; the test points, then the Bayesian search.
+    proc, log = _job(tmp_path, 1, [], max_samples=6)
+    _check(proc, log, 1, scores=7)
+    assert all(r[:4] == ["0", "0", "0", "1"] for r in log[1:])
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ranks_switch_together_through_the_hierarchical_chain(tmp_path: Path, np_: int) -> None:
+    # Several ranks on the node: the search runs flat, then with hierarchical allreduce, then
+    # allgather, then both (Horovod's chain order), every result checked under each.
     proc, log = _job(tmp_path, np_, [])
-    _check(proc, log, np_)
+    _check(proc, log, np_, scores=8)
+    assert _chain_rows(log, 2) == [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")]
+    assert [r[4:6] for r in log[1:9]] == [["5", "4"], ["50", "32"]] * 4  # test points 1, 2
+    # the switched-on levels were taken (every rank: the calls are collective on the node)
+    assert proc.stdout.count("shared-memory calls: 0") == 0, proc.stdout
+
+
+@pytest.mark.mpi
+def test_a_hierarchical_knob_the_user_set_is_held(tmp_path: Path) -> None:
+    proc, log = _job(tmp_path, 2, ["--hierarchical-allgather"])
+    _check(proc, log, 2, scores=4)
+    assert _chain_rows(log, 2) == [("0", "1"), ("1", "1")]
+    proc, log = _job(tmp_path, 2, ["--no-hierarchical-allreduce",
+                                   "--no-hierarchical-allgather"])
+    _check(proc, log, 2, scores=2)
+    assert all(r[:2] == ["0", "0"] for r in log[1:])
 
 
 @pytest.mark.mpi
 def test_without_the_cache_the_lists_are_scored(tmp_path: Path) -> None:
     proc, log = _job(tmp_path, 2, ["--cache-capacity", "0"])
-    _check(proc, log, 2)
+    _check(proc, log, 2, scores=8)
+    assert all(r[3] == "0" for r in log[1:])
 
 
 @pytest.mark.mpi
 def test_caller_progress_publishes_the_parameters(tmp_path: Path) -> None:
     proc, log = _job(tmp_path, 2, ["--progress", "caller"])
-    _check(proc, log, 2)
+    _check(proc, log, 2, scores=8)
 
 
 @pytest.mark.mpi
@@ -245,13 +325,14 @@ def test_parameters_go_out_when_every_call_is_a_shortcut(tmp_path: Path) -> None
     # One rank, caller progress, blocking calls only: no engine cycle runs on its own, so the
     # parameters reach the engine only because rank 0 then stops taking its shortcut.
     proc, log = _job(tmp_path, 1, ["--progress", "caller"], args=["blocking"])
-    _check(proc, log, 1)
+    _check(proc, log, 1, scores=2)
 
 
 def test_the_gloo_controller_carries_the_parameters(tmp_path: Path) -> None:
+    # (Gloo's host plane is flat: no hierarchical choice to try)
     pytest.importorskip("torch")
     proc, log = _job(tmp_path, 2, ["--gloo"])
-    _check(proc, log, 2)
+    _check(proc, log, 2, scores=2)
 
 
 @pytest.mark.mpi
@@ -259,7 +340,7 @@ def test_the_benchmark_runs_its_four_settings() -> None:
     pytest.importorskip("torch")
     proc = bounded(
         [sys.executable, str(HERE.parent / "benchmarks" / "autotune.py"), "--rounds", "1",
-         "--iters", "2", "--batch-size", "2", "--job-timeout", "120", "--autotune-args",
+         "--iters", "3", "--batch-size", "2", "--job-timeout", "120", "--autotune-args",
          "--autotune-warmup-samples 0 --autotune-steps-per-sample 1 "
          "--autotune-bayes-opt-max-samples 1"], 600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

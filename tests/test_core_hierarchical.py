@@ -80,15 +80,18 @@ def test_one_rank_per_node_is_flat() -> None:
     assert "one rank per node, flat MPI" in res.stderr, res.stderr
 
 
-def test_knobs_must_agree_on_every_rank() -> None:
-    """A rank without the knob would not join the plane's set-up: every rank gets ConfigError."""
+@pytest.mark.parametrize("knob", ["HOROVOD_HIERARCHICAL_ALLREDUCE=1", "HVDCORE_AUTOTUNE=1"])
+def test_knobs_must_agree_on_every_rank(knob: str) -> None:
+    """A rank without the knob would not join the plane's set-up (the autotuner may switch the
+    plane's levels on: it needs the plane too): every rank gets ConfigError."""
     code = ("import hvdcore as hvd\n"
             "try:\n    hvd.init()\nexcept hvd.HvdcoreError as e:\n"
             "    print(type(e).__name__, e, flush=True)\n")
-    cmd = ["mpirun", "--oversubscribe", "-np", "1", "-x", "HOROVOD_HIERARCHICAL_ALLREDUCE=1",
+    cmd = ["mpirun", "--oversubscribe", "-np", "1", "-x", knob,
            sys.executable, "-c", code, ":", "-np", "1", sys.executable, "-c", code]
     res = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=120,
                          cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.count("ConfigError HVDCORE_HIERARCHICAL_ALLREDUCE/ALLGATHER must be the "
-                            "same on every rank") == 2, res.stdout + res.stderr
+    assert res.stdout.count("ConfigError HVDCORE_HIERARCHICAL_ALLREDUCE/ALLGATHER and "
+                            "HVDCORE_AUTOTUNE must be the same on every rank") == 2, (
+        res.stdout + res.stderr)

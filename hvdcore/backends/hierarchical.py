@@ -169,8 +169,11 @@ class HierarchicalBackend(MPIBackend):
         self.cross = world.Split(self.local_rank, key=self.node_index)
         self._node_major = [r for n in self.nodes for r in n]
         # Two levels only pay off with several ranks on some node.
-        self._enabled_allreduce = allreduce and max(sizes) > 1
-        self.enabled_allgather = allgather and max(sizes) > 1
+        #: Whether two levels can take place (some node has several ranks): what the
+        #: autotuner may switch on (enabled_allreduce, enabled_allgather).
+        self.splits = max(sizes) > 1
+        self._enabled_allreduce = allreduce and self.splits
+        self.enabled_allgather = allgather and self.splits
         if min_bytes is None:
             min_bytes = MIN_BYTES_ONE_NODE if len(self.nodes) == 1 else MIN_BYTES_NODES
         self.min_bytes = min_bytes
@@ -192,7 +195,8 @@ class HierarchicalBackend(MPIBackend):
         ops = [name for name, on in (("allreduce", self.enabled_allreduce),
                                      ("allgather", self.enabled_allgather)) if on]
         if not ops:
-            return (f"hierarchical collectives off (one rank per node, flat MPI): "
+            why = "" if self.splits else "one rank per node, "
+            return (f"hierarchical collectives off ({why}flat MPI): "
                     f"{self.world_size} ranks on {len(self.nodes)} nodes")
         cross = ("none (one node)" if len(self.nodes) == 1 else
                  "per-slice communicators" if self.per_slice else "one leader per node")

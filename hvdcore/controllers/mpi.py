@@ -37,19 +37,27 @@ def _world_from(comm: Any) -> Any:
         f"{type(comm).__name__}")
 
 
+def _tunes_hierarchy(cfg: Any) -> bool:
+    """Whether the autotuner may switch hierarchical collectives (a knob the user left)."""
+    return bool(cfg.autotune) and "default" in (cfg.source("hierarchical_allreduce"),
+                                                cfg.source("hierarchical_allgather"))
+
+
 def host_plane(cfg: Any, world: Any, rank: int) -> Any:
-    """The MPI data plane: hierarchical when a knob asks for it (decided on every rank alike)."""
+    """The MPI data plane: hierarchical when a knob asks for it or the autotuner may try it
+    (decided on every rank alike)."""
     from hvdcore.backends import registry
 
-    wanted = (bool(cfg.hierarchical_allreduce), bool(cfg.hierarchical_allgather))
+    wanted = (bool(cfg.hierarchical_allreduce), bool(cfg.hierarchical_allgather),
+              _tunes_hierarchy(cfg))
     # The hierarchical plane is built collectively: a rank with other settings would hang.
     seen = world.allgather(wanted) if world.Get_size() > 1 else [wanted]
     if any(w != wanted for w in seen):
         differ = sorted(r for r, w in enumerate(seen) if w != seen[0])
         raise errors.ConfigError(
-            "HVDCORE_HIERARCHICAL_ALLREDUCE/ALLGATHER must be the same on every rank: rank 0 "
-            f"has (allreduce, allgather) = {seen[0]}, ranks {differ} have "
-            f"{[seen[r] for r in differ]}; export the same values to every rank")
+            "HVDCORE_HIERARCHICAL_ALLREDUCE/ALLGATHER and HVDCORE_AUTOTUNE must be the same on "
+            f"every rank: rank 0 has (allreduce, allgather, autotuned) = {seen[0]}, ranks "
+            f"{differ} have {[seen[r] for r in differ]}; export the same values to every rank")
     if not any(wanted):
         return registry.create("mpi")
     plane = registry.create("mpi-hierarchical", world, allreduce=wanted[0],

@@ -7,14 +7,18 @@ bytes per microsecond since the sample began. Five samples make one *score* (the
 The first ``warmup_samples`` scores are discarded; then each score is logged against the
 parameters it was measured with, and the next parameters come from four fixed test points
 (4 MiB/5 ms, 32 MiB/50 ms, 16 MiB/25 ms, 8 MiB/10 ms) and then from Bayesian optimisation over
-0-64 MiB and 1-100 ms (:mod:`hvdcore.engine.bayes_opt`). After ``bayes_opt_max_samples`` scored
-parameter sets the best scoring one is kept for the rest of the run. A parameter the user set
-(``--fusion-threshold-mb``, ``--cycle-time-ms`` or their variables) is held, not tuned.
+0-64 MiB and 1-100 ms (:mod:`hvdcore.engine.bayes_opt`); ``bayes_opt_max_samples`` + 1 scored
+sets make one search. Where the host data plane can take two levels (MPI, some node with
+several ranks), the search runs again with hierarchical allreduce on, then with hierarchical
+allgather on, then with both (:mod:`hvdcore.engine.tunables`: Horovod's chain); the set that
+scored best is kept for the rest of the run. A parameter the user set
+(``--fusion-threshold-mb``, ``--cycle-time-ms``, ``--[no-]hierarchical-allreduce``/``allgather``
+or their variables) is held, not tuned.
 
 Parameters reach the other ranks in the coordinator's ordered lists (``Response`` of kind
 ``params``), so every rank switches at the same point of the one order of lists and rounds.
-Hierarchical collectives and the response cache are not switched at run time here: the log
-records their configured values in Horovod's columns.
+The response cache is not switched at run time here (the log records whether it is on in
+Horovod's ``cache_enabled`` column), and there is no torus allreduce (its column is 0).
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from hvdcore.engine.bayes_opt import BayesianOptimizer
 from hvdcore.engine.messages import Response, response_bytes
+from hvdcore.engine.tunables import Choice, JointSearch, Tunable, tune_chain
 
 __all__ = ["Autotuner", "TunedParams", "install", "LOG_HEADER", "SAMPLES"]
 
@@ -43,10 +47,24 @@ LOG_HEADER = ("hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cac
 
 @dataclass(frozen=True)
 class TunedParams:
-    """What rank 0 tells every rank to use: fusion threshold (bytes) and cycle time (ms)."""
+    """What rank 0 tells every rank to use: fusion threshold (bytes), cycle time (ms) and
+    whether the host plane's global allreduce/allgather take two levels."""
 
     fusion_threshold: int
     cycle_time_ms: float
+    hierarchical_allreduce: bool = False
+    hierarchical_allgather: bool = False
+
+    def to_wire(self) -> list[Any]:
+        """The ``per_rank`` of the ``params`` response that carries these."""
+        return [self.fusion_threshold, self.cycle_time_ms, int(self.hierarchical_allreduce),
+                int(self.hierarchical_allgather)]
+
+    @classmethod
+    def from_wire(cls, values: list[Any]) -> TunedParams:
+        """The parameters a ``params`` response carries (:meth:`to_wire`)."""
+        threshold, cycle_ms, allreduce, allgather = values
+        return cls(int(threshold), float(cycle_ms), bool(allreduce), bool(allgather))
 
 
 @dataclass(frozen=True)
@@ -57,16 +75,27 @@ class _Settings:
     noise: float
 
 
+def _choice(start: bool, free: bool) -> Choice:
+    """A yes/no parameter from ``start`` (Horovod's: no first), held at ``start`` unless
+    ``free``."""
+    param = Choice([False, True])
+    if not free:
+        param.fix(start)
+    return param
+
+
 class Autotuner:
     """Rank 0's tuning state. Feed it what ran (:meth:`update`); publish what it returns.
 
     ``cfg``: the engine's configuration (the start values, what the user fixed, the
     autotune knobs); ``clock``: seconds (``time.perf_counter``); ``coordinator``: rank 0's
-    :class:`~hvdcore.engine.coordinator.Coordinator`, which sends what :meth:`ran` chose.
+    :class:`~hvdcore.engine.coordinator.Coordinator`, which sends what :meth:`ran` chose;
+    ``plane``: the host data plane (its ``splits``, ``enabled_allreduce`` and
+    ``enabled_allgather`` say whether two levels can be tried and where they start).
     """
 
     def __init__(self, cfg: Any, clock: Callable[[], float] = time.perf_counter,
-                 coordinator: Any = None) -> None:
+                 coordinator: Any = None, plane: Any = None) -> None:
         self._clock = clock
         self.coordinator = coordinator
         self._set = _Settings(cfg.autotune_warmup_samples, cfg.autotune_steps_per_sample,
@@ -77,14 +106,23 @@ class Autotuner:
                     "cycle_ms": cfg.source("cycle_time") != "default"}
         self._fixed = {k: v for k, v in start.items() if user_set[k]}
         self._free = [k for k in _BOUNDS if k not in self._fixed]
-        self._columns = (int(bool(cfg.hierarchical_allreduce)),
-                         int(bool(cfg.hierarchical_allgather)), 0, int(cfg.cache_capacity > 0))
-        self._bayes = (BayesianOptimizer([_BOUNDS[k] for k in self._free],
-                                         self._set.noise) if self._free else None)
-        self.active = bool(self._free)
-        self._point = self._test_point(0)
-        self._best: tuple[float, list[float]] = (0.0, list(self._point))
-        self._iteration = 0
+        self._joint: Tunable
+        if self._free:
+            self._joint = JointSearch([_BOUNDS[k] for k in self._free],
+                                      [self._test_point(i) for i in range(len(_TEST_POINTS))],
+                                      self._set.max_samples, self._set.noise)
+        else:
+            self._joint = Choice([[]])
+            self._joint.fix([])
+        splits = bool(getattr(plane, "splits", False))
+        self._allreduce = _choice(bool(getattr(plane, "enabled_allreduce", False)),
+                                  splits and cfg.source("hierarchical_allreduce") == "default")
+        self._allgather = _choice(bool(getattr(plane, "enabled_allgather", False)),
+                                  splits and cfg.source("hierarchical_allgather") == "default")
+        self._chain = [self._joint, self._allreduce, self._allgather]
+        self._cache_column = int(cfg.cache_capacity > 0)
+        self.active = any(p.tunable for p in self._chain)
+        self._best_score = 0.0
         self._warmup_left = self._set.warmup
         self.measured = 0  # scores taken, warm-up included
         self.scored = 0  # scores logged (warm-up not included)
@@ -107,8 +145,8 @@ class Autotuner:
                 self._file = None
         self._reset()
         if not self.active:
-            log.info("autotune: the fusion threshold and the cycle time are both set: "
-                     "nothing to tune")
+            log.info("autotune: the fusion threshold and the cycle time are both set and no "
+                     "hierarchical choice is open: nothing to tune")
             self._close()
 
     # -- what the engine calls --------------------------------------------------------------
@@ -129,7 +167,7 @@ class Autotuner:
 
     def start(self) -> TunedParams:
         """The parameters of the first sample (the first test point)."""
-        return self._params(self._point)
+        return self._params(best=False)
 
     def update(self, names: Iterable[str], nbytes: int) -> TunedParams | None:
         """Rank 0 ran ``names`` (``nbytes`` bytes in all): the parameters every rank must
@@ -165,28 +203,20 @@ class Autotuner:
             self._reset()
             return None
         self.scored += 1
-        self._write(self._point, score)
-        log.info("autotune: %s: %.1f MB/s (%d of %d)", self._describe(self._point),
-                 score, self.scored, self._set.max_samples + 1)
-        if score > self._best[0]:
-            self._best = (score, list(self._point))
-        assert self._bayes is not None
-        self._bayes.add(self._point, score)
-        self._iteration += 1
-        if self._iteration > self._set.max_samples:
+        self._write(self._params(best=False), score)
+        log.info("autotune: %s: %.1f MB/s (score %d)", self._describe(self._params(best=False)),
+                 score, self.scored)
+        self._best_score = max(self._best_score, score)
+        if tune_chain(self._chain, score):
             self.active = False
-            best_score, best = self._best
-            self._point = best
-            self._write(best, best_score)
+            best = self._params(best=True)
+            self._write(best, self._best_score)
             log.info("autotune: done after %d scores: best %s (%.1f MB/s); give these values "
-                     "to skip tuning next time", self.scored, self._describe(best), best_score)
+                     "to skip tuning next time", self.scored, self._describe(best),
+                     self._best_score)
             self._close()
-        elif self._iteration < len(_TEST_POINTS):
-            self._point = self._test_point(self._iteration)
-        else:
-            self._point = self._bayes.propose()
         self._reset()
-        return self._params(self._point)
+        return self._params(best=not self.active)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -201,26 +231,29 @@ class Autotuner:
         point = dict(zip(_BOUNDS, _TEST_POINTS[i], strict=True))
         return [point[k] for k in self._free]
 
-    def _values(self, point: list[float]) -> dict[str, float]:
+    def _params(self, best: bool) -> TunedParams:
+        """The parameters in force (or, ``best``, the best set so far)."""
+        pick = (lambda p: p.best) if best else (lambda p: p.value)
         values = dict(self._fixed)
-        values.update(zip(self._free, point, strict=True))
-        return values
+        values.update(zip(self._free, pick(self._joint), strict=True))
+        return TunedParams(int(values["fusion_mb"] * MIB), values["cycle_ms"],
+                           bool(pick(self._allreduce)), bool(pick(self._allgather)))
 
-    def _params(self, point: list[float]) -> TunedParams:
-        v = self._values(point)
-        return TunedParams(int(v["fusion_mb"] * MIB), v["cycle_ms"])
+    def _describe(self, p: TunedParams) -> str:
+        text = (f"--fusion-threshold-mb {p.fusion_threshold / MIB:.2f} "
+                f"--cycle-time-ms {p.cycle_time_ms:.2f}")
+        for flag, param, on in (("allreduce", self._allreduce, p.hierarchical_allreduce),
+                                ("allgather", self._allgather, p.hierarchical_allgather)):
+            if param.tunable:
+                text += f" --{'' if on else 'no-'}hierarchical-{flag}"
+        return text
 
-    def _describe(self, point: list[float]) -> str:
-        v = self._values(point)
-        return (f"--fusion-threshold-mb {v['fusion_mb']:.2f} "
-                f"--cycle-time-ms {v['cycle_ms']:.2f}")
-
-    def _write(self, point: list[float], score: float) -> None:
+    def _write(self, p: TunedParams, score: float) -> None:
         if self._file is None:
             return
-        v = self._values(point)
-        cols = ",".join(str(c) for c in self._columns)
-        self._file.write(f"{cols},{v['cycle_ms']:g},{v['fusion_mb']:g},{score:g}\n")
+        self._file.write(f"{int(p.hierarchical_allreduce)},{int(p.hierarchical_allgather)},0,"
+                         f"{self._cache_column},{p.cycle_time_ms:g},"
+                         f"{p.fusion_threshold / MIB:g},{score:g}\n")
         self._file.flush()
 
     def _close(self) -> None:
@@ -229,18 +262,25 @@ class Autotuner:
             self._file = None
 
 
-def install(cfg: Any, coordinator: Any, rounds: Any, dispatcher: Any) -> None:
+def install(cfg: Any, coordinator: Any, rounds: Any, dispatcher: Any, plane: Any = None) -> None:
     """Wire autotuning into an engine's parts: every rank applies the parameters its lists
-    carry (``dispatcher``); with ``HVDCORE_AUTOTUNE`` rank 0 (the one with a
-    ``coordinator``) counts what runs (``rounds``) and sends the first test point."""
+    carry (``dispatcher``; the hierarchical choices on the host data ``plane``); with
+    ``HVDCORE_AUTOTUNE`` rank 0 (the one with a ``coordinator``) counts what runs
+    (``rounds``) and sends the first parameters."""
+    two_levels = bool(getattr(plane, "splits", False))
 
-    def use(fusion_threshold: int, cycle_time_ms: float) -> None:
-        cfg.set_tuned("fusion_threshold", fusion_threshold)
-        cfg.set_tuned("cycle_time", cycle_time_ms)
+    def use(p: TunedParams) -> None:
+        cfg.set_tuned("fusion_threshold", p.fusion_threshold)
+        cfg.set_tuned("cycle_time", p.cycle_time_ms)
+        if two_levels:  # (the plane counts a switch: only a change is applied)
+            if plane.enabled_allreduce != p.hierarchical_allreduce:
+                plane.enabled_allreduce = p.hierarchical_allreduce
+            if plane.enabled_allgather != p.hierarchical_allgather:
+                plane.enabled_allgather = p.hierarchical_allgather
 
     dispatcher.use_params = use
     if coordinator is not None and cfg.autotune:
-        tuner = Autotuner(cfg, coordinator=coordinator)
+        tuner = Autotuner(cfg, coordinator=coordinator, plane=plane)
         if tuner.active:
             rounds.tuner = tuner
             coordinator.tune(tuner.start())

@@ -201,7 +201,7 @@ class Coordinator:
         if self.params_due is not None:
             p, self.params_due = self.params_due, None
             return [Response(kind=PARAMS, set_id=0, names=["autotune"],
-                             per_rank=[p.fusion_threshold, p.cycle_time_ms]), *self.poll()]
+                             per_rank=p.to_wire()), *self.poll()]
         if not self._dirty and not self._held and (
                 (not self.table and not self.hit_waits) or self.stall_disabled
                 or now - self._last_stall_scan < 0.2):

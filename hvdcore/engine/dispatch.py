@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hvdcore import errors
+from hvdcore.engine.autotune import TunedParams
 from hvdcore.engine.cache import ResponseCache
 from hvdcore.engine.executor import Executor
 from hvdcore.engine.messages import (
@@ -57,8 +58,8 @@ class Dispatcher:
         self.plane = plane
         self.run = run
         self._abort = abort
-        #: Applies the autotuner's parameters on this rank (fusion threshold, cycle time ms).
-        self.use_params: Callable[[int, float], None] | None = None
+        #: Applies the autotuner's parameters on this rank (see autotune.install).
+        self.use_params: Callable[[TunedParams], None] | None = None
         self.inflight: dict[tuple[int, str], Request] = {}
         # Requests whose data call raised after they left ``inflight`` (see interrupted)
         self._interrupted: list[Request] = []
@@ -217,8 +218,7 @@ class Dispatcher:
 
     def _params(self, resp: Response, _cached: bool) -> None:
         if self.use_params is not None:
-            threshold, cycle_ms = resp.per_rank
-            self.use_params(int(threshold), float(cycle_ms))
+            self.use_params(TunedParams.from_wire(resp.per_rank))
 
     def _join(self, resp: Response, _cached: bool) -> None:
         req = self._take(resp, "join")

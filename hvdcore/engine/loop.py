@@ -101,7 +101,7 @@ class Engine:
                                  functools.partial(_abort_after_grace, self), caller_progress,
                                  self.rank)
         self.rounds.bind(self.progress, self.executor)
-        autotune.install(cfg, coordinator, self.rounds, self.dispatcher)
+        autotune.install(cfg, coordinator, self.rounds, self.dispatcher, backend)
         self.pipeline = Pipeline(self.rounds, self.cache, self.dispatcher.executors, sets[0])
         self.batches = SteadyBatches(self.pipeline, self.rounds, self.cache, self.progress,
                                      self.executor, sets[0])

@@ -53,7 +53,7 @@ DATA_KINDS = (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER)
 ERROR = "error"
 STALL_WARNING = "stall_warning"
 ABORT = "abort"
-PARAMS = "params"  # the autotuner's parameters: per_rank = [fusion threshold, cycle time ms]
+PARAMS = "params"  # the autotuner's parameters: per_rank = TunedParams.to_wire()
 
 
 @dataclass(slots=True)

@@ -6,10 +6,14 @@ is checked against a reference computed here from every rank's inputs (integer v
 summation order gives the same bits). The parameters change under these calls as rank 0's
 lists carry them. The loop runs ``STEPS`` steps (argv[1]); with ``blocking`` (argv[2]) a step is blocking
 allreduces alone (every call a caller's shortcut: with caller progress no engine cycle runs
-unless the engine makes one for the parameters). Then every rank prints
-``rank R tuned: fusion_threshold=B cycle_time=MS source=S checks=N`` (its engine's values, the
-same on every rank once the lists ran; source is "autotune" once tuned) and
-``rank R seen: B/MS,B/MS,...``: the values in force at the end of each step, each change once
+unless the engine makes one for the parameters). A step also reduces a tensor and gathers
+one of more than 1 MiB (what the hierarchical plane's shared-memory path takes, when the
+autotuner switches it on). Then every rank prints
+``rank R tuned: fusion_threshold=B cycle_time=MS hierarchical=AR/AG source=S checks=N`` (its
+engine's values, the same on every rank once the lists ran; source is "autotune" once tuned;
+AR/AG: whether the host plane's allreduce/allgather take two levels, 0/1),
+``rank R shared-memory calls: K`` (the hierarchical plane's calls that took two levels) and
+``rank R seen: B/MS/AR/AG,...``: the values in force at the end of each step, each change once
 (every scored set must be among them, on every rank: in force while it was measured).
 """
 
@@ -27,11 +31,18 @@ hvd.init()
 R, N = hvd.rank(), hvd.size()
 STEPS = int(sys.argv[1])
 BLOCKING = sys.argv[2:] == ["blocking"]
-SHAPES = [(3,), (257,), (64, 65), (1,), (4000,)]  # odd sizes: gaps in the fusion buffer
+SHAPES = [(3,), (257,), (64, 65), (1,), (4000,), (300_001,)]  # odd sizes: fusion gaps
 NAMES = tuple(f"grad.{i}" for i in range(len(SHAPES)))
 checks = 0
-seen: list[tuple[int, float]] = []
+seen: list[tuple[int, float, int, int]] = []
 cfg = basics.state().engine.cfg
+plane = basics.state().engine.executor.backend
+GATHER = (150_001,)  # float32 a rank: more than 1 MiB gathered from 2 ranks on
+
+
+def now_in_force() -> tuple[int, float, int, int]:
+    return (cfg.fusion_threshold, cfg.cycle_time, int(getattr(plane, "enabled_allreduce", 0)),
+            int(getattr(plane, "enabled_allgather", 0)))
 
 
 def inputs(rank: int, shape: tuple[int, ...], step: int, salt: int) -> np.ndarray:
@@ -52,13 +63,13 @@ def check(got: np.ndarray, want: np.ndarray, what: str) -> None:
 
 
 for step in range(STEPS):
-    if not seen or seen[-1] != (cfg.fusion_threshold, cfg.cycle_time):
-        seen.append((cfg.fusion_threshold, cfg.cycle_time))
+    if not seen or seen[-1] != now_in_force():
+        seen.append(now_in_force())
     if BLOCKING:
         for i, s in enumerate(SHAPES):
             check(hvd.allreduce(inputs(R, s, step, i), name=NAMES[i], op=hvd.Sum),
                   expect(s, step, i), f"step {step} blocking {NAMES[i]}")
-        checks += 2  # (as many checks a step as the other mode)
+        checks += 3  # (as many checks a step as the other mode)
         continue
     grads = [inputs(R, s, step, i) for i, s in enumerate(SHAPES)]
     hvd.synchronize(hops.allreduce_batch_async(grads, NAMES, op=hvd.Sum))
@@ -70,9 +81,17 @@ for step in range(STEPS):
     b = inputs(R, (7, 9), step, 60)
     check(hvd.allreduce(b, name="blocking.b", op=hvd.Sum), expect((7, 9), step, 60),
           f"step {step} blocking")
+    check(hvd.allgather(inputs(R, GATHER, step, 70), name="gather.g"),
+          np.concatenate([inputs(r, GATHER, step, 70) for r in range(N)]),
+          f"step {step} allgather")
 
 hvd.barrier()  # (after the lists that carried the last parameters)
-print(f"rank {R} seen: {','.join(f'{b}/{ms:g}' for b, ms in seen)}", flush=True)
+print(f"rank {R} seen: {','.join(f'{b}/{ms:g}/{ar}/{ag}' for b, ms, ar, ag in seen)}",
+      flush=True)
+_, _, ar, ag = now_in_force()
+shm = plane.stats()["shm_calls"] if hasattr(plane, "stats") else 0
 print(f"rank {R} tuned: fusion_threshold={cfg.fusion_threshold} cycle_time={cfg.cycle_time:g} "
-      f"source={cfg.source('fusion_threshold')} checks={checks}", flush=True)
+      f"hierarchical={ar}/{ag} source={cfg.source('fusion_threshold')} checks={checks}",
+      flush=True)
+print(f"rank {R} shared-memory calls: {shm}", flush=True)
 hvd.shutdown()
