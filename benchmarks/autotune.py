@@ -4,7 +4,7 @@ with autotuning, with the values it chose held, and with the defaults again (the
 Run (not under MPI: it launches the jobs itself)::
 
     python benchmarks/autotune.py                        # 4 rounds, ~6 min on 2 cores
-    python benchmarks/autotune.py --rounds 1 --iters 2   # seconds, as the test runs it
+    python benchmarks/autotune.py --rounds 1 --iters 3   # a minute, as the test runs it
 
 Each round launches, one after the other, ``hvdcorerun -np N`` of
 ``examples/pytorch_synthetic_benchmark.py`` (the model ``--model``, 32 px images) in four

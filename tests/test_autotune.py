@@ -151,6 +151,16 @@ def test_what_the_user_set_is_held(tmp_path: Path) -> None:
     assert all(r[5] == "3" for r in rows(tmp_path)[1:])
     both = tuner(tmp_path, clock, HVDCORE_FUSION_THRESHOLD="0", HVDCORE_CYCLE_TIME="2")
     assert not both.active and both.update(["a"], 1) is None
+    # both held, hierarchical choices open: each of the four combinations is scored once
+    cfg = load({"HVDCORE_AUTOTUNE": "1", "HVDCORE_AUTOTUNE_WARMUP_SAMPLES": "0",
+                "HVDCORE_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HVDCORE_FUSION_THRESHOLD": "0",
+                "HVDCORE_CYCLE_TIME": "2"})
+    choices = Autotuner(cfg, clock, plane=TwoLevelPlane())
+    assert choices.active and choices.start() == TunedParams(0, 2.0, False, False)
+    published = [score_once(choices, clock, speed) for speed in (3.0, 1.0, 4.0, 2.0)]
+    assert published == [TunedParams(0, 2.0, True, False), TunedParams(0, 2.0, False, True),
+                         TunedParams(0, 2.0, True, True), TunedParams(0, 2.0, False, True)]
+    assert not choices.active
 
 
 def test_an_unwritable_log_is_reported_and_tuning_goes_on(
