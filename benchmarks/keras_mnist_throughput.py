@@ -23,12 +23,13 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from hvdcore.ports import handoff_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = "RESULT "
@@ -136,16 +137,6 @@ def worker_mwms(args: argparse.Namespace) -> None:
                                    **res}), flush=True)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _worker_args(args: argparse.Namespace) -> list[str]:
     out = ["--batch-size", str(args.batch_size), "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--windows", str(args.windows)]
@@ -185,7 +176,7 @@ def run_hvd(n: int, args: argparse.Namespace) -> dict:
 
 
 def run_mwms(n: int, args: argparse.Namespace) -> dict:
-    ports = _free_ports(n)
+    ports = handoff_ports(n)
     cluster = {"worker": [f"localhost:{p}" for p in ports]}
     procs = []
     for i in range(n):

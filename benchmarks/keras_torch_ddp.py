@@ -43,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 
+from hvdcore.ports import handoff_port
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("keras_hvd", "keras_solo", "ddp")
 KERAS_ONLY = ("keras_hvd", "keras_solo")  # --backend jax: no framework DP peer
@@ -88,7 +90,7 @@ def _worker(args: argparse.Namespace) -> None:
         import torch.distributed as dist
 
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-        port = comm.bcast(_free_port() if rank == 0 else None, root=0)
+        port = comm.bcast(handoff_port() if rank == 0 else None, root=0)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=size)
 
@@ -159,14 +161,6 @@ def _worker(args: argparse.Namespace) -> None:
         _report(args, size, rates, in_sync)
     if "ddp" in configs:
         dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _report(args, size: int, rates: dict[str, list[float]], in_sync: bool) -> None:

@@ -40,11 +40,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from hvdcore.ports import handoff_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,12 +135,6 @@ def _worker(kind: str, steps: int, warmup: int, batch: int, seed: int) -> None:
 
 
 # ------------------------------------------------------------------------------- driver
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env() -> dict[str, str]:
     """The environment of every launch: this checkout, one thread, Open MPI as root."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HVDCORE_", "HOROVOD_"))}
@@ -153,7 +148,7 @@ def _env() -> dict[str, str]:
                # Oversubscribed nodes: Open MPI's blocking calls must yield the core while
                # they wait instead of spinning (affects MPI users only, i.e. hvdcore, not gloo).
                OMPI_MCA_mpi_yield_when_idle="1",
-               BENCH_DDP_INIT=f"tcp://127.0.0.1:{_free_port()}")
+               BENCH_DDP_INIT=f"tcp://127.0.0.1:{handoff_port()}")
     return env
 
 

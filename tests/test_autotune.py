@@ -307,6 +307,16 @@ def test_ranks_switch_together_through_the_hierarchical_chain(tmp_path: Path, np
 
 
 @pytest.mark.mpi
+def test_the_chain_switches_the_cross_node_step(tmp_path: Path) -> None:
+    # Ranks 0 and 2 on one (fake) node, rank 1 on another: two levels with a cross-node step
+    # between the node leaders.
+    proc, log = _job(tmp_path, 3, [], args=["fake-nodes=2"])
+    _check(proc, log, 3, scores=8)
+    assert _chain_rows(log, 2) == [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")]
+    assert proc.stdout.count("shared-memory calls: 0") == 0, proc.stdout
+
+
+@pytest.mark.mpi
 def test_a_hierarchical_knob_the_user_set_is_held(tmp_path: Path) -> None:
     proc, log = _job(tmp_path, 2, ["--hierarchical-allgather"])
     _check(proc, log, 2, scores=4)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from conftest import ROOT, mpi_env, ok_lines, program, run_gloo
 from hvdcore.controllers import choose, launched_by
 from hvdcore.controllers.gloo_env import expand_hostlist, read
 from hvdcore.netaddr import local_interfaces
+from hvdcore.ports import handoff_port
 from hvdcore.runner.gloo_launch import plan
 from hvdcore.runner.hosts import Host
 
@@ -116,9 +116,7 @@ def test_network_interfaces_takes_horovods_comma_list() -> None:
 
 def test_torchrun_runs_a_horovod_script_unchanged() -> None:
     torchrun = str(Path(sys.executable).with_name("torchrun"))
-    with socket.socket() as s:  # a free port for torchrun's store
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = handoff_port()  # for torchrun's store
     res = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-port", str(port),
                           program("gloo_job.py"), "ok"], env=_clean_env(),
                          capture_output=True, text=True, timeout=180, cwd=ROOT)
@@ -149,9 +147,7 @@ def test_an_unreachable_rendezvous_fails_within_the_timeout_naming_it() -> None:
 
 def test_ranks_started_for_different_sizes_fail_clearly(tmp_path: Path) -> None:
     """Rank 0 hosts the store for 2 ranks, rank 1 was told 3: both fail naming the sizes."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = handoff_port()
     base = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
             "HVDCORE_RENDEZVOUS_TIMEOUT": "20"}
     procs = [subprocess.Popen([sys.executable, program("gloo_job.py"), "ok"],

@@ -9,13 +9,14 @@ comes with them). The machine's Open MPI stays installed, so each rank also read
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, mpi_env, program
+
+from hvdcore.ports import handoff_port
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
@@ -78,9 +79,7 @@ def test_torch_mnist_under_hvdcorerun_gloo_and_torchrun_without_mpi(nompi: Path)
     gloo = _run([str(nompi), "-m", "hvdcore.runner", "--gloo", "-np", "2", str(nompi),
                  program("maps_probe.py"), example, *_MNIST_STEPS])
     _maps(gloo.stdout, 2)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = handoff_port()
     torchrun = _run([str(nompi), "-m", "torch.distributed.run", "--nproc-per-node", "2",
                      "--master-port", str(port), program("maps_probe.py"), example,
                      *_MNIST_STEPS])

@@ -6,26 +6,21 @@ the bitwise or of every round is checked against the or computed from every rank
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from hvdcore.ports import handoff_port
+
 pytestmark = [pytest.mark.torch]  # the store is torch.distributed's TCPStore
 
 PROGRAM = Path(__file__).parent / "programs" / "round_mesh_rank.py"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _job(size: int, mode: str, ranks: list[int] | None = None) -> list[tuple[int, str]]:
-    port = _port()
+    port = handoff_port()
     procs = [subprocess.Popen([sys.executable, str(PROGRAM), str(r), str(size), str(port), mode],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in (ranks if ranks is not None else range(size))]

@@ -48,6 +48,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from hvdcore.ports import handoff_ports
+
 __all__ = ["SlurmCluster", "SlurmHarnessError", "missing_requirements", "slurm_cluster"]
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "sbatch", "srun", "squeue")
@@ -71,20 +73,6 @@ def missing_requirements() -> list[str]:
     except KeyError:
         missing.append("user 'munge' (apt-get install munge)")
     return missing
-
-
-def _free_ports(count: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
 
 
 def _exe(name: str) -> str:
@@ -249,7 +237,7 @@ class SlurmCluster:
         for node in self.node_names:
             (self.workdir / "spool" / node).mkdir(exist_ok=True)
             (self.workdir / "tmp" / node).mkdir(exist_ok=True)
-        ports = _free_ports(1 + self.nodes)
+        ports = handoff_ports(1 + self.nodes)
         ctld_port, node_ports = ports[0], ports[1:]
         w = self.workdir
         lines = [

@@ -4,8 +4,9 @@ Every step reduces a step's "gradients" the ways the bindings do (a batch of in-
 under fixed names, an async allreduce then synchronize, a blocking allreduce) and every result
 is checked against a reference computed here from every rank's inputs (integer values: any
 summation order gives the same bits). The parameters change under these calls as rank 0's
-lists carry them. The loop runs ``STEPS`` steps (argv[1]); with ``blocking`` (argv[2]) a step is blocking
-allreduces alone (every call a caller's shortcut: with caller progress no engine cycle runs
+lists carry them. The loop runs ``STEPS`` steps (argv[1]); ``fake-nodes=K`` (an argument) sets
+``SLURM_NODEID`` to the world rank mod K first (K nodes to the hierarchical plane); with
+``blocking`` (an argument) a step is blocking allreduces alone (every call a caller's shortcut: with caller progress no engine cycle runs
 unless the engine makes one for the parameters). A step also reduces a tensor and gathers
 one of more than 1 MiB (what the hierarchical plane's shared-memory path takes, when the
 autotuner switches it on). Then every rank prints
@@ -19,18 +20,24 @@ AR/AG: whether the host plane's allreduce/allgather take two levels, 0/1),
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
 
-import hvdcore as hvd
-from hvdcore import basics
-from hvdcore import ops as hops
+for arg in sys.argv[2:]:
+    if arg.startswith("fake-nodes="):
+        os.environ["SLURM_NODEID"] = str(int(os.environ["OMPI_COMM_WORLD_RANK"])
+                                         % int(arg.split("=", 1)[1]))
+
+import hvdcore as hvd  # noqa: E402 - SLURM_NODEID must be set first
+from hvdcore import basics  # noqa: E402
+from hvdcore import ops as hops  # noqa: E402
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 STEPS = int(sys.argv[1])
-BLOCKING = sys.argv[2:] == ["blocking"]
+BLOCKING = "blocking" in sys.argv[2:]
 SHAPES = [(3,), (257,), (64, 65), (1,), (4000,), (300_001,)]  # odd sizes: fusion gaps
 NAMES = tuple(f"grad.{i}" for i in range(len(SHAPES)))
 checks = 0
