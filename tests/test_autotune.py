@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import mpi_env
 
+from hvdcore.backends.base import PlaneCapabilities
 from hvdcore.config import load
 from hvdcore.engine.autotune import LOG_HEADER, SAMPLES, Autotuner, TunedParams
 from hvdcore.engine.bayes_opt import BayesianOptimizer
@@ -89,7 +90,7 @@ def test_horovods_procedure_scores_test_points_then_keeps_the_best(tmp_path: Pat
 class TwoLevelPlane:
     """What the tuner reads of a hierarchical host plane on a node of several ranks."""
 
-    splits = True
+    capabilities = PlaneCapabilities(direct_allreduce=True, two_levels=True)
     enabled_allreduce = False
     enabled_allgather = False
 

@@ -67,10 +67,14 @@ class PlaneCapabilities:
     its ``routes`` counter changes whenever the first answer may change.
     ``bound_allreduce``: the plane has ``bound_allreduce(pset, op, post, dtype, shape)``, the
     allreduce of one cached tensor bound once (``call(buf, out) -> result``, or None).
+    ``two_levels``: the plane can run the global set's allreduce and allgather in two levels
+    (within nodes, then across) and has the settable booleans ``enabled_allreduce`` and
+    ``enabled_allgather`` that say whether it does (the autotuner switches them).
     """
 
     direct_allreduce: bool = False
     bound_allreduce: bool = False
+    two_levels: bool = False
 
 
 HOST_DIRECT = PlaneCapabilities(direct_allreduce=True)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -215,8 +215,11 @@ class DegradedBackend:
     def capabilities(self) -> PlaneCapabilities:
         """The wrapped plane's, but none while allreduce is slowed: this allreduce is then
         more than the wrapped one's call, so the steady path (which would make that call
-        itself, or bind it) must go through :meth:`allreduce`."""
-        return PLAIN if self.fault.slows("allreduce") else self.inner.capabilities
+        itself, or bind it) must go through :meth:`allreduce`. Never ``two_levels``: its
+        switches are the wrapped plane's attributes, which this wrapper does not set."""
+        if self.fault.slows("allreduce"):
+            return PLAIN
+        return replace(self.inner.capabilities, two_levels=False)
 
     def __getattr__(self, attr: str) -> Any:
         # buffer operations and the rest of the protocol are the wrapped backend's own

@@ -44,6 +44,7 @@ import bisect
 import logging
 import time
 import zlib
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -169,9 +170,10 @@ class HierarchicalBackend(MPIBackend):
         self.cross = world.Split(self.local_rank, key=self.node_index)
         self._node_major = [r for n in self.nodes for r in n]
         # Two levels only pay off with several ranks on some node.
-        #: Whether two levels can take place (some node has several ranks): what the
-        #: autotuner may switch on (enabled_allreduce, enabled_allgather).
+        #: Whether two levels can take place (some node has several ranks): declared as
+        #: ``capabilities.two_levels`` (the autotuner may switch enabled_allreduce/allgather).
         self.splits = max(sizes) > 1
+        self.capabilities = replace(MPIBackend.capabilities, two_levels=self.splits)
         self._enabled_allreduce = allreduce and self.splits
         self.enabled_allgather = allgather and self.splits
         if min_bytes is None:

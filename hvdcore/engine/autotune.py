@@ -75,6 +75,12 @@ class _Settings:
     noise: float
 
 
+def two_levels(plane: Any) -> bool:
+    """Whether the host data ``plane`` (None: none) declares switchable two-level collectives
+    (``PlaneCapabilities.two_levels``)."""
+    return plane is not None and plane.capabilities.two_levels
+
+
 def _choice(start: bool, free: bool) -> Choice:
     """A yes/no parameter from ``start`` (Horovod's: no first), held at ``start`` unless
     ``free``."""
@@ -90,8 +96,8 @@ class Autotuner:
     ``cfg``: the engine's configuration (the start values, what the user fixed, the
     autotune knobs); ``clock``: seconds (``time.perf_counter``); ``coordinator``: rank 0's
     :class:`~hvdcore.engine.coordinator.Coordinator`, which sends what :meth:`ran` chose;
-    ``plane``: the host data plane (its ``splits``, ``enabled_allreduce`` and
-    ``enabled_allgather`` say whether two levels can be tried and where they start).
+    ``plane``: the host data plane (where its capabilities declare ``two_levels``, its
+    ``enabled_allreduce`` and ``enabled_allgather`` are where the choices start).
     """
 
     def __init__(self, cfg: Any, clock: Callable[[], float] = time.perf_counter,
@@ -114,10 +120,10 @@ class Autotuner:
         else:
             self._joint = Choice([[]])
             self._joint.fix([])
-        splits = bool(getattr(plane, "splits", False))
-        self._allreduce = _choice(bool(getattr(plane, "enabled_allreduce", False)),
+        splits = two_levels(plane)
+        self._allreduce = _choice(splits and plane.enabled_allreduce,
                                   splits and cfg.source("hierarchical_allreduce") == "default")
-        self._allgather = _choice(bool(getattr(plane, "enabled_allgather", False)),
+        self._allgather = _choice(splits and plane.enabled_allgather,
                                   splits and cfg.source("hierarchical_allgather") == "default")
         self._chain = [self._joint, self._allreduce, self._allgather]
         self._cache_column = int(cfg.cache_capacity > 0)
@@ -267,12 +273,12 @@ def install(cfg: Any, coordinator: Any, rounds: Any, dispatcher: Any, plane: Any
     carry (``dispatcher``; the hierarchical choices on the host data ``plane``); with
     ``HVDCORE_AUTOTUNE`` rank 0 (the one with a ``coordinator``) counts what runs
     (``rounds``) and sends the first parameters."""
-    two_levels = bool(getattr(plane, "splits", False))
+    splits = two_levels(plane)
 
     def use(p: TunedParams) -> None:
         cfg.set_tuned("fusion_threshold", p.fusion_threshold)
         cfg.set_tuned("cycle_time", p.cycle_time_ms)
-        if two_levels:  # (the plane counts a switch: only a change is applied)
+        if splits:  # (the plane counts a switch: only a change is applied)
             if plane.enabled_allreduce != p.hierarchical_allreduce:
                 plane.enabled_allreduce = p.hierarchical_allreduce
             if plane.enabled_allgather != p.hierarchical_allgather:

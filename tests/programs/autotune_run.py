@@ -48,8 +48,9 @@ GATHER = (150_001,)  # float32 a rank: more than 1 MiB gathered from 2 ranks on
 
 
 def now_in_force() -> tuple[int, float, int, int]:
-    return (cfg.fusion_threshold, cfg.cycle_time, int(getattr(plane, "enabled_allreduce", 0)),
-            int(getattr(plane, "enabled_allgather", 0)))
+    two = plane.capabilities.two_levels  # (else the plane has no switches)
+    return (cfg.fusion_threshold, cfg.cycle_time, int(two and plane.enabled_allreduce),
+            int(two and plane.enabled_allgather))
 
 
 def inputs(rank: int, shape: tuple[int, ...], step: int, salt: int) -> np.ndarray:
@@ -96,7 +97,7 @@ hvd.barrier()  # (after the lists that carried the last parameters)
 print(f"rank {R} seen: {','.join(f'{b}/{ms:g}/{ar}/{ag}' for b, ms, ar, ag in seen)}",
       flush=True)
 _, _, ar, ag = now_in_force()
-shm = plane.stats()["shm_calls"] if hasattr(plane, "stats") else 0
+shm = plane.stats()["shm_calls"] if plane.capabilities.two_levels else 0
 print(f"rank {R} tuned: fusion_threshold={cfg.fusion_threshold} cycle_time={cfg.cycle_time:g} "
       f"hierarchical={ar}/{ag} source={cfg.source('fusion_threshold')} checks={checks}",
       flush=True)
