@@ -169,13 +169,12 @@ class HierarchicalBackend(MPIBackend):
         # Ranks of equal local rank, in node order; local rank 0's is the leaders' communicator.
         self.cross = world.Split(self.local_rank, key=self.node_index)
         self._node_major = [r for n in self.nodes for r in n]
-        # Two levels only pay off with several ranks on some node.
-        #: Whether two levels can take place (some node has several ranks): declared as
-        #: ``capabilities.two_levels`` (the autotuner may switch enabled_allreduce/allgather).
-        self.splits = max(sizes) > 1
-        self.capabilities = replace(MPIBackend.capabilities, two_levels=self.splits)
-        self._enabled_allreduce = allreduce and self.splits
-        self.enabled_allgather = allgather and self.splits
+        # Two levels only pay off with several ranks on some node; declared as
+        # ``capabilities.two_levels`` (the autotuner may switch enabled_allreduce/allgather).
+        splits = max(sizes) > 1
+        self.capabilities = replace(MPIBackend.capabilities, two_levels=splits)
+        self._enabled_allreduce = allreduce and splits
+        self.enabled_allgather = allgather and splits
         if min_bytes is None:
             min_bytes = MIN_BYTES_ONE_NODE if len(self.nodes) == 1 else MIN_BYTES_NODES
         self.min_bytes = min_bytes
@@ -197,7 +196,7 @@ class HierarchicalBackend(MPIBackend):
         ops = [name for name, on in (("allreduce", self.enabled_allreduce),
                                      ("allgather", self.enabled_allgather)) if on]
         if not ops:
-            why = "" if self.splits else "one rank per node, "
+            why = "" if self.capabilities.two_levels else "one rank per node, "
             return (f"hierarchical collectives off ({why}flat MPI): "
                     f"{self.world_size} ranks on {len(self.nodes)} nodes")
         cross = ("none (one node)" if len(self.nodes) == 1 else

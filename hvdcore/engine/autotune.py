@@ -209,9 +209,10 @@ class Autotuner:
             self._reset()
             return None
         self.scored += 1
-        self._write(self._params(best=False), score)
-        log.info("autotune: %s: %.1f MB/s (score %d)", self._describe(self._params(best=False)),
-                 score, self.scored)
+        in_force = self._params(best=False)
+        self._write(in_force, score)
+        log.info("autotune: %s: %.1f MB/s (score %d)", self._describe(in_force), score,
+                 self.scored)
         self._best_score = max(self._best_score, score)
         if tune_chain(self._chain, score):
             self.active = False
