@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from hvdcore.runner.allocator_env import GLIBC_DEFAULT
 from hvdcore.runner.cli import _parse, build_command, build_parser, main
 from hvdcore.runner.mpi_command import detect_flavor, output_tags
 from hvdcore.runner.tagged_lines import HYDRA, OPEN_MPI
 
 ROOT = Path(__file__).resolve().parent.parent
+GLIBC = f"GLIBC_TUNABLES={GLIBC_DEFAULT}"  # what every rank gets unless the environment says
 
 MPICH_VERSION = """HYDRA build details:
     Version:                                 4.0.2
@@ -69,7 +71,8 @@ def test_openmpi_as_root_localhost(capsys: pytest.CaptureFixture[str]) -> None:
                   which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
     assert cmd == ["/opt/mpi/bin/mpirun", "--allow-run-as-root", "--tag-output", "-np", "3",
                    "-H", "localhost:3", "--bind-to", "none", "--map-by", "slot",
-                   "-x", "THP_MEM_ALLOC_ENABLE=1", "-x", "HVDCORE_FUSION_THRESHOLD=524288",
+                   "-x", "THP_MEM_ALLOC_ENABLE=1", "-x", GLIBC,
+                   "-x", "HVDCORE_FUSION_THRESHOLD=524288",
                    "-x", "HVDCORE_CYCLE_TIME=2.5",
                    "python", "train.py", "--lr", "0.1"]
 
@@ -84,7 +87,7 @@ def test_openmpi_non_root_hosts_and_passthrough(capsys: pytest.CaptureFixture[st
     text = shlex.join(cmd)
     # the whole environment, by name only (values stay off the command line), sorted
     assert "-np 4 -H node1:2,node2:2 --bind-to core -x THP_MEM_ALLOC_ENABLE=1 " \
-           "-x HOROVOD_CYCLE_TIME -x PATH -x PYTHONPATH -x SECRET_THING " \
+           f"-x {GLIBC} -x HOROVOD_CYCLE_TIME -x PATH -x PYTHONPATH -x SECRET_THING " \
            "--mca btl tcp,self python x.py" in text
     assert "s3cr3t" not in text and "--map-by" not in text
 
@@ -95,14 +98,17 @@ def test_openmpi_forwards_the_environment_as_horovod(capsys: pytest.CaptureFixtu
     env = {"PATH": "/usr/bin", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4",
            "CUDA_VISIBLE_DEVICES": "0,1", "MY_CUDA_VISIBLE_DEVICES": "1", "OLDPWD": "/",
            "BASH_FUNC_module%%": "() { :; }", "HOROVOD_SECRET_KEY": "k", "PWD": "/w",
-           "SSH_CONNECTION": "a b", "THP_MEM_ALLOC_ENABLE": "0"}
+           "SSH_CONNECTION": "a b", "THP_MEM_ALLOC_ENABLE": "0", "GLIBC_TUNABLES": ""}
     cmd = dry_run(capsys, ["-np", "4", "-H", "nodeA:2,nodeB:2", "python", "x.py"],
                   environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
     names = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"]
-    assert names == ["THP_MEM_ALLOC_ENABLE=0", "NCCL_DEBUG", "OMP_NUM_THREADS", "PATH"]
+    # (an empty GLIBC_TUNABLES is the launcher environment's way to leave glibc's defaults)
+    assert names == ["THP_MEM_ALLOC_ENABLE=0", "GLIBC_TUNABLES=", "NCCL_DEBUG", "OMP_NUM_THREADS",
+                     "PATH"]
     cmd = dry_run(capsys, ["-np", "2", "-H", "localhost:2", "python", "x.py"],
                   environ=env, which=_which, mpi_version_output=OPENMPI_VERSION, uid=0)
-    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"] == ["THP_MEM_ALLOC_ENABLE=0"]
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"] == ["THP_MEM_ALLOC_ENABLE=0",
+                                                                     "GLIBC_TUNABLES="]
 
 
 def test_hostfile_openmpi_and_colon_forms(tmp_path: os.PathLike[str],
@@ -151,7 +157,7 @@ def test_hydra_command(capsys: pytest.CaptureFixture[str], version: str, family:
                            "--timeline-filename", "/tmp/tl dir/t.json", "python", "x.py"],
                   which=_which, mpi_version_output=version, uid=0)
     assert cmd == ["/opt/mpi/bin/mpirun", "-l", "-n", "2", "-hosts", "a,b", "-ppn", "1",
-                   "-genv", "THP_MEM_ALLOC_ENABLE", "1",
+                   "-genv", "THP_MEM_ALLOC_ENABLE", "1", "-genv", "GLIBC_TUNABLES", GLIBC_DEFAULT,
                    "-genv", "HVDCORE_STALL_CHECK_DISABLE", "1",
                    "-genv", "HVDCORE_TIMELINE", "/tmp/tl dir/t.json", "python", "x.py"]
 
@@ -178,7 +184,8 @@ def test_srun_inside_allocation(capsys: pytest.CaptureFixture[str]) -> None:
     cmd = dry_run(capsys, ["-np", "3", "--log-level", "INFO", "python", "x.py"],
                   environ=SLURM_ENV, which=_which)
     assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--label",
-                   "-n", "3", "--export=ALL,THP_MEM_ALLOC_ENABLE=1,HVDCORE_LOG_LEVEL=info", "python", "x.py"]
+                   "-n", "3", f"--export=ALL,THP_MEM_ALLOC_ENABLE=1,{GLIBC},HVDCORE_LOG_LEVEL=info",
+                   "python", "x.py"]
 
 
 def test_srun_tasks_from_allocation_and_mpi_type(capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,7 +194,8 @@ def test_srun_tasks_from_allocation_and_mpi_type(capsys: pytest.CaptureFixture[s
     cmd = dry_run(capsys, ["--timeline-filename", "a,b.json", "python", "x.py"],
                   environ=env, which=_which)
     assert cmd == ["/opt/mpi/bin/srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "--label",
-                   "-n", "4", "--export=ALL,THP_MEM_ALLOC_ENABLE=1,HVDCORE_TIMELINE", "python", "x.py"]
+                   "-n", "4", f"--export=ALL,THP_MEM_ALLOC_ENABLE=1,{GLIBC},HVDCORE_TIMELINE", "python",
+                   "x.py"]
     cmd = dry_run(capsys, ["--slurm-mpi", "pmix_v4", "python", "x.py"], environ=SLURM_ENV,
                   which=_which)
     assert "--mpi=pmix_v4" in cmd and cmd[cmd.index("-n") + 1] == "4"
@@ -260,44 +268,52 @@ def test_cli_dry_run_subprocess_prints_real_command() -> None:
     assert ("--allow-run-as-root" in cmd) == (os.getuid() == 0)
 
 
-def test_torch_huge_pages_switch_on_by_default_and_user_value_kept(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """Every launcher gets THP_MEM_ALLOC_ENABLE on its command line: 1 by default, the
-    environment's value (0 here) when set."""
+ALLOCATOR = [("THP_MEM_ALLOC_ENABLE", "1", "0"), ("GLIBC_TUNABLES", GLIBC_DEFAULT, "")]
+
+
+@pytest.mark.parametrize("name,default,off", ALLOCATOR)
+def test_allocator_settings_on_by_default_and_user_value_kept(
+        capsys: pytest.CaptureFixture[str], name: str, default: str, off: str) -> None:
+    """Every launcher gets torch's huge-pages switch and glibc's malloc settings on its
+    command line: hvdcore's value by default, the environment's (here the off value) when
+    set."""
     cmd = dry_run(capsys, ["-np", "2", "python", "x.py"], which=_which,
                   mpi_version_output=OPENMPI_VERSION, uid=0)
-    assert cmd[cmd.index("THP_MEM_ALLOC_ENABLE=1") - 1] == "-x"
+    assert cmd[cmd.index(f"{name}={default}") - 1] == "-x"
     cmd = dry_run(capsys, ["-np", "2", "-H", "a:1,b:1", "python", "x.py"],
-                  environ={"PATH": "/usr/bin", "THP_MEM_ALLOC_ENABLE": "0"}, which=_which,
+                  environ={"PATH": "/usr/bin", name: off}, which=_which,
                   mpi_version_output=OPENMPI_VERSION, uid=0)
-    assert "THP_MEM_ALLOC_ENABLE=0" in cmd and "THP_MEM_ALLOC_ENABLE=1" not in cmd
+    assert f"{name}={off}" in cmd and f"{name}={default}" not in cmd
     cmd = dry_run(capsys, ["-np", "2", "python", "x.py"],
-                  environ={**SLURM_ENV, "THP_MEM_ALLOC_ENABLE": "0"}, which=_which)
-    assert "--export=ALL,THP_MEM_ALLOC_ENABLE=0" in cmd
+                  environ={**SLURM_ENV, name: off}, which=_which)
+    export = next(a for a in cmd if a.startswith("--export=ALL,"))
+    assert f",{name}={off}," in export + ",", cmd
 
 
 @pytest.mark.mpi
 @pytest.mark.torch
 @pytest.mark.parametrize("given", [None, "0"])
-def test_ranks_receive_the_torch_huge_pages_switch(given: str | None, tmp_path: Path) -> None:
-    """A real 2-rank launch: each rank's torch sees the switch (1 by default, or the value
-    the launcher's environment gave)."""
+def test_ranks_receive_the_allocator_settings(given: str | None, tmp_path: Path) -> None:
+    """A real 2-rank launch: each rank's torch sees the huge-pages switch and glibc's settings
+    (hvdcore's by default, or the values the launcher's environment gave: ``0`` and empty)."""
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun not on PATH (apt install openmpi-bin)")
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HVDCORE_", "HOROVOD_", "SLURM_", "THP_"))}
+           if not k.startswith(("HVDCORE_", "HOROVOD_", "SLURM_", "THP_", "GLIBC_"))}
     env["PYTHONPATH"] = str(ROOT)
     if given is not None:
         env["THP_MEM_ALLOC_ENABLE"] = given
+        env["GLIBC_TUNABLES"] = ""
     # (each rank writes a file: the ranks' stdout lines can interleave mid-line)
     probe = ("import os, sys, torch; from mpi4py import MPI; "
-             "open(os.path.join(sys.argv[1], f'rank{MPI.COMM_WORLD.rank}'), 'w')"
-             ".write(os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset'))")
+             "open(os.path.join(sys.argv[1], f'rank{MPI.COMM_WORLD.rank}'), 'w').write("
+             "os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset') + '|' + "
+             "os.environ.get('GLIBC_TUNABLES', 'unset'))")
     proc = subprocess.run([sys.executable, "-m", "hvdcore.runner", "-np", "2", sys.executable,
                            "-c", probe, str(tmp_path)], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    want = given or "1"
+    want = "0|" if given else f"1|{GLIBC_DEFAULT}"
     got = {f.name: f.read_text() for f in tmp_path.iterdir()}
     assert got == {"rank0": want, "rank1": want}, (got, proc.stdout + proc.stderr)
 

