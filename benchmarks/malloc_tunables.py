@@ -6,23 +6,25 @@ Run (not under MPI: it launches the jobs itself)::
     python benchmarks/malloc_tunables.py --train 6       # also 6 pairs of training runs
     python benchmarks/malloc_tunables.py --rounds 1 --sizes 4 --reps 3   # seconds
 
-Why: Open MPI's large-message allreduce ``malloc``s a temporary buffer of up to the message
+Why: Open MPI's large-message allreduce ``malloc``s a scratch buffer of up to the message
 size in every call and frees it at the end. glibc serves a request above its mmap threshold
 (128 KiB at first, raised by each free of a larger mapped chunk, never past 32 MiB) with a fresh
-``mmap``: every call then page-faults its temporary buffer in, 4 KiB at a time, and unmaps it.
+``mmap``: every call then page-faults its scratch buffer in, 4 KiB at a time, and unmaps it.
 With Horovod's 64 MiB fusion threshold a fused gradient allreduce is such a call.
 
 Each round launches ``mpirun -np N`` of this script's worker once per setting (the order
-rotates from round to round): ``unset`` (no ``GLIBC_TUNABLES``), the settings of
-``--settings`` (``hvdcorerun``'s default first) and ``unset again`` (the run's noise). The
-worker times raw mpi4py ``Allreduce(IN_PLACE, a)`` on NumPy and hvdcore's ``allreduce_(t)`` on
+rotates from round to round): ``defaults`` (``GLIBC_TUNABLES`` empty: glibc's defaults, which
+hvdcore then leaves alone), the settings of ``--settings`` (``hvdcorerun``'s value first; the
+name ``mallopt`` stands for no ``GLIBC_TUNABLES`` at all, where ``hvd.init()`` sets the
+thresholds itself, as under ``srun`` or a plain ``mpirun``) and ``defaults again`` (the run's
+noise). The worker times raw mpi4py ``Allreduce(IN_PLACE, a)`` on NumPy and hvdcore's ``allreduce_(t)`` on
 a torch CPU tensor (the call a training step makes) at each size, and counts this rank's minor
 page faults per call (``getrusage``: all threads). Rows: median ms per call over rounds, the
-median of the per-round ratios to ``unset`` (< 1: faster) and faults per call. A ratio inside
-``unset again``'s distance from 1 is noise. With ``--train N``: N pairs of
+median of the per-round ratios to ``defaults`` (< 1: faster) and faults per call. A ratio
+inside ``defaults again``'s distance from 1 is noise. With ``--train N``: N pairs of
 ``examples/pytorch_synthetic_benchmark.py`` runs (``--model tiny``, batch 8, its default 64 MiB
-fusion threshold), one under the first setting and one unset, the order swapped every pair;
-images per second of each and the pair's ratio (> 1: the setting trains faster).
+fusion threshold), one under the first setting and one under the defaults, the order swapped
+every pair: images per second of each and the pair's ratio (> 1: the setting trains faster).
 """
 
 from __future__ import annotations
@@ -51,14 +53,16 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("-np", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--rounds", type=int, default=4, help="rounds of every setting (default 4)")
-    p.add_argument("--sizes", default="4,16,32,64", help="message sizes in MiB (default 4,16,32,64)")
+    p.add_argument("--sizes", default="4,16,32,64,128",
+                   help="message sizes in MiB (default 4,16,32,64,128)")
     p.add_argument("--reps", type=int, default=10, help="timed calls per size and peer")
-    p.add_argument("--settings", default=f"{GLIBC_DEFAULT};glibc.malloc.hugetlb=1",
-                   help="GLIBC_TUNABLES values to compare with unset, ';'-separated "
-                        "(default: hvdcorerun's, then hugetlb alone)")
+    p.add_argument("--settings", default=f"{GLIBC_DEFAULT};mallopt",
+                   help="GLIBC_TUNABLES values to compare with glibc's defaults, ';'-separated; "
+                        "'mallopt': none, hvd.init() sets the thresholds "
+                        "(default: hvdcorerun's, then mallopt)")
     p.add_argument("--train", type=int, default=0, metavar="N",
                    help="also N pairs of synthetic training runs (tiny model): the first "
-                        "setting against unset (default 0)")
+                        "setting against the defaults (default 0)")
     p.add_argument("--timeout", type=float, default=900, help="seconds one launch may take")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args()
@@ -101,7 +105,9 @@ def worker(args: argparse.Namespace) -> None:
 
 def _env(setting: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    if setting not in ("unset", "unset again"):
+    if setting in ("defaults", "defaults again"):
+        env["GLIBC_TUNABLES"] = ""  # (so hvd.init() leaves malloc alone too)
+    elif setting != "mallopt":
         env["GLIBC_TUNABLES"] = setting
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -123,7 +129,8 @@ def _mpirun(args: argparse.Namespace, setting: str, cmd: list[str]) -> str:
 
 def label(setting: str) -> str:
     """A setting's name in the tables (hvdcorerun's value is long)."""
-    return "hvdcorerun's" if setting == GLIBC_DEFAULT else setting
+    return ("hvdcorerun's" if setting == GLIBC_DEFAULT else
+            "hvd.init()'s mallopt" if setting == "mallopt" else setting)
 
 
 def measure(args: argparse.Namespace, setting: str) -> dict[str, list[float]]:
@@ -148,7 +155,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    settings = ["unset", *[s for s in args.settings.split(";") if s], "unset again"]
+    settings = ["defaults", *[s for s in args.settings.split(";") if s], "defaults again"]
     runs: dict[str, list[dict[str, list[float]]]] = {s: [] for s in settings}
     for r in range(args.rounds):
         order = settings[r % len(settings):] + settings[:r % len(settings)]
@@ -158,28 +165,28 @@ def main() -> None:
     print(f"\nglibc malloc settings, {args.np} ranks, {args.rounds} rounds, {args.reps} calls "
           f"per size; load {os.getloadavg()[0]:.2f}; ms per call (median over rounds)")
     print(f"hvdcorerun's = {GLIBC_DEFAULT}")
-    print(f"{'setting':<32} {'row':<15} {'ms':>8} {'vs unset':>9} {'faults':>8}")
+    print(f"{'setting':<32} {'row':<15} {'ms':>8} {'vs defaults':>12} {'faults':>8}")
     for s in settings:
-        for key in runs["unset"][0]:
+        for key in runs["defaults"][0]:
             ms = statistics.median(run[key][0] for run in runs[s])
             ratio = statistics.median(run[key][0] / base[key][0]
-                                      for run, base in zip(runs[s], runs["unset"], strict=True))
+                                      for run, base in zip(runs[s], runs["defaults"], strict=True))
             faults = statistics.median(run[key][1] for run in runs[s])
-            print(f"{label(s):<32} {key + ' MiB':<15} {ms:8.2f} {ratio:8.2f}x {faults:8.0f}")
+            print(f"{label(s):<32} {key + ' MiB':<15} {ms:8.2f} {ratio:11.2f}x {faults:8.0f}")
     if args.train:
         pairs(args, settings[1])
 
 
 def pairs(args: argparse.Namespace, setting: str) -> None:
-    """``args.train`` pairs of training runs, ``setting`` against unset, order swapped."""
+    """``args.train`` pairs of training runs, ``setting`` against the defaults, order swapped."""
     print(f"\ntraining (examples/pytorch_synthetic_benchmark.py --model tiny, batch 8, "
-          f"{args.np} ranks): {label(setting)} against unset, img/s")
+          f"{args.np} ranks): {label(setting)} against glibc's defaults, img/s")
     ratios = []
     for i in range(args.train):
-        order = [setting, "unset"] if i % 2 == 0 else ["unset", setting]
+        order = [setting, "defaults"] if i % 2 == 0 else ["defaults", setting]
         got = {s: train(args, s) for s in order}
-        ratios.append(got[setting] / got["unset"])
-        print(f"pair {i + 1}: with {got[setting]:.1f}, unset {got['unset']:.1f}, ratio "
+        ratios.append(got[setting] / got["defaults"])
+        print(f"pair {i + 1}: with {got[setting]:.1f}, defaults {got['defaults']:.1f}, ratio "
               f"{ratios[-1]:.3f} (load {os.getloadavg()[0]:.2f})", flush=True)
     print(f"median ratio {statistics.median(ratios):.3f} over {len(ratios)} pairs "
           f"({min(ratios):.3f}-{max(ratios):.3f})")

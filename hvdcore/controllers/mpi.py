@@ -11,6 +11,7 @@ from typing import Any
 from hvdcore import errors
 from hvdcore.controllers.base import Formed
 from hvdcore.controllers.mpi_mismatch import launcher_size_mismatch
+from hvdcore.malloc_tuning import tune_malloc
 
 __all__ = ["MPIController"]
 
@@ -87,6 +88,8 @@ class MPIController:
         # while it polls instead of spinning (takes effect only if MPI is not initialized yet;
         # a value set by the user or the site wins).
         os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+        # Open MPI's large allreduces malloc a scratch buffer per call: keep it in the heap.
+        log.debug("%s", tune_malloc(os.environ))
         from mpi4py import MPI
 
         from hvdcore.backends.mpi_control import MPIControlPlane

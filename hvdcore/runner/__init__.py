@@ -59,14 +59,15 @@ Environment every rank receives
       tensors on 4 KiB pages slower (16 MiB in place: 1.14-1.16x the time on the 2-core test
       VM). ``THP_MEM_ALLOC_ENABLE=0 hvdcorerun ...`` turns it off. Under ``srun`` or a plain
       ``mpirun``, export it in the job script.
-    * ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:``
+    * ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=134217728:``
       ``glibc.malloc.trim_threshold=268435456``, or the launcher environment's value where it
       sets one (an empty value turns it off): Open MPI's large allreduces allocate a scratch
       buffer of up to the message size per call, which glibc otherwise maps and page-faults in
-      afresh every time; with it, scratch buffers up to 32 MiB are reused and larger ones come
-      on huge pages (a 32 MiB allreduce at 2 ranks: 0.35-0.37x the time, 64 MiB: 0.55-0.57x,
-      on the 2-core test VM; ``benchmarks/malloc_tunables.py``). Up to 256 MiB of freed memory
-      per rank stays resident. Under ``srun`` or a plain ``mpirun``, export it yourself.
+      afresh every time; with it, scratch buffers below 128 MiB are reused and larger ones come
+      on huge pages (allreduces of 32-128 MiB at 2 ranks: 0.31-0.39x the time on the 2-core
+      test VM; ``benchmarks/malloc_tunables.py``). Up to 256 MiB of freed memory per rank stays
+      resident. Under ``srun`` or a plain ``mpirun``, ``hvd.init()`` sets the two thresholds
+      itself unless ``GLIBC_TUNABLES`` is set; export the variable for the huge pages too.
     * From the MPI launcher: Open MPI ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
       ``OMPI_COMM_WORLD_LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_SIZE``, ``PMIX_RANK``; MPICH/Intel
       MPI ``PMI_RANK``, ``PMI_SIZE``, ``MPI_LOCALRANKID``; srun ``SLURM_PROCID``,

@@ -6,9 +6,11 @@ Two allocators decide how fast MPI moves a training step's large buffers on a ho
 - glibc's ``malloc`` (:data:`GLIBC_TUNABLES`): where MPI's own temporary buffers come from.
   Open MPI's large-message allreduce allocates a scratch buffer of up to the message size in
   every call and frees it at the end; glibc maps a request above its mmap threshold afresh
-  each time (the threshold starts at 128 KiB and never rises past 32 MiB by itself), so every
-  such call page-faults its scratch buffer in, 4 KiB at a time. Horovod's 64 MiB fusion
-  threshold makes fused gradient allreduces exactly such calls.
+  each time, so every such call page-faults its scratch buffer in, 4 KiB at a time. The
+  threshold starts at 128 KiB and follows the largest mapped chunk freed so far, up to 32 MiB:
+  whether a call faults depends on what the process freed before (an autotuned run's 32 MiB
+  test point made the rest of the run faster than a run given the kept values), and a 64 MiB
+  fused allreduce (Horovod's default fusion threshold) faults on every call.
 
 The launcher environment's own value of either variable wins (an empty ``GLIBC_TUNABLES``
 turns glibc's part off); ``benchmarks/malloc_tunables.py`` measures both.
@@ -32,14 +34,15 @@ GLIBC_TUNABLES = "GLIBC_TUNABLES"
 """glibc's settings variable (2.26 and later; unknown names are ignored, older glibc ignores
 it all)."""
 
-GLIBC_DEFAULT = ("glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:"
+GLIBC_DEFAULT = ("glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=134217728:"
                  "glibc.malloc.trim_threshold=268435456")
-"""What ranks get unless the launcher environment sets ``GLIBC_TUNABLES``: requests up to
-32 MiB come from the heap, which keeps up to 256 MiB of freed memory instead of returning it
-(so a recurring scratch buffer is faulted in once), and memory glibc does map (requests above
-32 MiB, the heap's growth) is marked for transparent huge pages (``hugetlb=1``, glibc 2.35
-and later): one fault per 2 MiB instead of per 4 KiB. The cost: up to 256 MiB of freed memory
-per rank stays resident."""
+"""What ranks get unless the launcher environment sets ``GLIBC_TUNABLES``: requests below
+128 MiB come from the heap, which keeps up to 256 MiB of freed memory at its top instead of
+returning it (so a recurring scratch buffer is faulted in once, whatever the process freed
+before), and memory glibc does map (larger requests, the heap's growth) is marked for
+transparent huge pages (``hugetlb=1``, glibc 2.35 and later): one fault per 2 MiB instead of
+per 4 KiB. The cost: up to 256 MiB of freed memory per rank stays resident, and memory freed
+inside the heap is reused, not returned, until the process ends."""
 
 
 def allocator_exports(environ: Mapping[str, str]) -> dict[str, str]:
