@@ -1,9 +1,9 @@
 """benchmarks/malloc_tunables.py in its quick form under real mpirun: every row is measured and
-the effect it exists to show is there. Open MPI's 64 MiB allreduce page-faults a scratch buffer
-in on every call under glibc's defaults (above the 32 MiB its dynamic mmap threshold can reach,
-so on every run), and neither under the settings hvdcorerun gives every rank nor under the
-thresholds hvd.init() sets where no launcher set them (a count of page
-faults, the same on every run of this stack: no timing is asserted)."""
+the effect it exists to show is there. Open MPI's 64 MiB allreduce (raw, on the main thread)
+page-faults a scratch buffer in on every call under glibc's defaults (above the 32 MiB its
+dynamic mmap threshold can reach, so on every run), and neither under the settings hvdcorerun
+gives every rank nor under the thresholds hvd.init() sets where no launcher set them (a count
+of page faults, the same on every run of this stack: no timing is asserted)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def test_quick_run_shows_the_scratch_buffer_faults() -> None:
     tuned = ("hvdcorerun's", "hvd.init()'s mallopt")
     assert set(rows) == {(s, p) for s in ("defaults", *tuned, "defaults again")
                          for p in ("mpi4py", "hvdcore")}, proc.stdout
-    for peer in ("mpi4py", "hvdcore"):
-        # 32 MiB faulted in per call at 2 ranks: 8,193 faults of 4 KiB pages here
-        base = rows[("defaults", peer)]
-        assert base >= 1000 and rows[("defaults again", peer)] >= 1000, proc.stdout
-        assert all(rows[(s, peer)] * 4 < base for s in tuned), proc.stdout
+    # 32 MiB faulted in per call at 2 ranks: 8,193 faults of 4 KiB pages here. (The raw calls
+    # run on the main thread; hvdcore's may run on its engine thread, whose malloc arena maps
+    # requests this large whatever the thresholds: their count depends on scheduling.)
+    base = rows[("defaults", "mpi4py")]
+    assert base >= 1000 and rows[("defaults again", "mpi4py")] >= 1000, proc.stdout
+    assert all(rows[(s, "mpi4py")] * 4 < base for s in tuned), proc.stdout

@@ -42,7 +42,9 @@ returning it (so a recurring scratch buffer is faulted in once, whatever the pro
 before), and memory glibc does map (larger requests, the heap's growth) is marked for
 transparent huge pages (``hugetlb=1``, glibc 2.35 and later): one fault per 2 MiB instead of
 per 4 KiB. The cost: up to 256 MiB of freed memory per rank stays resident, and memory freed
-inside the heap is reused, not returned, until the process ends."""
+inside the heap is reused, not returned, until the process ends. Not covered: a thread's own
+arena (hvdcore's engine thread) has heaps of at most 64 MiB, so larger requests there are
+still mapped (on huge pages)."""
 
 
 def allocator_exports(environ: Mapping[str, str]) -> dict[str, str]:
