@@ -89,7 +89,7 @@ class MPIController:
         # a value set by the user or the site wins).
         os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
         # Open MPI's large allreduces malloc a scratch buffer per call: keep it in the heap.
-        log.debug("%s", tune_malloc(os.environ))
+        malloc_note = tune_malloc(os.environ)
         from mpi4py import MPI
 
         from hvdcore.backends.mpi_control import MPIControlPlane
@@ -107,6 +107,7 @@ class MPIController:
             if wrong:
                 raise errors.CapabilityError(wrong)
         on_rank(rank)
+        log.debug("%s", malloc_note)  # (the rank's log is set up by on_rank)
         data = world.Dup()
         local = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
         local_rank, local_size = local.Get_rank(), local.Get_size()
