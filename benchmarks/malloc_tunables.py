@@ -40,9 +40,9 @@ import sys
 import time
 from pathlib import Path
 
+from hvdcore.runner.allocator_env import GLIBC_DEFAULT
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from hvdcore.runner.allocator_env import GLIBC_DEFAULT  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "pytorch_synthetic_benchmark.py"
 TOTAL = re.compile(r"hvdcore-synthetic: .* total_images_per_sec=([0-9.]+)")
@@ -123,7 +123,8 @@ def _mpirun(args: argparse.Namespace, setting: str, cmd: list[str]) -> str:
     res = subprocess.run(full + ["-x", "THP_MEM_ALLOC_ENABLE", *cmd], env=env, text=True,
                          capture_output=True, timeout=args.timeout)
     if res.returncode != 0:
-        sys.exit(f"malloc_tunables: {setting}: exit {res.returncode}\n{res.stderr[-2000:]}")
+        sys.exit(f"malloc_tunables: {setting}: exit {res.returncode} of {' '.join(full)} ...\n"
+                 f"stdout: {res.stdout[-2000:]}\nstderr: {res.stderr[-2000:]}")
     return res.stdout
 
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, mpi_env
 
 from hvdcore.runner.allocator_env import GLIBC_DEFAULT
 
@@ -29,7 +29,7 @@ def test_quick_run_shows_the_scratch_buffer_faults() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "malloc_tunables.py"),
                            "--rounds", "1", "--sizes", "64", "--reps", "4", "--settings",
                            f"{GLIBC_DEFAULT};mallopt"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+                          env=mpi_env(), timeout=300)  # (the launch settings of every MPI test)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-6000:]
     rows = {(m[1], m[2]): int(m[5]) for m in ROW.finditer(proc.stdout)}
