@@ -14,7 +14,6 @@ chose glibc's settings: hvdcore then changes nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from collections.abc import Mapping
 
 __all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "tune_malloc"]
@@ -47,9 +46,10 @@ def tune_malloc(environ: Mapping[str, str]) -> str:
 
 
 def _glibc() -> ctypes.CDLL | None:
-    """This process's C library when it is glibc (it has ``gnu_get_libc_version``)."""
+    """This process's C library when it is glibc (it has ``gnu_get_libc_version``); the
+    process's own symbols, so no library search (``find_library`` runs ``ldconfig``)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018 (glibc only)
         libc.mallopt  # noqa: B018
     except (OSError, AttributeError):
