@@ -104,13 +104,16 @@ def test_fit_matches_single_process(world_size: int, backend: str, sections) -> 
 def test_local_variables_process_sets_and_saving(world_size: int, backend: str,
                                                  sections) -> None:
     """PartialDistributedOptimizer / register_local_var, op, predivide, a process set, the
-    broadcast callback's local variables, the staircase schedule, ModelCheckpoint -> load_model.
-    (The launch's sections run it after keras_backend_fit.py.)"""
+    broadcast callback's local variables, the staircase schedule, ModelCheckpoint -> load_model,
+    SyncBatchNormalization (Horovod's moments; fit equals plain BatchNormalization on the union
+    batch; save/load). (The launch's sections run it after keras_backend_fit.py.)"""
     proc, by_size = sections(backend)
     _assert_ok(proc, f"KERAS-BACKEND-SEMANTICS-OK backend={backend}", world_size)
     checks = by_size.get(world_size, [])
     for name in ("partial_optimizer.one_step", "gradient_predivide_factor.one_step",
-                 "lr_schedule.staircase", "save.keras.trains_on_in_sync"):
+                 "lr_schedule.staircase", "save.keras.trains_on_in_sync",
+                 "sync_batch_norm.horovod_moments", "sync_batch_norm.fit_equals_union_batch",
+                 "sync_batch_norm.save_load"):
         assert f"CHECK {backend}.{name} ok" in checks, name
     if world_size > 1:
         assert f"CHECK {backend}.process_set.one_step ok" in checks
@@ -138,10 +141,30 @@ def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
     elif backend in ("torch", "jax"):
         for name in ("import_without_tensorflow", "check_build.keras_line", "tensorflow_gradient",
                      "backend_switched", "optimizer_op_adasum", "local_variables_ndarray",
-                     "best_checkpoint_order", "best_checkpoint_path_first"):
+                     "best_checkpoint_order", "best_checkpoint_path_first",
+                     "sync_batch_norm_refuses_fused_True",
+                     "sync_batch_norm_refuses_synchronized_True"):
             assert f"CHECK {backend}.{name} ok" in proc.stdout, name
     else:
         assert f"CHECK {backend}.distributed_optimizer_unsupported ok" in proc.stdout
+
+
+def test_sync_batch_norm_file_moves_between_backends(tmp_path) -> None:
+    """A model with hvd.SyncBatchNormalization saved on JAX loads with hvd.load_model, in a
+    fresh process, on torch and on TensorFlow (whose layer is made on first use), with the
+    saved weights, and trains on (tests/programs/keras_sync_bn_across.py)."""
+    wanted = ("jax", "torch", "tensorflow")
+    missing = [name for name in wanted if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (scripts/setup.sh installs them)")
+    path = str(tmp_path / "sync_bn.keras")
+    for mode, backend in (("save", "jax"), ("load", "torch"), ("load", "tensorflow")):
+        proc = subprocess.run([sys.executable, program("keras_sync_bn_across.py"), mode, path],
+                              env=mpi_env({"KERAS_BACKEND": backend}), capture_output=True,
+                              text=True, timeout=300)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{mode} on {backend}: exit {proc.returncode}\n{out[-6000:]}"
+        assert f"SYNC-BN-ACROSS-OK mode={mode} backend={backend}" in proc.stdout, out[-6000:]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

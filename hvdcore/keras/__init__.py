@@ -10,6 +10,9 @@ implementation:
   host from inside the jitted train step; TensorFlow and torch not needed);
 - anything else: importable, but ``DistributedOptimizer`` raises an error naming the backend.
 
+``SyncBatchNormalization`` is on every backend: hvdcore.tensorflow's layer on TensorFlow,
+:mod:`hvdcore.keras.sync_batch_norm`'s on torch and JAX (the same saved name).
+
 Example::
 
     import keras
@@ -36,3 +39,13 @@ else:
     from hvdcore.keras.other_backend import __all__ as _keras_all
 
 __all__ = list(_keras_all)
+
+
+def __getattr__(name: str) -> object:
+    """``SyncBatchNormalization`` on the TensorFlow backend: hvdcore.tensorflow's layer, made on
+    first use (the other backends have :mod:`hvdcore.keras.sync_batch_norm`'s in ``__all__``)."""
+    if name == "SyncBatchNormalization" and _backend() == "tensorflow":
+        from hvdcore.tensorflow import SyncBatchNormalization
+
+        return SyncBatchNormalization
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

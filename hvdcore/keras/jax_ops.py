@@ -33,7 +33,8 @@ from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.keras.backend import describe
 from hvdcore.keras.reducing import GradientReducer
 
-__all__ = ["Compression", "JaxGradientReducer", "apply_accumulated", "broadcast_variables"]
+__all__ = ["Compression", "JaxGradientReducer", "apply_accumulated", "broadcast_variables",
+           "sum_over_ranks"]
 
 
 class NoneCompressor:
@@ -158,6 +159,40 @@ def _pieces(arrays: Sequence[Any]) -> tuple[list[Any], list[int]]:
         pieces.extend(parts)
         counts.append(len(parts))
     return pieces, counts
+
+
+def sum_over_ranks(x: Any) -> Any:
+    """``x`` summed over every rank of the job (traceable; differentiable: its gradient is the
+    cotangents summed over the ranks, the gradient of Horovod's Sum allreduce)."""
+    return _differentiable_sum(jnp.asarray(x))
+
+
+def _host_sum(x: Any) -> Any:
+    """One ordered host callback: the core's Sum allreduce of ``x`` (sent in pieces)."""
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    pieces, _ = _pieces([x])
+
+    def host(*flat: Any) -> np.ndarray:
+        whole = np.concatenate([np.asarray(p) for p in flat]).reshape(spec.shape)
+        return np.asarray(hvdcore.allreduce(whole, op=Sum), dtype=spec.dtype).reshape(spec.shape)
+
+    return io_callback(host, spec, *pieces, ordered=True)
+
+
+@jax.custom_vjp
+def _differentiable_sum(x: Any) -> Any:
+    return _host_sum(x)
+
+
+def _sum_forward(x: Any) -> tuple[Any, None]:
+    return _host_sum(x), None
+
+
+def _sum_backward(_: None, cotangent: Any) -> tuple[Any]:
+    return (_host_sum(cotangent),)
+
+
+_differentiable_sum.defvjp(_sum_forward, _sum_backward)
 
 
 def apply_accumulated(opt: Any, grads: list[Any], variables: list[Any]) -> None:

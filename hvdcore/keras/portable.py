@@ -2,7 +2,8 @@
 
 ``DistributedOptimizer``, ``PartialDistributedOptimizer``, ``load_model``,
 ``broadcast_global_variables``, ``register_for_broadcast``, the ``callbacks`` module and
-``elastic`` (:mod:`hvdcore.keras.portable_elastic`), built
+``elastic`` (:mod:`hvdcore.keras.portable_elastic`) and ``SyncBatchNormalization``
+(:mod:`hvdcore.keras.sync_batch_norm`), built
 on Keras 3 alone; the backend's binding does the reductions (:mod:`hvdcore.keras.routing`).
 """
 
@@ -16,6 +17,8 @@ from hvdcore.keras.saving import (
     load_model,
     register_for_broadcast,
 )
+from hvdcore.keras.sync_batch_norm import SyncBatchNormalization
 
 __all__ = ["callbacks", "elastic", "DistributedOptimizer", "PartialDistributedOptimizer",
-           "broadcast_global_variables", "load_model", "register_for_broadcast"]
+           "broadcast_global_variables", "load_model", "register_for_broadcast",
+           "SyncBatchNormalization"]

@@ -1,11 +1,9 @@
 """The collectives of the Keras backend in use: the one place that picks them by backend.
 
-``gradient_reducer`` and ``broadcast_variables`` dispatch on :func:`hvdcore.keras.backend.
-backend` (read once) to the backend's module (:mod:`hvdcore.keras.torch_ops` for torch,
-:mod:`hvdcore.keras.jax_ops` for JAX); a
-backend hvdcore.keras does not train on is an :class:`~hvdcore.errors.UnsupportedError` naming
-it.
-"""
+``gradient_reducer``, ``broadcast_variables`` and ``sum_over_ranks`` dispatch on
+:func:`hvdcore.keras.backend.backend` (read once) to the backend's module
+(:mod:`hvdcore.keras.torch_ops` for torch, :mod:`hvdcore.keras.jax_ops` for JAX); a backend
+hvdcore.keras does not train on is an :class:`~hvdcore.errors.UnsupportedError` naming it."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from typing import Any
 from hvdcore import Average, global_process_set
 from hvdcore.keras.backend import check_unchanged, unsupported
 
-__all__ = ["gradient_reducer", "broadcast_variables", "to_numpy"]
+__all__ = ["gradient_reducer", "broadcast_variables", "sum_over_ranks", "to_numpy"]
 
 
 def gradient_reducer(op: Any = Average, compression: Any = None, sparse_as_dense: bool = False,
@@ -53,6 +51,22 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
         jax_broadcast(variables, root_rank, process_set)
         return
     raise unsupported("broadcast_variables", name)
+
+
+def sum_over_ranks(x: Any) -> Any:
+    """The backend tensor ``x`` summed over every rank of the job, differentiable (the
+    gradient is the cotangents summed over the ranks)."""
+    name = check_unchanged()
+    if name == "torch":
+        from hvdcore import Sum
+        from hvdcore.torch import allreduce
+
+        return allreduce(x, op=Sum)
+    if name == "jax":
+        from hvdcore.keras.jax_ops import sum_over_ranks as jax_sum
+
+        return jax_sum(x)
+    raise unsupported("SyncBatchNormalization", name)
 
 
 def to_numpy(value: Any) -> Any:

@@ -108,6 +108,15 @@ except ValueError as exc:
     check("best_checkpoint_path_first", "filepath=" in str(exc), exc)
 else:
     raise AssertionError("BestModelCheckpoint('best.keras') was accepted")
+for kwargs, needle in (({"fused": True}, "fused=True"), ({"fused": None}, "fused=None"),
+                       ({"synchronized": True}, "synchronized=True")):
+    try:
+        hvd.SyncBatchNormalization(**kwargs)
+    except ValueError as exc:
+        check(f"sync_batch_norm_refuses_{next(iter(kwargs))}_{kwargs[next(iter(kwargs))]}",
+              needle in str(exc), exc)
+    else:
+        raise AssertionError(f"SyncBatchNormalization({kwargs}) was accepted")
 if importlib.util.find_spec("tf_keras") is not None:
     import tf_keras
 

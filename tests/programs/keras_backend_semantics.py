@@ -12,7 +12,12 @@ tensorflow_keras_semantics.py. One compiled-fit SGD step of a two-layer model ha
 - ``BroadcastGlobalVariablesCallback(0, local_variables=...)`` leaves local variables alone;
 - ``LearningRateScheduleCallback`` (staircase) sets initial_lr * multiplier(epoch);
 - ``ModelCheckpoint`` .keras -> ``hvd.load_model``: weights, optimizer state (iterations and
-  slots) and the DistributedOptimizer come back, and the loaded model trains on in sync.
+  slots) and the DistributedOptimizer come back, and the loaded model trains on in sync;
+- ``SyncBatchNormalization``: on unequal batches, the moving statistics and outputs of Horovod's
+  arithmetic (the ranks' moments weigh alike); between two Dense layers, two compiled-fit SGD
+  steps equal plain Keras ``BatchNormalization`` trained in one process on the union of the
+  ranks' batches (the first layer's gradient needs the allreduce's gradient), and the model
+  saves and loads as SyncBatchNormalization.
 Prints ``CHECK <backend>.<name> ok`` (rank 0) and
 ``KERAS-BACKEND-SEMANTICS-OK backend=B rank=R size=N``.
 """
@@ -207,6 +212,54 @@ everyone = hvd.allgather_object(weights.tolist())
 check("save.keras.trains_on_in_sync",
       int(numpy(loaded.optimizer.iterations)) == 4 and all(close(w, everyone[0])
                                                            for w in everyone))
+
+# --- SyncBatchNormalization ------------------------------------------------------------------
+# Horovod's arithmetic on unequal batches (rank r has r + 2 rows): every rank's moments weigh
+# alike, which is not the union's moments
+rows = [np.random.RandomState(30 + r).randn(r + 2, 3).astype(np.float32) * (r + 1) + r
+        for r in range(N)]
+means = [x.astype(np.float64).mean(0) for x in rows]
+group_mean = np.mean(means, axis=0)
+group_var = np.mean([x.astype(np.float64).var(0) + m ** 2 for x, m in zip(rows, means,
+                                                                           strict=True)],
+                    axis=0) - group_mean ** 2
+layer = hvd.SyncBatchNormalization(momentum=0.0, epsilon=1e-3)
+out = numpy(layer(rows[R], training=True))
+check("sync_batch_norm.horovod_moments",
+      close(numpy(layer.moving_mean), group_mean, 1e-4)
+      and close(numpy(layer.moving_variance), group_var, 1e-4)
+      and close(out, (rows[R] - group_mean) / np.sqrt(group_var + 1e-3), 1e-4),
+      (numpy(layer.moving_mean), group_mean))
+
+BN_INIT = [rng.randn(3, 4).astype(np.float32), rng.randn(4).astype(np.float32)]
+
+
+def bn_model(norm: keras.layers.Layer) -> keras.Model:
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), norm,
+                              keras.layers.Dense(1)])
+    model.layers[0].set_weights(BN_INIT)  # the normalization keeps its initial weights
+    model.layers[2].set_weights(INIT[2:])
+    return model
+
+
+synced = bn_model(hvd.SyncBatchNormalization(momentum=0.5))
+synced.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR)),
+               loss=keras.losses.MeanSquaredError())
+synced.fit(*data(R), batch_size=4, epochs=2, shuffle=False, verbose=0)
+union = bn_model(keras.layers.BatchNormalization(momentum=0.5))
+union.compile(optimizer=keras.optimizers.SGD(LR), loss=keras.losses.MeanSquaredError())
+union.fit(np.concatenate([data(r)[0] for r in range(N)]),
+          np.concatenate([data(r)[1] for r in range(N)]), batch_size=4 * N, epochs=2,
+          shuffle=False, verbose=0)
+got, want = synced.get_weights(), union.get_weights()
+check("sync_batch_norm.fit_equals_union_batch",
+      all(close(g, w, 1e-4) for g, w in zip(got, want, strict=True)), (got, want))
+path = os.path.join(TMP, "sync_bn.keras")
+synced.save(path)
+loaded = hvd.load_model(path)
+check("sync_batch_norm.save_load",
+      type(loaded.layers[1]) is hvd.SyncBatchNormalization
+      and all(close(a, b) for a, b in zip(loaded.get_weights(), got, strict=True)))
 
 hvd.barrier()
 print(f"KERAS-BACKEND-SEMANTICS-OK backend={BACKEND} rank={R} size={N}", flush=True)

@@ -17,7 +17,8 @@ batches of every rank (each rank's data is made from its rank number):
    statistics after 3 steps equal one process trained on the concatenated batches with plain
    BatchNormalization;
 5. ``fused=True`` and (Keras 3) ``synchronized=True`` are ValueErrors naming the argument; a
-   saved model loads without ``custom_objects``.
+   saved model loads without ``custom_objects``; ``hvdcore.keras.SyncBatchNormalization`` is
+   this layer.
 
 Prints ``CHECK <flavour>.<name> ok`` (rank 0) and ``TF-SYNC-BN-OK flavour=F rank=R size=N``.
 """
@@ -190,6 +191,10 @@ def errors() -> None:
     loaded = K.models.load_model(path)
     check("saved.loads_without_custom_objects",
           [type(layer).__name__ for layer in loaded.layers] == ["SyncBatchNormalization"] * 2)
+    import hvdcore.keras as portable  # on the TensorFlow backend: this very layer
+
+    check("hvdcore_keras.same_layer",
+          portable.SyncBatchNormalization is hvd.SyncBatchNormalization)
 
 
 equal_batches("dense.eager", (3,), -1, False)

@@ -10,6 +10,7 @@ from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.keras.callbacks import model_and_optimizer_variables
 from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer, is_distributed_optimizer
+from hvdcore.tensorflow.sync_batch_norm import sync_batch_normalization_class
 from hvdcore.tensorflow.variables import broadcast_variables
 
 __all__ = ["load_model", "broadcast_global_variables", "register_for_broadcast"]
@@ -31,7 +32,8 @@ def load_model(filepath: str, custom_optimizers: list[type] | None = None,
 
     A model saved with a DistributedOptimizer comes back with one (its reduction settings are
     in the saved config; ``compression`` is applied again). A model saved with a plain optimizer
-    gets it wrapped, keeping the optimizer's state. ``optimizer_kwargs`` go to
+    gets it wrapped, keeping the optimizer's state. ``hvd.SyncBatchNormalization`` layers load
+    (saved here or on another Keras backend). ``optimizer_kwargs`` go to
     DistributedOptimizer (e.g. ``backward_passes_per_step``). ``legacy_opts`` (Horovod's fifth
     argument) has no effect: the optimizer the model comes back with is the one wrapped.
 
@@ -40,6 +42,7 @@ def load_model(filepath: str, custom_optimizers: list[type] | None = None,
     objects = dict(custom_objects or {})
     for cls in custom_optimizers or []:
         objects[cls.__name__] = cls
+    sync_batch_normalization_class()  # made on first use: registered before Keras looks it up
     model = tf.keras.models.load_model(filepath, custom_objects=objects or None)
     opt = getattr(model, "optimizer", None)
     if opt is not None:
