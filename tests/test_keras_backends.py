@@ -149,18 +149,27 @@ def test_wrong_or_mixed_backend_is_a_clear_error(backend: str) -> None:
         assert f"CHECK {backend}.distributed_optimizer_unsupported ok" in proc.stdout
 
 
-def test_sync_batch_norm_file_moves_between_backends(tmp_path) -> None:
-    """A model with hvd.SyncBatchNormalization saved on JAX loads with hvd.load_model, in a
-    fresh process, on torch and on TensorFlow (whose layer is made on first use), with the
-    saved weights, and trains on (tests/programs/keras_sync_bn_across.py)."""
+def test_saved_model_loads_in_a_fresh_process_on_any_backend(tmp_path) -> None:
+    """A model with hvd.SyncBatchNormalization and hvd.DistributedOptimizer loads with
+    hvd.load_model in a fresh process (a resumed job), with its weights, and trains on: saved on
+    JAX, loaded on torch and TensorFlow; saved on TensorFlow, loaded on TensorFlow and JAX;
+    tf-keras .h5 saved and loaded (TensorFlow's classes are made on first use: a fresh process
+    could not load its own checkpoint before; tests/programs/keras_sync_bn_across.py)."""
     wanted = ("jax", "torch", "tensorflow")
     missing = [name for name in wanted if importlib.util.find_spec(name) is None]
     if missing:
         pytest.skip(f"needs {', '.join(missing)} (scripts/setup.sh installs them)")
-    path = str(tmp_path / "sync_bn.keras")
-    for mode, backend in (("save", "jax"), ("load", "torch"), ("load", "tensorflow")):
-        proc = subprocess.run([sys.executable, program("keras_sync_bn_across.py"), mode, path],
-                              env=mpi_env({"KERAS_BACKEND": backend}), capture_output=True,
+    legacy = importlib.util.find_spec("tf_keras") is not None
+    runs = [("save", "jax", "a.keras"), ("load", "torch", "a.keras"),
+            ("load", "tensorflow", "a.keras"), ("save", "tensorflow", "b.keras"),
+            ("load", "tensorflow", "b.keras"), ("load", "jax", "b.keras")]
+    if legacy:
+        runs += [("save", "tf_keras", "c.h5"), ("load", "tf_keras", "c.h5")]
+    for mode, backend, name in runs:
+        env = ({"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "1"} if backend == "tf_keras"
+               else {"KERAS_BACKEND": backend})
+        proc = subprocess.run([sys.executable, program("keras_sync_bn_across.py"), mode,
+                               str(tmp_path / name)], env=mpi_env(env), capture_output=True,
                               text=True, timeout=300)
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, f"{mode} on {backend}: exit {proc.returncode}\n{out[-6000:]}"

@@ -9,6 +9,7 @@ import tensorflow as tf
 from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.compression import Compression, Compressor
 from hvdcore.tensorflow.keras.callbacks import model_and_optimizer_variables
+from hvdcore.tensorflow.keras.flavours import keras_major
 from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer, is_distributed_optimizer
 from hvdcore.tensorflow.sync_batch_norm import sync_batch_normalization_class
 from hvdcore.tensorflow.variables import broadcast_variables
@@ -42,7 +43,7 @@ def load_model(filepath: str, custom_optimizers: list[type] | None = None,
     objects = dict(custom_objects or {})
     for cls in custom_optimizers or []:
         objects[cls.__name__] = cls
-    sync_batch_normalization_class()  # made on first use: registered before Keras looks it up
+    _register_saved_classes()
     model = tf.keras.models.load_model(filepath, custom_objects=objects or None)
     opt = getattr(model, "optimizer", None)
     if opt is not None:
@@ -53,6 +54,17 @@ def load_model(filepath: str, custom_optimizers: list[type] | None = None,
                                                    **optimizer_kwargs)
     register_for_broadcast(model)
     return model
+
+
+def _register_saved_classes() -> None:
+    """Register hvdcore's classes a saved model names with the Keras ``tf.keras`` is: both are
+    made or imported on first use, and a fresh process that resumes from a checkpoint has used
+    neither (it failed with "Could not locate class 'Keras3DistributedOptimizer'")."""
+    sync_batch_normalization_class()
+    if keras_major() >= 3 and not tf.keras.__name__.startswith("tf_keras"):
+        import hvdcore.tensorflow.keras.optimizer_keras3  # noqa: F401 (registers the class)
+    else:
+        import hvdcore.tensorflow.keras.optimizer_tf_keras  # noqa: F401
 
 
 def broadcast_global_variables(root_rank: int, model: Any = None) -> None:
