@@ -18,7 +18,8 @@ import sys
 import pytest
 from conftest import ROOT, mpi_env, untag
 
-from hvdcore.malloc_tuning import tune_malloc
+from hvdcore.malloc_tuning import MMAP_THRESHOLD, TRIM_THRESHOLD, tune_malloc
+from hvdcore.runner.allocator_env import GLIBC_DEFAULT
 
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.mpi]
@@ -61,3 +62,11 @@ def test_tune_malloc_respects_glibc_tunables() -> None:
     assert tune_malloc({"GLIBC_TUNABLES": ""}) == "glibc malloc: left as GLIBC_TUNABLES sets it"
     # (in this pytest process: the thresholds are harmless, and glibc is this machine's libc)
     assert tune_malloc({}).startswith("glibc malloc: mmap threshold 128 MiB, trim threshold 256")
+
+
+def test_launcher_and_init_set_the_same_thresholds() -> None:
+    """hvdcorerun's GLIBC_TUNABLES and hvd.init()'s mallopt give ranks the same two numbers
+    (written twice: the launcher imports no runtime module)."""
+    settings = dict(item.split("=") for item in GLIBC_DEFAULT.split(":"))
+    assert int(settings["glibc.malloc.mmap_threshold"]) == MMAP_THRESHOLD
+    assert int(settings["glibc.malloc.trim_threshold"]) == TRIM_THRESHOLD

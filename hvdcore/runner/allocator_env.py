@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hvdcore.malloc_tuning import MMAP_THRESHOLD, TRIM_THRESHOLD
-
 __all__ = ["TORCH_THP", "GLIBC_TUNABLES", "GLIBC_DEFAULT", "allocator_exports"]
 
 TORCH_THP = "THP_MEM_ALLOC_ENABLE"
@@ -36,8 +34,10 @@ GLIBC_TUNABLES = "GLIBC_TUNABLES"
 """glibc's settings variable (2.26 and later; unknown names are ignored, older glibc ignores
 it all)."""
 
-GLIBC_DEFAULT = (f"glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold={MMAP_THRESHOLD}:"
-                 f"glibc.malloc.trim_threshold={TRIM_THRESHOLD}")
+# the thresholds of hvdcore.malloc_tuning, written out: the launcher imports no runtime module
+# (tests/test_import_layers.py); tests/test_malloc_tuning.py checks that the two agree
+GLIBC_DEFAULT = ("glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=134217728:"
+                 "glibc.malloc.trim_threshold=268435456")
 """What ranks get unless the launcher environment sets ``GLIBC_TUNABLES``: requests below
 128 MiB come from the heap, which keeps up to 256 MiB of freed memory at its top instead of
 returning it (so a recurring scratch buffer is faulted in once, whatever the process freed
