@@ -79,6 +79,11 @@ __all__ = [
 class HvdcoreError(RuntimeError):
     """Root of all hvdcore errors (Horovod's ``HorovodInternalError`` is an alias of it)."""
 
+    # Exception's own constructor, so that TensorFlow's AutoGraph re-raises an error from a
+    # traced function as this type (it rebuilds only types constructed as Exception is, and
+    # turns any other into a StagingError that ``except ValueError`` etc. do not catch).
+    __init__ = Exception.__init__
+
 
 class ConfigError(HvdcoreError, ValueError):
     """A configuration value (env var, CLI flag, config file) is unknown or malformed."""

@@ -120,7 +120,7 @@ def world_size(request: pytest.FixtureRequest) -> int:
 #: Tests in different files judge their own program's lines in the same launch.
 SHARED_LAUNCHES = {
     "tf": ("tensorflow_collectives.py", "tensorflow_semantics.py", "tensorflow_model_parallel.py",
-           "tensorflow_parity.py", "tensorflow_v1_training.py"),
+           "tensorflow_parity.py", "tensorflow_v1_training.py", "tensorflow_one_rank_errors.py"),
     "keras": ("tensorflow_keras_fit.py", "tensorflow_keras_semantics.py",
               "tensorflow_api_parity.py", "tensorflow_sync_bn.py"),
     "torch": ("torch_collectives.py", "torch_optimizer.py", "torch_errors.py",

@@ -149,3 +149,18 @@ def test_tf1_session_training(world_size: int, shared_launch) -> None:
     for name in ("sgd.hook_gives_rank0_start", "sgd.w", "momentum.slot", "adam.w",
                  "sgd_embedding.table", "refused.adasum", "refused.passes"):
         assert f"CHECK tfv1.{name} ok" in proc.stdout, name
+
+
+def test_argument_errors_on_one_rank_fail_every_rank(world_size: int, shared_launch) -> None:
+    """Bad arguments on rank 0 only (dtype, op, slices with Max, float splits, not a tensor, a
+    complex variable), eagerly, in tf.function and in a TF1 graph: every rank raises (the
+    others naming rank 0 and its reason) instead of waiting for the stall check, and the next
+    collective works (tests/programs/tensorflow_one_rank_errors.py, in the "tf" launch)."""
+    proc = shared_launch("tf", world_size)
+    cases = 2 * 2 * (13 + (world_size >= 3)) + 2  # (eager, tf.function) x 2, then TF1 x 2
+    _assert_ok(proc, "TF-ONE-RANK-ERRORS-OK rank=", world_size)
+    for r in range(world_size):
+        assert f"TF-ONE-RANK-ERRORS-OK rank={r} {cases}" in proc.stdout, proc.stdout[-3000:]
+    for name in ("allreduce.sparse_max.function.2", "alltoall.float_splits.eager.1",
+                 "broadcast_variables.dtype.function.2", "session.allreduce.2"):
+        assert f"CHECK oneerr.{name} ok" in proc.stdout, name

@@ -14,9 +14,12 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import Average, global_process_set
+from hvdcore.engine.messages import BROADCAST
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 from hvdcore.tensorflow.op_building import _grad_name, _label, build_name
 from hvdcore.tensorflow.reduce_ops import _dense_allreduce
+from hvdcore.tensorflow.rejection import announcing, plain
+from hvdcore.tensorflow.variables import variables_plan
 
 __all__ = ["broadcast", "broadcast_", "broadcast_object", "broadcast_object_fn"]
 
@@ -31,6 +34,7 @@ def _raw_broadcast(t: tf.Tensor, root_rank: int, name: str | None, process_set: 
                      plane_inputs=1)[0]
 
 
+@announcing(plain(BROADCAST))
 def broadcast(tensor: Any, root_rank: int, name: str | None = None,
               ignore_name_scope: bool = False,
               process_set: Any = global_process_set) -> tf.Tensor:
@@ -62,6 +66,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None,
     return bcast(t)
 
 
+@announcing(variables_plan)
 def broadcast_(variables: Any, root_rank: int, name: str | None = None,
                process_set: Any = global_process_set) -> Any:
     """In-place broadcast: assign ``root_rank``'s values to ``variables`` (one or a list).

@@ -13,8 +13,11 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import Average, global_process_set
+from hvdcore.engine.messages import ALLGATHER, ALLTOALL
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
+from hvdcore.tensorflow.errors import ArgumentError
 from hvdcore.tensorflow.op_building import _first_dim_unknown, _grad_name, _label, build_name
+from hvdcore.tensorflow.rejection import announcing, plain
 
 __all__ = ["allgather", "grouped_allgather", "alltoall", "allgather_object"]
 
@@ -29,6 +32,7 @@ def _raw_allgather(t: tf.Tensor, name: str | None, process_set: Any) -> tf.Tenso
                      plane_inputs=1)[0]
 
 
+@announcing(plain(ALLGATHER))
 def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False,
               process_set: Any = global_process_set) -> tf.Tensor:
     """Concatenate every rank's ``tensor`` along the first dimension (sizes may differ).
@@ -77,6 +81,7 @@ def _allgather_grads(xs: list[tf.Tensor], dys: list[tf.Tensor], name: str | None
                      "allgather_grad")
 
 
+@announcing(plain(ALLGATHER, grouped=True))
 def grouped_allgather(tensors: list[Any], name: str | None = None,
                       process_set: Any = global_process_set) -> list[tf.Tensor]:
     """Allgather several tensors in one request.
@@ -127,6 +132,16 @@ def _raw_alltoall(t: tf.Tensor, splits: tf.Tensor | None, name: str | None,
     return out, received
 
 
+def _splits_tensor(splits: Any) -> tf.Tensor:
+    """``splits`` as int64; non-integer splits are refused while the op is built (a cast
+    that fails when a graph runs would fail this rank's op alone)."""
+    sp = to_tensor(splits)
+    if not sp.dtype.is_integer and sp.shape.num_elements() != 0:
+        raise ArgumentError(f"alltoall: splits must be integers, got dtype {sp.dtype.name}")
+    return tf.cast(sp, tf.int64)
+
+
+@announcing(plain(ALLTOALL))
 def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
              ignore_name_scope: bool = False,
              process_set: Any = global_process_set) -> Any:
@@ -143,7 +158,7 @@ def alltoall(tensor: Any, splits: Any = None, name: str | None = None,
     t = to_tensor(tensor)
     check_dtype(t, "alltoall")
     name = build_name("alltoall", name)
-    sp = None if splits is None else tf.cast(to_tensor(splits), tf.int64)
+    sp = None if splits is None else _splits_tensor(splits)
     if not t.dtype.is_floating:
         out, received = _raw_alltoall(t, sp, name, process_set)
     else:

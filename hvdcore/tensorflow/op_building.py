@@ -8,12 +8,23 @@ an eager call can skip its custom gradient (no tape watches the inputs).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["build_name", "op_factor"]
+__all__ = ["build_name", "op_factor", "built_names"]
+
+
+class _BuiltNames(threading.local):
+    count = 0  # names this thread fixed with build_name
+    last: str | None = None
+
+
+built_names = _BuiltNames()
+"""The calling thread's names fixed by :func:`build_name` (``count``, and the ``last`` one):
+a failed call finds the name its op was given (:mod:`hvdcore.tensorflow.rejection`)."""
 
 
 def _shape(t: tf.Tensor) -> tf.TensorShape:
@@ -49,7 +60,10 @@ def build_name(kind: str, name: str | None) -> str | None:
     """
     if name is not None or not _in_session_graph():
         return name
-    return tf.compat.v1.get_default_graph().unique_name(f"hvdcore.{kind}", mark_as_used=True)
+    built = tf.compat.v1.get_default_graph().unique_name(f"hvdcore.{kind}", mark_as_used=True)
+    built_names.count += 1
+    built_names.last = built
+    return built
 
 
 def _grad_name(kind: str, name: str | None) -> str | None:

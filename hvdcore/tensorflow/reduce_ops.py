@@ -7,6 +7,7 @@ Part of :mod:`hvdcore.tensorflow.collectives` (its docstring has the rules they 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,8 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import Adasum, Average, ReduceOp, Sum, global_process_set
-from hvdcore.arguments import resolve_op
+from hvdcore.arguments import part_names, resolve_op
+from hvdcore.engine.messages import ALLGATHER, ALLREDUCE, REDUCESCATTER
 from hvdcore.errors import UnimplementedError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 from hvdcore.tensorflow.compression import Compression, Compressor
@@ -28,6 +30,7 @@ from hvdcore.tensorflow.op_building import (
     build_name,
     op_factor,
 )
+from hvdcore.tensorflow.rejection import Take, announcing, plain
 
 __all__ = ["allreduce", "grouped_allreduce", "reducescatter", "grouped_reducescatter"]
 
@@ -88,6 +91,25 @@ def _allreduce_with_grad(tensor: tf.Tensor, op: ReduceOp, prescale: float, posts
     return reduce(tensor)
 
 
+def _allreduce_plan(args: Mapping[str, Any], take: Take) -> tuple[str, list[str]]:
+    """The other ranks' first request: the allreduce, or the allgather of slices' values."""
+    name = args.get("name")
+    if isinstance(args.get("tensor"), tf.IndexedSlices):
+        return ALLGATHER, [take(ALLGATHER, f"{name}.values" if name else None)]
+    return ALLREDUCE, [take(ALLREDUCE, name)]
+
+
+def _grouped_allreduce_plan(args: Mapping[str, Any], take: Take) -> tuple[str, list[str]]:
+    """As :func:`_allreduce_plan`: slices first (one grouped allgather of their values)."""
+    name, items = args.get("name"), args.get("tensors")
+    items = list(items) if isinstance(items, (list, tuple)) else [items]
+    sparse = sum(isinstance(t, tf.IndexedSlices) for t in items)
+    if sparse:
+        return ALLGATHER, part_names(take(ALLGATHER, f"{name}.values" if name else None), sparse)
+    return ALLREDUCE, part_names(take(ALLREDUCE, name), max(len(items), 1))
+
+
+@announcing(_allreduce_plan)
 def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "",
               device_sparse: str = "", compression: type[Compressor] = Compression.none,
               op: Any = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
@@ -118,6 +140,7 @@ def allreduce(tensor: Any, average: bool | None = None, device_dense: str = "",
     return compression.decompress(out, ctx)
 
 
+@announcing(_grouped_allreduce_plan)
 def grouped_allreduce(tensors: list[Any], average: bool | None = None, device_dense: str = "",
                       device_sparse: str = "", compression: type[Compressor] = Compression.none,
                       op: Any = None, prescale_factor: float = 1.0,
@@ -196,6 +219,7 @@ def _grouped_dense_allreduce(tensors: list[Any], compression: type[Compressor],
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed, strict=False)]
 
 
+@announcing(plain(REDUCESCATTER))
 def reducescatter(tensor: Any, device_dense: str = "",
                   compression: type[Compressor] = Compression.none, op: Any = Average,
                   name: str | None = None, process_set: Any = global_process_set,
@@ -250,6 +274,7 @@ def _reducescatter_grads(xs: list[tf.Tensor], dys: list[tf.Tensor], op: ReduceOp
                      "reducescatter_grad")
 
 
+@announcing(plain(REDUCESCATTER, grouped=True))
 def grouped_reducescatter(tensors: list[Any], device_dense: str = "",
                           compression: type[Compressor] = Compression.none,
                           op: Any = Average, process_set: Any = global_process_set,

@@ -14,7 +14,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,8 +22,11 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import global_process_set
+from hvdcore.engine.messages import ALLGATHER
 from hvdcore.errors import MismatchError
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
+from hvdcore.tensorflow.op_building import build_name
+from hvdcore.tensorflow.rejection import Take, announcing
 
 __all__ = ["broadcast_variables", "broadcast_global_variables", "check_same_variables"]
 
@@ -65,6 +68,15 @@ def check_same_variables(signature: list[tuple[str, tuple[int, ...], str]], root
         )
 
 
+def variables_plan(args: Mapping[str, Any], take: Take) -> tuple[str, list[str]]:
+    """The other ranks' first request of a variables broadcast: the allgather of the sizes of
+    their variable lists' pickles (:func:`check_same_variables`)."""
+    name = args.get("name")
+    base = take("allgather_object", f"{name}.check" if name else None)
+    return ALLGATHER, [f"{base}.size"]
+
+
+@announcing(variables_plan)
 def broadcast_variables(variables: Sequence[Any], root_rank: int,
                         process_set: Any = global_process_set, inplace: bool = False,
                         name: str | None = None) -> Any:
@@ -83,9 +95,7 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
     signature = [(_var_name(v, i), tuple(t.shape.as_list()), t.dtype.name)
                  for i, (v, t) in enumerate(zip(var_list, values, strict=False))]
     session_graph = not tf.executing_eagerly() and not tf.inside_function()
-    if name is None and session_graph:  # fixed at build time (see op_building.build_name)
-        name = tf.compat.v1.get_default_graph().unique_name("hvdcore.broadcast_variables",
-                                                            mark_as_used=True)
+    name = build_name("broadcast_variables", name)  # (fixed now in a TF1-style graph)
 
     def fn(*arrays: np.ndarray) -> list[np.ndarray]:
         check_same_variables(signature, root_rank, process_set, "broadcast_variables",
