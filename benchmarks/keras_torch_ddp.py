@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from chunks import interleaved_rates, ratios
 
 from hvdcore.ports import handoff_port
 
@@ -138,22 +138,8 @@ def _worker(args: argparse.Namespace) -> None:
         else:
             models[config].train_on_batch(xb, yb)
 
-    for config in configs:  # warm-up: first steps (allocations, negotiation, caches)
-        for _ in range(args.warmup):
-            step(config)
-    rates: dict[str, list[float]] = {c: [] for c in configs}
-    order = list(configs)
-    shuffle = random.Random(7)
-    for _ in range(args.rounds):
-        shuffle.shuffle(order)
-        for config in order:
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.chunk):
-                step(config)
-            comm.Barrier()
-            seconds = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            rates[config].append(size * b * args.chunk / seconds)
+    rates = interleaved_rates(comm, configs, step, warmup=args.warmup, rounds=args.rounds,
+                              chunk=args.chunk, items_per_step=size * b)
     same = hvd.allgather_object([np.asarray(w).ravel()[:8].tolist()
                                  for w in models["keras_hvd"].get_weights()])
     in_sync = all(s == same[0] for s in same)
@@ -164,9 +150,6 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _report(args, size: int, rates: dict[str, list[float]], in_sync: bool) -> None:
-    def ratios(a: str, b: str) -> list[float]:
-        return [x / y for x, y in zip(rates[a], rates[b], strict=True)]
-
     print(f"\nKeras MNIST CNN, KERAS_BACKEND={args.backend}, {size} ranks, batch {args.batch_size} per rank, "
           f"{args.rounds} rounds x {args.chunk} steps per configuration (interleaved); "
           f"keras_hvd weights identical on every rank: {in_sync}\n")
@@ -178,7 +161,7 @@ def _report(args, size: int, rates: dict[str, list[float]], in_sync: bool) -> No
     for a, b in (("keras_hvd", "ddp"), ("keras_hvd", "keras_solo"), ("keras_solo", "ddp")):
         if a not in rates or b not in rates:
             continue
-        r = ratios(a, b)
+        r = ratios(rates, a, b)
         print(f"| {a} / {b} | {statistics.median(r):.3f} | {min(r):.3f} | {max(r):.3f} |")
 
 

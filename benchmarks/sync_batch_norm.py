@@ -37,12 +37,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import statistics
 import subprocess
 import sys
-import time
+
+from chunks import interleaved_rates, ratios
 
 CONFIGS = ("sync", "raw_sync", "local", "solo")
 
@@ -159,24 +159,12 @@ def _worker(args: argparse.Namespace) -> None:
         cursor[config] += 1
         models[config].train_on_batch(x[k * b:(k + 1) * b], y[k * b:(k + 1) * b])
 
-    for config in CONFIGS:  # warm-up: compilation, allocations, the response cache
-        for _ in range(args.warmup):
-            step(config)
-    rates: dict[str, list[float]] = {c: [] for c in CONFIGS}
-    order = list(CONFIGS)
-    shuffle = random.Random(7)
-    for r in range(args.rounds):
-        shuffle.shuffle(order)
-        for config in order:
-            comm.Barrier()
-            t0 = time.perf_counter()
-            for _ in range(args.chunk):
-                step(config)
-            comm.Barrier()
-            seconds = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            rates[config].append(size * b * args.chunk / seconds)
+    def progress(r: int) -> None:
         if rank == 0:
-            print(f"sync_batch_norm: round {r + 1}/{args.rounds} done", flush=True)
+            print(f"sync_batch_norm: round {r}/{args.rounds} done", flush=True)
+
+    rates = interleaved_rates(comm, CONFIGS, step, warmup=args.warmup, rounds=args.rounds,
+                              chunk=args.chunk, items_per_step=size * b, progress=progress)
     identical = {}
     for config in CONFIGS:
         mine = [np.asarray(keras.ops.convert_to_numpy(w)) for w in models[config].weights]
@@ -190,9 +178,6 @@ def _worker(args: argparse.Namespace) -> None:
 
 def _report(args: argparse.Namespace, size: int, rates: dict[str, list[float]],
             identical: dict[str, bool]) -> None:
-    def ratios(a: str, b: str) -> list[float]:
-        return [p / q for p, q in zip(rates[a], rates[b], strict=True)]
-
     print(f"\nSynchronized batch normalization, KERAS_BACKEND={args.backend}, {size} ranks, "
           f"batch {args.batch_size} per rank, {args.rounds} rounds x {args.chunk} steps per "
           f"configuration (interleaved), 3 normalization layers\n")
@@ -204,7 +189,7 @@ def _report(args: argparse.Namespace, size: int, rates: dict[str, list[float]],
               f"{max(rates[c]):.0f} | {identical[c]} |")
     summary = {}
     for a, b in (("sync", "raw_sync"), ("sync", "local"), ("local", "solo"), ("sync", "solo")):
-        r = ratios(a, b)
+        r = ratios(rates, a, b)
         summary[f"{a}/{b}"] = statistics.median(r)
         print(f"| {a} / {b} | {statistics.median(r):.3f} | {min(r):.3f} | {max(r):.3f} | |")
     if args.json:
