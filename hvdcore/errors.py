@@ -79,10 +79,12 @@ __all__ = [
 class HvdcoreError(RuntimeError):
     """Root of all hvdcore errors (Horovod's ``HorovodInternalError`` is an alias of it)."""
 
-    # Exception's own constructor, so that TensorFlow's AutoGraph re-raises an error from a
-    # traced function as this type (it rebuilds only types constructed as Exception is, and
-    # turns any other into a StagingError that ``except ValueError`` etc. do not catch).
-    __init__ = Exception.__init__
+
+# Exception's own constructor, so that TensorFlow's AutoGraph re-raises an error from a traced
+# function as its type (it rebuilds only types constructed as Exception is, and turns any other
+# into a StagingError that ``except ValueError`` etc. do not catch). Set outside the class
+# body: as a class attribute it changes how mypy sees every subclass.
+setattr(HvdcoreError, "__init__", Exception.__init__)  # noqa: B010
 
 
 class ConfigError(HvdcoreError, ValueError):
