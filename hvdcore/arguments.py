@@ -278,6 +278,15 @@ def part_names(base: str, count: int) -> list[str]:
     return [base] if count == 1 else [f"{base}.{i}" for i in range(count)]
 
 
+def check_passes(backward_passes_per_step: Any) -> int:
+    """Validate ``backward_passes_per_step`` (an int >= 1) and return it."""
+    passes = int(backward_passes_per_step)
+    if passes < 1:
+        raise ArgumentError(
+            f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+    return passes
+
+
 def gradient_groups(groups: Any, num_groups: int, what: str) -> Any:
     """A DistributedOptimizer's ``groups`` as Horovod checks it: ``num_groups`` (deprecated,
     a warning) stands in when ``groups`` is None; then a positive int or a list (of lists of

@@ -23,7 +23,8 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
                          sparse_as_dense: bool = False, backward_passes_per_step: int = 1,
                          op: Any = Average, gradient_predivide_factor: float = 1.0,
                          average_aggregated_gradients: bool = False, num_groups: int = 0,
-                         groups: Any = None, process_set: Any = global_process_set) -> Any:
+                         groups: Any = None, process_set: Any = global_process_set,
+                         scale_local_gradients: bool = True) -> Any:
     """Wrap an optimizer (Horovod's TF signature): a Keras one in
     :func:`hvdcore.tensorflow.keras.DistributedOptimizer` with the same options, a
     ``tf.compat.v1.train`` one in :class:`~hvdcore.tensorflow.session_training.
@@ -34,8 +35,9 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
         return V1DistributedOptimizer(
             optimizer, name=name, use_locking=use_locking, compression=compression,
             sparse_as_dense=sparse_as_dense, backward_passes_per_step=backward_passes_per_step,
-            op=op, gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
-            groups=groups, process_set=process_set)
+            op=op, gradient_predivide_factor=gradient_predivide_factor,
+            average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
+            groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
     from hvdcore.tensorflow.keras.optimizer import DistributedOptimizer as keras_optimizer
 
     return keras_optimizer(optimizer, name=name, device_dense=device_dense,
@@ -44,4 +46,5 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
                            gradient_predivide_factor=gradient_predivide_factor, op=op,
                            backward_passes_per_step=backward_passes_per_step,
                            average_aggregated_gradients=average_aggregated_gradients,
-                           num_groups=num_groups, groups=groups, process_set=process_set)
+                           num_groups=num_groups, groups=groups, process_set=process_set,
+                           scale_local_gradients=scale_local_gradients)

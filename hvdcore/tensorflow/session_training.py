@@ -8,12 +8,15 @@ on ``tf.compat.v1`` in TensorFlow 2. As in Horovod (``horovod/tensorflow/__init_
   the ranks (Average by default; one grouped allreduce, ``tf.IndexedSlices`` allgathered),
   ``apply_gradients`` and the slots are the wrapped optimizer's, so ``minimize`` trains on the
   job's gradients;
+- ``backward_passes_per_step`` N > 1 accumulates N passes in the graph before one reduction
+  and one update (:mod:`hvdcore.tensorflow.graph_accumulation`);
+- ``register_local_var(var)`` keeps ``var``'s gradient local (not reduced; divided by the
+  process set's size when ``scale_local_gradients``, Horovod's default);
 - the hook broadcasts every global variable from ``root_rank`` once the Session exists, so all
   ranks start from the root's initial values.
 
-Not here, each refused with a ``ValueError`` when the optimizer is made: ``op=Adasum`` (Horovod
-then builds its Adasum delta optimizer) and ``backward_passes_per_step`` above 1 (Horovod's
-graph-side gradient accumulation); use a Keras optimizer or ``DistributedGradientTape`` for them.
+Not here: ``op=Adasum``, refused with a ``ValueError`` when the optimizer is made (Horovod then
+builds its Adasum delta optimizer); use a Keras optimizer or ``DistributedGradientTape``.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from typing import Any
 import tensorflow as tf
 
 from hvdcore import Adasum, Average, global_process_set
-from hvdcore.arguments import gradient_groups
+from hvdcore.arguments import check_passes, gradient_groups
 from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.compression import Compression, Compressor
-from hvdcore.tensorflow.gradients import GradientReducer
+from hvdcore.tensorflow.gradients import GradientReducer, LocalVariables, reduce_with_local
+from hvdcore.tensorflow.graph_accumulation import GraphAccumulator
 from hvdcore.tensorflow.variables import broadcast_global_variables
 
 __all__ = ["is_v1_optimizer", "V1DistributedOptimizer", "BroadcastGlobalVariablesHook"]
@@ -46,38 +50,67 @@ class V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
                  compression: type[Compressor] = Compression.none,
                  sparse_as_dense: bool = False, backward_passes_per_step: int = 1,
                  op: Any = Average, gradient_predivide_factor: float = 1.0,
-                 num_groups: int = 0, groups: Any = None,
-                 process_set: Any = global_process_set) -> None:
+                 average_aggregated_gradients: bool = False, num_groups: int = 0,
+                 groups: Any = None, process_set: Any = global_process_set,
+                 scale_local_gradients: bool = True) -> None:
         if op == Adasum:  # (an IntEnum: hvd.Adasum and its value 2 alike)
             raise ArgumentError(
                 "DistributedOptimizer(op=Adasum) with a tf.compat.v1.train optimizer: Horovod "
                 "builds its Adasum delta optimizer there, which hvdcore does not have; use "
                 "Average or Sum, or a Keras optimizer / DistributedGradientTape")
-        if int(backward_passes_per_step) != 1:
-            raise ArgumentError(
-                f"DistributedOptimizer(backward_passes_per_step={backward_passes_per_step}) "
-                "with a tf.compat.v1.train optimizer: hvdcore does not accumulate gradients in "
-                "a TF1 graph; accumulate them yourself, or use a Keras optimizer, whose "
-                "DistributedOptimizer takes backward_passes_per_step")
         gradient_groups(groups, num_groups, "DistributedOptimizer")
         self._optimizer = optimizer
         self._reducer = GradientReducer(op, compression, sparse_as_dense,
                                         gradient_predivide_factor, process_set)
+        self._local = LocalVariables()
+        self.scale_local_gradients = bool(scale_local_gradients)
+        self._accumulator = (
+            GraphAccumulator(backward_passes_per_step, average_aggregated_gradients,
+                             sparse_as_dense)
+            if check_passes(backward_passes_per_step) > 1 else None)
         super().__init__(use_locking=use_locking,
                          name=name or f"Distributed{type(optimizer).__name__}")
 
+    def register_local_var(self, var: Any) -> None:
+        """Keep ``var``'s gradient local: not reduced over the ranks, and divided by the
+        process set's size when ``scale_local_gradients``."""
+        if not hasattr(var, "dtype") or not hasattr(var, "shape"):
+            raise ArgumentError(f"register_local_var takes a variable, got "
+                                f"{type(var).__name__}")
+        self._local.add(var)
+
     def compute_gradients(self, *args: Any, **kwargs: Any) -> list[tuple[Any, Any]]:
         """The wrapped optimizer's ``(gradient, variable)`` pairs, gradients reduced over the
-        ranks (None stays None)."""
+        ranks (None stays None; with ``backward_passes_per_step`` N, summed over N passes
+        first: see the module docstring)."""
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
         if not pairs:
             return pairs
-        grads = self._reducer.reduce([g for g, _ in pairs])
-        return list(zip(grads, [v for _, v in pairs], strict=True))
+        variables = [v for _, v in pairs]
 
-    def apply_gradients(self, *args: Any, **kwargs: Any) -> Any:
-        """The wrapped optimizer's ``apply_gradients``."""
-        return self._optimizer.apply_gradients(*args, **kwargs)
+        def reduce(grads: list[Any]) -> list[Any]:
+            return reduce_with_local(self._reducer, grads, variables, self._local,
+                                     self.scale_local_gradients)
+
+        grads = [g for g, _ in pairs]
+        if self._accumulator is not None:
+            reduced = self._accumulator.gradients(grads, reduce)
+        else:
+            reduced = reduce(grads)
+        return list(zip(reduced, variables, strict=True))
+
+    def apply_gradients(self, grads_and_vars: Any, global_step: Any = None,
+                        name: str | None = None) -> Any:
+        """The wrapped optimizer's ``apply_gradients`` (with ``backward_passes_per_step`` N:
+        on every N-th pass only; ``global_step`` still counts every pass)."""
+        if self._accumulator is None:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
+                                                   name=name)
+        pairs = list(grads_and_vars)
+        return self._accumulator.apply(
+            pairs, lambda: self._optimizer.apply_gradients(pairs, global_step=global_step,
+                                                           name=name),
+            global_step)
 
     def get_slot(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped optimizer's ``get_slot``."""

@@ -5,8 +5,13 @@ Each rank starts from its own initial values and feeds its own batches; the hook
 rank rank 0's values, and ``opt.minimize`` must then train as one process would on the
 concatenated batches from rank 0's values (reference: the same graph with the plain optimizer,
 computed in this process). Gradient descent, momentum (its slot too) and Adam on a dense model;
-gradient descent on an embedding (``tf.IndexedSlices`` gradients, allgathered). ``op=Adasum`` and
-``backward_passes_per_step=2`` are ValueErrors naming what to use instead.
+gradient descent on an embedding (``tf.IndexedSlices`` gradients, allgathered).
+``backward_passes_per_step`` N: one update per N runs, as one process would make it on the N
+runs' batches of every rank (the loss times N when the passes are summed, Horovod's default),
+``global_step`` counting every run; ``register_local_var``: that variable trains on each
+rank's own gradient (divided by the size when ``scale_local_gradients``). Refused with a
+ValueError: ``op=Adasum``, N > 1 outside a graph, N = 0, N > 1 with IndexedSlices gradients
+unless ``sparse_as_dense``.
 
 Prints ``CHECK tfv1.<name> ok`` (rank 0) and ``TF-V1-TRAINING-OK rank=R size=N checks=C``.
 """
@@ -49,27 +54,41 @@ def batch(rank: int, step: int, embedding: bool) -> tuple[np.ndarray, np.ndarray
     return x, g.normal(size=(ROWS, 1)).astype(np.float32)
 
 
-def train(make_opt, distributed: bool, embedding: bool = False) -> dict[str, np.ndarray]:
-    """Initial and final values after STEPS steps: this rank's own start and batches under
-    hvdcore, else rank 0's start and every rank's batches concatenated (the reference)."""
+def model(embedding: bool, start: np.random.Generator):
+    """Placeholders x and y, the variables (w, b, the embedding table or None) and the loss."""
+    if embedding:
+        x = v1.placeholder(tf.int32, [None, 2])
+        table = v1.get_variable("table", initializer=start.normal(size=(6, 3)).astype(
+            np.float32))
+        features = tf.reduce_sum(tf.nn.embedding_lookup(table, x), axis=1)
+    else:
+        table = None
+        x = v1.placeholder(tf.float32, [None, 3])
+        features = x
+    y = v1.placeholder(tf.float32, [None, 1])
+    w = v1.get_variable("w", initializer=start.normal(size=(3, 1)).astype(np.float32))
+    b = v1.get_variable("b", initializer=start.normal(size=(1,)).astype(np.float32))
+    return x, y, w, b, table, tf.reduce_mean(tf.square(tf.matmul(features, w) + b - y))
+
+
+def train(make_opt, distributed: bool, embedding: bool = False, passes: int = 1,
+          average: bool = False, steps: int = STEPS, **options) -> dict[str, np.ndarray]:
+    """Initial and final values after ``steps`` runs of the training op: this rank's own
+    start and batches under hvdcore, else rank 0's start and every rank's batches
+    concatenated (the reference). With ``passes`` N the reference takes one step per N runs
+    on the N runs' batches together, its loss times N unless ``average`` (Horovod sums the N
+    passes' gradients); runs after the last whole window are not applied."""
     start = rng(2, R if distributed else 0)
     with tf.Graph().as_default():
-        if embedding:
-            x = v1.placeholder(tf.int32, [None, 2])
-            table = v1.get_variable("table", initializer=start.normal(size=(6, 3)).astype(
-                np.float32))
-            features = tf.reduce_sum(tf.nn.embedding_lookup(table, x), axis=1)
-        else:
-            x = v1.placeholder(tf.float32, [None, 3])
-            features = x
-        y = v1.placeholder(tf.float32, [None, 1])
-        w = v1.get_variable("w", initializer=start.normal(size=(3, 1)).astype(np.float32))
-        b = v1.get_variable("b", initializer=start.normal(size=(1,)).astype(np.float32))
-        loss = tf.reduce_mean(tf.square(tf.matmul(features, w) + b - y))
+        x, y, w, b, table, loss = model(embedding, start)
         opt = make_opt()
         if distributed:
-            opt = hvd.DistributedOptimizer(opt)
-        step = opt.minimize(loss, global_step=v1.train.get_or_create_global_step())
+            opt = hvd.DistributedOptimizer(opt, backward_passes_per_step=passes,
+                                           average_aggregated_gradients=average, **options)
+        elif passes > 1 and not average:
+            loss = loss * passes
+        global_step = v1.train.get_or_create_global_step()
+        step = opt.minimize(loss, global_step=global_step)
         slot = opt.get_slot(w, "momentum") if "momentum" in opt.get_slot_names() else None
         watched = {"w": w, "b": b, **({"table": table} if embedding else {}),
                    **({"slot": slot} if slot is not None else {})}
@@ -78,21 +97,75 @@ def train(make_opt, distributed: bool, embedding: bool = False) -> dict[str, np.
                                                save_summaries_steps=None,
                                                log_step_count_steps=None) as sess:
             out = {f"start.{k}": v for k, v in sess.run(watched).items()}
-            for k in range(STEPS):
+            runs = range(steps) if distributed else range(steps // passes)
+            for k in runs:
                 ranks = [R] if distributed else list(range(N))
-                xs, ys = zip(*(batch(r, k, embedding) for r in ranks), strict=True)
+                ks = [k] if distributed else list(range(k * passes, (k + 1) * passes))
+                xs, ys = zip(*(batch(r, j, embedding) for r in ranks for j in ks), strict=True)
                 sess.run(step, feed_dict={x: np.concatenate(xs), y: np.concatenate(ys)})
             out.update(sess.run(watched))
+            out["global_step"] = np.array(sess.run(global_step))
     return out
 
 
-def same(name: str, make_opt, embedding: bool = False) -> None:
-    got = train(make_opt, True, embedding)
-    want = train(make_opt, False, embedding)
+def same(name: str, make_opt, embedding: bool = False, passes: int = 1,
+         average: bool = False, steps: int = STEPS, **options) -> None:
+    got = train(make_opt, True, embedding, passes, average, steps, **options)
+    want = train(make_opt, False, embedding, passes, average, steps)
     check(f"{name}.hook_gives_rank0_start",
           all(np.array_equal(got[k], want[k]) for k in got if k.startswith("start.")))
+    want["global_step"] = np.array(steps)  # (every run counts a step, applied or not)
     for key in (k for k in got if not k.startswith("start.")):
         check(f"{name}.{key}", np.allclose(got[key], want[key], rtol=1e-5, atol=1e-6),
+              np.abs(got[key] - want[key]).max())
+
+
+def local_bias(scale: bool, passes: int) -> None:
+    """``register_local_var(b)``: b keeps each rank's own gradient, divided by the size when
+    ``scale``. Reference: one weight, one bias per rank, loss the mean of the ranks' losses
+    (so w gets the averaged gradient and rank r's bias 1/N of its own), the bias gradients
+    multiplied by N when not ``scale``."""
+    lr = 0.05
+    with tf.Graph().as_default():
+        x, y, w, b, _, loss = model(False, rng(2, R))
+        opt = hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(lr),
+                                       backward_passes_per_step=passes,
+                                       average_aggregated_gradients=True,
+                                       scale_local_gradients=scale)
+        opt.register_local_var(b)
+        step = opt.minimize(loss)
+        hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+        with v1.train.MonitoredTrainingSession(hooks=hooks, save_checkpoint_secs=None,
+                                               save_summaries_steps=None,
+                                               log_step_count_steps=None) as sess:
+            for k in range(STEPS * passes):
+                sess.run(step, feed_dict=dict(zip((x, y), batch(R, k, False), strict=True)))
+            got = sess.run({"w": w, "b": b})
+    with tf.Graph().as_default():
+        start = rng(2, 0)
+        w = v1.get_variable("w", initializer=start.normal(size=(3, 1)).astype(np.float32))
+        b0 = start.normal(size=(1,)).astype(np.float32)
+        bs = [v1.get_variable(f"b{r}", initializer=b0) for r in range(N)]
+        xs = [v1.placeholder(tf.float32, [None, 3]) for _ in range(N)]
+        ys = [v1.placeholder(tf.float32, [None, 1]) for _ in range(N)]
+        total = tf.add_n([tf.reduce_mean(tf.square(tf.matmul(xs[r], w) + bs[r] - ys[r]))
+                          for r in range(N)]) / N
+        plain = v1.train.GradientDescentOptimizer(lr)
+        pairs = [(g if v is w or scale else g * N, v) for g, v in plain.compute_gradients(total)]
+        step = plain.apply_gradients(pairs)
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            for k in range(STEPS):
+                feed = {}
+                for r in range(N):  # rank r's passes of this window, on its own loss
+                    rows = [batch(r, j, False) for j in range(k * passes, (k + 1) * passes)]
+                    feed[xs[r]] = np.concatenate([row[0] for row in rows])
+                    feed[ys[r]] = np.concatenate([row[1] for row in rows])
+                sess.run(step, feed_dict=feed)
+            want = {"w": sess.run(w), "b": sess.run(bs[R])}
+    tag = f"local_{'scaled' if scale else 'unscaled'}_{passes}"
+    for key in ("w", "b"):
+        check(f"{tag}.{key}", np.allclose(got[key], want[key], rtol=1e-5, atol=1e-6),
               np.abs(got[key] - want[key]).max())
 
 
@@ -100,12 +173,41 @@ same("sgd", lambda: v1.train.GradientDescentOptimizer(0.05))
 same("momentum", lambda: v1.train.MomentumOptimizer(0.05, 0.9))
 same("adam", lambda: v1.train.AdamOptimizer(0.01))
 same("sgd_embedding", lambda: v1.train.GradientDescentOptimizer(0.05), embedding=True)
-for what, kwargs, words in (("adasum", {"op": hvd.Adasum}, "Adasum"),
-                            ("passes", {"backward_passes_per_step": 2},
-                             "backward_passes_per_step=2")):
+# backward_passes_per_step: N passes summed (or averaged), reduced and applied once; a last
+# partial window is not applied; global_step counts every pass
+same("passes2_sgd", lambda: v1.train.GradientDescentOptimizer(0.05), passes=2, steps=5)
+same("passes3_adam_avg", lambda: v1.train.AdamOptimizer(0.01), passes=3, average=True, steps=6)
+same("passes2_embedding", lambda: v1.train.GradientDescentOptimizer(0.05), embedding=True,
+     passes=2, average=True, steps=4, sparse_as_dense=True)
+local_bias(scale=True, passes=1)
+local_bias(scale=False, passes=2)
+
+
+def refused(what: str, words: str, build) -> None:
     try:
-        hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1), **kwargs)
+        build()
         raise AssertionError(f"rank {R}: {what} accepted")
     except ValueError as exc:
-        check(f"refused.{what}", words in str(exc) and "Keras optimizer" in str(exc), exc)
+        check(f"refused.{what}", words in str(exc), exc)
+
+
+refused("adasum", "Keras optimizer",
+        lambda: hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1), op=hvd.Adasum))
+refused("passes_eager", "build the optimizer inside",  # (outside a graph: eager)
+        lambda: hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1),
+                                         backward_passes_per_step=2))
+refused("passes_zero", "must be >= 1",
+        lambda: hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1),
+                                         backward_passes_per_step=0))
+
+
+def sparse_passes() -> None:
+    with tf.Graph().as_default():
+        *_, loss = model(True, rng(2, R))
+        opt = hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1),
+                                       backward_passes_per_step=2)
+        opt.minimize(loss)
+
+
+refused("passes_sparse", "sparse_as_dense=True", sparse_passes)
 print(f"TF-V1-TRAINING-OK rank={R} size={N} checks={CHECKS}", flush=True)

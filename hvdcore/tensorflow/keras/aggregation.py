@@ -21,8 +21,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from hvdcore.arguments import resolve_op
-from hvdcore.errors import ArgumentError
+from hvdcore.arguments import check_passes, resolve_op
 from hvdcore.tensorflow.gradients import GradientReducer, LocalVariables, reduce_with_local
 
 __all__ = ["Accumulation", "LocalVariables", "distributed_apply", "check_passes", "set_options",
@@ -30,15 +29,6 @@ __all__ = ["Accumulation", "LocalVariables", "distributed_apply", "check_passes"
 
 _OPTIONS = ("sparse_as_dense", "gradient_predivide_factor", "op", "backward_passes_per_step",
             "average_aggregated_gradients", "scale_local_gradients")
-
-
-def check_passes(backward_passes_per_step: Any) -> int:
-    """Validate ``backward_passes_per_step`` (an int >= 1) and return it."""
-    passes = int(backward_passes_per_step)
-    if passes < 1:
-        raise ArgumentError(
-            f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
-    return passes
 
 
 def set_options(opt: Any, sparse_as_dense: bool, gradient_predivide_factor: float, op: Any,
