@@ -88,11 +88,9 @@ def resolve_op(average: bool | None, op: Any, what: str = "allreduce",
 ADASUM_DTYPES = ("float16", "float32", "float64")
 
 
-def check_adasum(arr: Any, set_id: int, set_size: int, what: str, rank: int) -> None:
-    """Horovod's limits of ``op=Adasum`` on the host (``horovod/torch/mpi_ops.py``): the global
-    process set, a power-of-two number of ranks (both ``UnimplementedError``, a
-    ``NotImplementedError`` as there), a float tensor (``ArgumentError``); and hvdcore's own:
-    a host array (a data plane's tensor is ``UnimplementedError``)."""
+def check_adasum_ranks(set_id: int, set_size: int, what: str, rank: int | None) -> None:
+    """Horovod's limits of ``op=Adasum`` on the ranks: the global process set and a
+    power-of-two number of ranks (both ``UnimplementedError``, a ``NotImplementedError``)."""
     where = _where(what, rank)
     if set_id != 0:
         raise UnimplementedError(
@@ -102,6 +100,15 @@ def check_adasum(arr: Any, set_id: int, set_size: int, what: str, rank: int) -> 
         raise UnimplementedError(
             f"{where}: Adasum needs a power-of-two number of ranks (as Horovod's), this job "
             f"has {set_size}; launch 1, 2, 4, 8, ... ranks or use op=Average (or Sum)")
+
+
+def check_adasum(arr: Any, set_id: int, set_size: int, what: str, rank: int) -> None:
+    """Horovod's limits of ``op=Adasum`` on the host (``horovod/torch/mpi_ops.py``): the global
+    process set, a power-of-two number of ranks (both ``UnimplementedError``, a
+    ``NotImplementedError`` as there), a float tensor (``ArgumentError``); and hvdcore's own:
+    a host array (a data plane's tensor is ``UnimplementedError``)."""
+    check_adasum_ranks(set_id, set_size, what, rank)
+    where = _where(what, rank)
     device = device_of(arr)
     if device:
         raise UnimplementedError(

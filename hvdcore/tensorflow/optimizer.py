@@ -4,14 +4,17 @@ Horovod's ``horovod.tensorflow.DistributedOptimizer`` hands a Keras optimizer on
 ``horovod.tensorflow.keras.DistributedOptimizer``; so does this one (TF2 scripts that import
 ``horovod.tensorflow as hvd`` and compile a Keras model with it). A TF1
 ``tf.compat.v1.train.Optimizer`` gets :class:`~hvdcore.tensorflow.session_training.
-V1DistributedOptimizer`, whose ``compute_gradients`` reduces the gradients over the ranks.
+V1DistributedOptimizer`, whose ``compute_gradients`` reduces the gradients over the ranks, or
+with ``op=Adasum`` :class:`~hvdcore.tensorflow.delta_adasum.V1AdasumOptimizer` (Horovod's delta
+optimizer).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hvdcore import Average, global_process_set
+from hvdcore import Adasum, Average, global_process_set
+from hvdcore.errors import ArgumentError
 from hvdcore.tensorflow.compression import Compression, Compressor
 
 __all__ = ["DistributedOptimizer"]
@@ -29,9 +32,18 @@ def DistributedOptimizer(optimizer: Any, name: str | None = None, use_locking: b
     :func:`hvdcore.tensorflow.keras.DistributedOptimizer` with the same options, a
     ``tf.compat.v1.train`` one in :class:`~hvdcore.tensorflow.session_training.
     V1DistributedOptimizer` (``use_locking`` is its; the device arguments are unused)."""
+    from hvdcore.tensorflow.delta_adasum import V1AdasumOptimizer
     from hvdcore.tensorflow.session_training import V1DistributedOptimizer, is_v1_optimizer
 
+    if op == Adasum and average_aggregated_gradients:
+        raise ArgumentError("Adasum does not take average_aggregated_gradients=True (Horovod's "
+                            "rule): the changes it combines are not sums")
     if is_v1_optimizer(optimizer):
+        if op == Adasum:
+            return V1AdasumOptimizer(optimizer, name=name, use_locking=use_locking,
+                                     compression=compression,
+                                     backward_passes_per_step=backward_passes_per_step,
+                                     process_set=process_set)
         return V1DistributedOptimizer(
             optimizer, name=name, use_locking=use_locking, compression=compression,
             sparse_as_dense=sparse_as_dense, backward_passes_per_step=backward_passes_per_step,

@@ -15,8 +15,8 @@ on ``tf.compat.v1`` in TensorFlow 2. As in Horovod (``horovod/tensorflow/__init_
 - the hook broadcasts every global variable from ``root_rank`` once the Session exists, so all
   ranks start from the root's initial values.
 
-Not here: ``op=Adasum``, refused with a ``ValueError`` when the optimizer is made (Horovod then
-builds its Adasum delta optimizer); use a Keras optimizer or ``DistributedGradientTape``.
+``op=Adasum`` is another optimizer (:mod:`hvdcore.tensorflow.delta_adasum`), which
+:func:`hvdcore.tensorflow.DistributedOptimizer` returns instead of this one.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ class V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
                  scale_local_gradients: bool = True) -> None:
         if op == Adasum:  # (an IntEnum: hvd.Adasum and its value 2 alike)
             raise ArgumentError(
-                "DistributedOptimizer(op=Adasum) with a tf.compat.v1.train optimizer: Horovod "
-                "builds its Adasum delta optimizer there, which hvdcore does not have; use "
-                "Average or Sum, or a Keras optimizer / DistributedGradientTape")
+                "V1DistributedOptimizer reduces gradients with Average or Sum; for Adasum "
+                "call hvdcore.tensorflow.DistributedOptimizer(op=Adasum), which returns the "
+                "Adasum delta optimizer (V1AdasumOptimizer)")
         gradient_groups(groups, num_groups, "DistributedOptimizer")
         self._optimizer = optimizer
         self._reducer = GradientReducer(op, compression, sparse_as_dense,

@@ -9,9 +9,12 @@ gradient descent on an embedding (``tf.IndexedSlices`` gradients, allgathered).
 ``backward_passes_per_step`` N: one update per N runs, as one process would make it on the N
 runs' batches of every rank (the loss times N when the passes are summed, Horovod's default),
 ``global_step`` counting every run; ``register_local_var``: that variable trains on each
-rank's own gradient (divided by the size when ``scale_local_gradients``). Refused with a
-ValueError: ``op=Adasum``, N > 1 outside a graph, N = 0, N > 1 with IndexedSlices gradients
-unless ``sparse_as_dense``.
+rank's own gradient (divided by the size when ``scale_local_gradients``). ``op=Adasum``: the
+delta optimizer, against every rank's local steps simulated here and combined with Horovod's
+Adasum arithmetic every N runs (a power-of-two size; at 3 ranks a NotImplementedError, as
+Adasum's other calls). Refused with a
+ValueError: N > 1 outside a graph, N = 0, N > 1 with IndexedSlices gradients unless
+``sparse_as_dense``, Adasum with ``average_aggregated_gradients``.
 
 Prints ``CHECK tfv1.<name> ok`` (rank 0) and ``TF-V1-TRAINING-OK rank=R size=N checks=C``.
 """
@@ -169,6 +172,69 @@ def local_bias(scale: bool, passes: int) -> None:
               np.abs(got[key] - want[key]).max())
 
 
+def adasum_pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Horovod's Adasum of two vectors (its test_adasum_tensorflow.py arithmetic)."""
+    a64, b64 = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    dot, aa, bb = a64 @ b64, a64 @ a64, b64 @ b64
+    ca = 1.0 - dot / aa / 2 if aa else 1.0
+    cb = 1.0 - dot / bb / 2 if bb else 1.0
+    return (ca * a64 + cb * b64).reshape(a.shape)
+
+
+def adasum_tree(vectors: list[np.ndarray]) -> np.ndarray:
+    """Pairs (0, 1), (2, 3), ... combined level by level (a power-of-two count)."""
+    while len(vectors) > 1:
+        vectors = [adasum_pair(vectors[i], vectors[i + 1]) for i in range(0, len(vectors), 2)]
+    return vectors[0]
+
+
+def adasum_delta(passes: int, windows: int) -> None:
+    """``op=Adasum``: each rank steps on its own batches; every ``passes`` runs the ranks'
+    changes since the last combination are combined with Adasum (per variable) and every
+    rank restarts from the combined point. Reference: every rank's local SGD simulated here
+    from the common start, window by window; with ``passes`` > 1 one run more at the end
+    (local only: no combination)."""
+    lr, runs = 0.05, passes * windows + (passes > 1)
+    with tf.Graph().as_default():
+        x, y, w, b, _, loss = model(False, rng(2, R))
+        opt = hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(lr), op=hvd.Adasum,
+                                       backward_passes_per_step=passes)
+        global_step = v1.train.get_or_create_global_step()
+        step = opt.minimize(loss, global_step=global_step)
+        with v1.train.MonitoredTrainingSession(hooks=[hvd.BroadcastGlobalVariablesHook(0)],
+                                               save_checkpoint_secs=None,
+                                               save_summaries_steps=None,
+                                               log_step_count_steps=None) as sess:
+            for k in range(runs):
+                sess.run(step, feed_dict=dict(zip((x, y), batch(R, k, False), strict=True)))
+            got = sess.run({"w": w, "b": b, "global_step": global_step})
+    with tf.Graph().as_default():
+        x, y, w, b, _, loss = model(False, rng(2, 0))
+        step = v1.train.GradientDescentOptimizer(lr).minimize(loss)
+        value = v1.placeholder(tf.float32)
+        loads = {v: v.assign(tf.reshape(value, v.shape)) for v in (w, b)}
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            start = sess.run({"w": w, "b": b})
+
+            def local(r: int, ks: range) -> dict[str, np.ndarray]:
+                for v, key in ((w, "w"), (b, "b")):
+                    sess.run(loads[v], feed_dict={value: start[key]})
+                for k in ks:
+                    sess.run(step, feed_dict=dict(zip((x, y), batch(r, k, False), strict=True)))
+                return sess.run({"w": w, "b": b})
+
+            for n in range(windows):
+                ends = [local(r, range(n * passes, (n + 1) * passes)) for r in range(N)]
+                start = {key: start[key] + adasum_tree([e[key] - start[key] for e in ends])
+                         for key in start}
+            want = local(R, range(passes * windows, runs))
+    want["global_step"] = np.array(runs)
+    for key in ("w", "b", "global_step"):
+        check(f"adasum_{passes}.{key}", np.allclose(got[key], want[key], rtol=1e-5, atol=1e-6),
+              np.abs(got[key] - want[key]).max())
+
+
 same("sgd", lambda: v1.train.GradientDescentOptimizer(0.05))
 same("momentum", lambda: v1.train.MomentumOptimizer(0.05, 0.9))
 same("adam", lambda: v1.train.AdamOptimizer(0.01))
@@ -183,16 +249,27 @@ local_bias(scale=True, passes=1)
 local_bias(scale=False, passes=2)
 
 
-def refused(what: str, words: str, build) -> None:
+def refused(what: str, words: str, build, error: type[Exception] = ValueError) -> None:
     try:
         build()
         raise AssertionError(f"rank {R}: {what} accepted")
-    except ValueError as exc:
+    except error as exc:
         check(f"refused.{what}", words in str(exc), exc)
 
 
-refused("adasum", "Keras optimizer",
-        lambda: hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1), op=hvd.Adasum))
+if N & (N - 1) == 0:
+    adasum_delta(passes=1, windows=2)
+    adasum_delta(passes=2, windows=2)
+else:  # (checked when the optimizer is made, on every rank)
+    def adasum_three() -> None:
+        with tf.Graph().as_default():
+            hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1), op=hvd.Adasum)
+
+    refused("adasum_ranks", "power-of-two number of ranks", adasum_three, NotImplementedError)
+refused("adasum_averaged", "average_aggregated_gradients",
+        lambda: hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1), op=hvd.Adasum,
+                                         backward_passes_per_step=2,
+                                         average_aggregated_gradients=True))
 refused("passes_eager", "build the optimizer inside",  # (outside a graph: eager)
         lambda: hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(0.1),
                                          backward_passes_per_step=2))
