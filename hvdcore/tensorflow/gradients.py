@@ -94,7 +94,6 @@ class GradientReducer:
             return [tf.convert_to_tensor(g)  # Horovod converts before its _allreduce_cond)
                     if self.sparse_as_dense and isinstance(g, tf.IndexedSlices) else g
                     for g in grads]
-        op, pre, post = self._scales()
         dense_idx: list[int] = []
         dense: list[tf.Tensor] = []
         ctxs: list[Any] = []
@@ -104,7 +103,7 @@ class GradientReducer:
             if g is None:
                 continue
             if isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
-                if op == Adasum:
+                if self.op == Adasum:
                     raise ArgumentError("Adasum cannot reduce tf.IndexedSlices gradients; "
                                         "pass sparse_as_dense=True")
                 sparse_idx.append(i)
@@ -120,9 +119,13 @@ class GradientReducer:
             return list(grads)
         n_dense = len(dense)
         process_set = self.process_set
-        sparse_scale = pre * post / (process_set.size() if op == Average else 1.0)
 
         def fn(*arrays: np.ndarray) -> list[np.ndarray]:
+            # The factors that depend on the set's size are taken when the step runs, not when
+            # it was traced: an elastic job may have changed size since (and every rank must
+            # name the call alike, whenever it traced its step).
+            op, pre, post = self._scales()
+            sparse_scale = pre * post / (process_set.size() if op == Average else 1.0)
             outs: list[np.ndarray] = []
             if n_dense:
                 dense_in = list(arrays[:n_dense])

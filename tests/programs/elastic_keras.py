@@ -62,7 +62,10 @@ model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
 sgd = keras.optimizers.SGD(0.01)
 
 if plan["mode"] == "fit":
-    model.compile(optimizer=hvd.DistributedOptimizer(sgd), loss="mse")
+    # gradient_predivide_factor: the same average at any one size (x 1/2 before the sum, x 2/size
+    # after), so the reference holds; a size fixed when the step was traced would not
+    model.compile(optimizer=hvd.DistributedOptimizer(sgd, gradient_predivide_factor=2.0),
+                  loss="mse")
     state = hvd.elastic.KerasState(model, epoch=0, batch=0)
     data = tf.data.Dataset.from_tensors((X, Y)).repeat()
 
