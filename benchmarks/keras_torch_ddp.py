@@ -34,6 +34,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -41,7 +42,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chunks import interleaved_rates, ratios
+from chunks import chunked_parser, interleaved_rates, ratios, run, worker_args
 
 from hvdcore.ports import handoff_port
 
@@ -59,9 +60,7 @@ def _driver(args: argparse.Namespace) -> int:
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
                PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     cmd = [shutil.which("mpirun") or "mpirun", "-np", str(args.np), "--oversubscribe",
-           sys.executable, __file__, "--worker", f"--rounds={args.rounds}",
-           f"--chunk={args.chunk}", f"--batch-size={args.batch_size}",
-           f"--warmup={args.warmup}", f"--backend={args.backend}"]
+           sys.executable, __file__, *worker_args(args), f"--backend={args.backend}"]
     return subprocess.run(cmd, env=env, timeout=args.timeout).returncode
 
 
@@ -158,30 +157,27 @@ def _report(args, size: int, rates: dict[str, list[float]], in_sync: bool) -> No
     for c in rates:
         print(f"| {c} | {statistics.median(rates[c]):.0f} | {min(rates[c]):.0f} | "
               f"{max(rates[c]):.0f} |")
+    summary: dict[str, float] = {}
     for a, b in (("keras_hvd", "ddp"), ("keras_hvd", "keras_solo"), ("keras_solo", "ddp")):
         if a not in rates or b not in rates:
             continue
         r = ratios(rates, a, b)
+        summary[f"{a}/{b}"] = statistics.median(r)
         print(f"| {a} / {b} | {statistics.median(r):.3f} | {min(r):.3f} | {max(r):.3f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"backend": args.backend, "ranks": size, "rates": rates,
+                       "median_ratios": summary, "weights_identical": in_sync}, f, indent=1)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--np", type=int, default=2)
+    p = chunked_parser(__doc__.split("\n\n")[0], rounds=8, chunk=20,
+                       chunk_help="steps per chunk", batch_size=64,
+                       batch_help="images per rank and step", warmup=5,
+                       warmup_help="untimed steps per configuration")
     p.add_argument("--backend", choices=("torch", "jax"), default="torch",
                    help="Keras backend (jax: no ddp row, see above)")
-    p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--chunk", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--timeout", type=float, default=1800)
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        _worker(args)
-    else:
-        sys.exit(_driver(args))
-
+    run(p.parse_args(), _worker, _driver)
 
 if __name__ == "__main__":
     main()

@@ -42,7 +42,7 @@ import statistics
 import subprocess
 import sys
 
-from chunks import interleaved_rates, ratios
+from chunks import chunked_parser, interleaved_rates, ratios, run, worker_args
 
 CONFIGS = ("sync", "raw_sync", "local", "solo")
 
@@ -51,11 +51,7 @@ def _driver(args: argparse.Namespace) -> int:
     env = dict(os.environ, KERAS_BACKEND=args.backend, OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
     cmd = [shutil.which("mpirun") or "mpirun", "-np", str(args.np), "--oversubscribe",
-           sys.executable, os.path.abspath(__file__), "--worker", f"--rounds={args.rounds}",
-           f"--chunk={args.chunk}", f"--batch-size={args.batch_size}",
-           f"--warmup={args.warmup}", f"--backend={args.backend}"]
-    if args.json:
-        cmd.append(f"--json={args.json}")
+           sys.executable, os.path.abspath(__file__), *worker_args(args), f"--backend={args.backend}"]
     proc = subprocess.run(cmd, env=env, timeout=args.timeout)
     if proc.returncode:
         print(f"sync_batch_norm.py: the launch exited {proc.returncode}: {' '.join(cmd)}",
@@ -199,23 +195,13 @@ def _report(args: argparse.Namespace, size: int, rates: dict[str, list[float]],
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--np", type=int, default=2, help="ranks (default 2)")
+    p = chunked_parser(__doc__.split("\n\n")[0], rounds=6, chunk=10,
+                       chunk_help="steps per chunk", batch_size=32,
+                       batch_help="images per rank and step", warmup=3,
+                       warmup_help="untimed steps per configuration")
     p.add_argument("--backend", choices=("torch", "jax"), default="torch",
                    help="Keras backend (default torch)")
-    p.add_argument("--rounds", type=int, default=6, help="rounds of chunks (default 6)")
-    p.add_argument("--chunk", type=int, default=10, help="steps per chunk (default 10)")
-    p.add_argument("--batch-size", type=int, default=32, help="images per rank and step")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per configuration")
-    p.add_argument("--json", help="also write the rates and ratios to this JSON file")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds for the launch")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        _worker(args)
-    else:
-        sys.exit(_driver(args))
-
+    run(p.parse_args(), _worker, _driver)
 
 if __name__ == "__main__":
     main()

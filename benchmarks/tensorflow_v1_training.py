@@ -37,7 +37,7 @@ import statistics
 import subprocess
 import sys
 
-from chunks import interleaved_rates, ratios
+from chunks import chunked_parser, interleaved_rates, ratios, run, worker_args
 
 CONFIGS = ("hvdcore", "raw", "hvdcore_passes4", "solo")
 WIDTHS = (784, 256, 256, 10)
@@ -47,11 +47,7 @@ def _driver(args: argparse.Namespace) -> int:
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                TF_CPP_MIN_LOG_LEVEL="2")
     cmd = [shutil.which("mpirun") or "mpirun", "-np", str(args.np), "--oversubscribe",
-           sys.executable, os.path.abspath(__file__), "--worker", f"--rounds={args.rounds}",
-           f"--chunk={args.chunk}", f"--batch-size={args.batch_size}",
-           f"--warmup={args.warmup}"]
-    if args.json:
-        cmd.append(f"--json={args.json}")
+           sys.executable, os.path.abspath(__file__), *worker_args(args)]
     proc = subprocess.run(cmd, env=env, timeout=args.timeout)
     if proc.returncode:
         print(f"tensorflow_v1_training.py: the launch exited {proc.returncode}: "
@@ -187,23 +183,11 @@ def _report(args: argparse.Namespace, size: int, chunk: int, rates: dict[str, li
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--np", type=int, default=2, help="ranks (default 2)")
-    p.add_argument("--rounds", type=int, default=6, help="rounds of chunks (default 6)")
-    p.add_argument("--chunk", type=int, default=20,
-                   help="runs per chunk, rounded down to a multiple of 4 (default 20)")
-    p.add_argument("--batch-size", type=int, default=64, help="samples per rank and run")
-    p.add_argument("--warmup", type=int, default=2,
-                   help="untimed windows of 4 runs per configuration (default 2)")
-    p.add_argument("--json", help="also write the rates and ratios to this JSON file")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds for the launch")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        _worker(args)
-    else:
-        sys.exit(_driver(args))
-
+    p = chunked_parser(__doc__.split("\n\n")[0], rounds=6, chunk=20,
+                       chunk_help="runs per chunk, rounded down to a multiple of 4",
+                       batch_size=64, batch_help="samples per rank and run", warmup=2,
+                       warmup_help="untimed windows of 4 runs per configuration")
+    run(p.parse_args(), _worker, _driver)
 
 if __name__ == "__main__":
     main()
