@@ -50,23 +50,35 @@ pytestmark = [pytest.mark.tensorflow, pytest.mark.slow]
 PROGRAM = Path(__file__).resolve().parent / "programs" / "elastic_keras.py"
 
 
-def reference(steps: int) -> list[float]:
-    """The program's weights after ``steps`` SGD steps in one process."""
+def reference(steps: int, sizes: list[int] | None = None) -> list[float]:
+    """The program's weights after ``steps`` SGD steps in one process; with ``sizes`` (fit
+    mode: the bias is a local variable), the bias gradient of step i divided by sizes[i]."""
     import keras
     import numpy as np
+    import tensorflow as tf
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     x, y = np.ones((2, 4), np.float32), np.zeros((2, 1), np.float32)
-    for _ in range(steps):
-        model.train_on_batch(x, y)
+    if sizes is None:
+        for _ in range(steps):
+            model.train_on_batch(x, y)
+    else:
+        assert len(sizes) == steps, sizes
+        kernel, bias = model.layers[0].kernel, model.layers[0].bias
+        for n in sizes:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            g_kernel, g_bias = tape.gradient(loss, [kernel, bias])
+            model.optimizer.apply_gradients([(g_kernel, kernel), (g_bias / n, bias)])
     return [float(v) for w in model.weights for v in np.ravel(w.numpy())]
 
 
-def finished_after(epochs: int, steps: int):
+def finished_after(epochs: int, steps: int, local_bias: bool = False):
     """The judge of a successful job of ``epochs`` x ``steps`` steps: ``size`` final ranks,
-    that many optimizer iterations, the reference's weights on every rank."""
+    that many optimizer iterations, the reference's weights on every rank (``local_bias``:
+    the fit program's, whose bias gradient is divided by each step's size, as it printed)."""
 
     def finished(proc, out: str, size: int) -> None:
         assert proc.returncode == 0, out[-6000:]
@@ -76,8 +88,12 @@ def finished_after(epochs: int, steps: int):
         assert {(int(n), int(s), int(e)) for _, n, s, e, _ in done} == {(size, epochs * steps,
                                                                          epochs)}, done
         (weights,) = {w for *_, w in done}
+        sizes = None
+        if local_bias:
+            (kept,) = set(re.findall(r"^SIZES rank \d+ (\S+)$", out, re.M))
+            sizes = [int(n) for n in kept.split(",")]
         assert [float(v) for v in weights.split(",")] == pytest.approx(
-            reference(epochs * steps), abs=2e-6)
+            reference(epochs * steps, sizes), abs=2e-6)
 
     return finished
 
@@ -89,7 +105,7 @@ LOOP = scenarios.Program(PROGRAM, finished_after(3, 2),
 #: the same in a TF1-style graph run by a Session (TensorFlowState(session=...))
 SESSION = scenarios.Program(PROGRAM, LOOP.finished, {**LOOP.plan, "mode": "session"}, 420)
 #: the hosts job: 4 epochs x 3 steps in fit, a commit every 2 steps
-HOSTS_FIT = scenarios.Program(PROGRAM, finished_after(4, 3),
+HOSTS_FIT = scenarios.Program(PROGRAM, finished_after(4, 3, local_bias=True),
                               {"mode": "fit", "epochs": 4, "steps": 3, "commit_every": 2}, 420)
 
 
@@ -110,6 +126,8 @@ def test_hosts_added_a_rank_failure_and_hosts_removed_in_fit(tmp_path: Path) -> 
                                          "once": str(tmp_path / "failed")}]},
                               "--min-np", "1")
     HOSTS_FIT.finished(proc, out, 1)
+    # the size of each step kept (the local bias's divisor): B's failed step is not among them
+    assert set(re.findall(r"^SIZES rank 0 (\S+)$", out, re.M)) == {"2,2,2,3,3,3,3,2,2,1,1,1"}
     seen = epochs(out)
     assert [sorted({h for *_, h in seen[e]}) for e in range(4)] == [
         [A, B], [A, B, C], [A, B, C], [A]], out[-6000:]

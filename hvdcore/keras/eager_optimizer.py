@@ -124,10 +124,12 @@ class EagerDistributedOptimizer(WrapsKeras3Optimizer, keras.optimizers.Optimizer
         is_local = [v in local for v in variables]
         reduced = self._hvd.reducer.reduce(
             [None if m else g for g, m in zip(grads, is_local, strict=True)])
-        n = self._hvd.reducer.process_set.size()
-        scale = self.scale_local_gradients
-        return [(g / n if scale else g) if m else r
-                for g, r, m in zip(grads, reduced, is_local, strict=True)]
+        kept = [g for g, m in zip(grads, is_local, strict=True) if m]
+        if self.scale_local_gradients:
+            kept = self._hvd.reducer.divided_by_size(kept)
+        local_grads = iter(kept)
+        return [next(local_grads) if m else r
+                for r, m in zip(reduced, is_local, strict=True)]
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> None:
         """Reduce ``grads`` over ranks and apply them with the wrapped optimizer."""

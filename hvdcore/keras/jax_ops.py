@@ -112,9 +112,8 @@ class JaxGradientReducer(GradientReducer):
             wire, ctx = self.compression.compress(array)
             sent.append(wire)
             contexts.append(ctx)
-        op, pre, post = self.scales()
         specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in sent]
-        name = self.name_for(tuple((str(s.dtype), tuple(s.shape)) for s in specs), op, pre, post)
+        signature = tuple((str(s.dtype), tuple(s.shape)) for s in specs)
         process_set = self.process_set
         pieces, counts = _pieces(sent)
 
@@ -124,6 +123,10 @@ class JaxGradientReducer(GradientReducer):
                 arrays.append(np.concatenate([np.asarray(p) for p in flat[start:start + n]])
                               .reshape(s.shape))
                 start += n
+            # the scales (and so the name) when the step runs, not when it was traced: an
+            # elastic job may have changed size since, and every rank must name the call alike
+            op, pre, post = self.scales()
+            name = self.name_for(signature, op, pre, post)
             out = hvdcore.grouped_allreduce(
                 arrays, name=name, op=op, prescale_factor=pre, postscale_factor=post,
                 process_set=process_set)
@@ -135,6 +138,13 @@ class JaxGradientReducer(GradientReducer):
         for i, r, ctx in zip(index, reduced, contexts, strict=True):
             out[i] = self.compression.decompress(r, ctx)
         return out
+
+    def divided_by_size(self, grads: list[Any]) -> list[Any]:
+        """Each gradient divided by the set's size, read when the jitted step runs."""
+        process_set = self.process_set
+        n = io_callback(lambda: np.asarray(process_set.size(), np.int32),
+                        jax.ShapeDtypeStruct((), jnp.int32), ordered=True)
+        return [g / n.astype(g.dtype) for g in grads]
 
 
 #: The largest operand handed to the host callback, in bytes. JAX copies each operand of an

@@ -66,3 +66,9 @@ class GradientReducer:
         if self.op == Average and f != 1.0:
             return Sum, 1.0 / f, f / self.process_set.size()
         return self.op, 1.0, 1.0
+
+    def divided_by_size(self, grads: list[Any]) -> list[Any]:
+        """Each gradient divided by the process set's size (``scale_local_gradients``), the
+        size the step runs at: a backend that traces its step reads it at run time."""
+        n = self.process_set.size()
+        return [g / n for g in grads]

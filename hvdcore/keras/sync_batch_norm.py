@@ -19,6 +19,7 @@ from typing import Any
 import keras
 
 import hvdcore
+from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.keras.routing import sum_over_ranks
 
 __all__ = ["SyncBatchNormalization", "group_moments"]
@@ -27,13 +28,15 @@ __all__ = ["SyncBatchNormalization", "group_moments"]
 def group_moments(mean: Any, variance: Any) -> tuple[Any, Any]:
     """The job's mean and variance from this rank's (every rank's statistics weigh alike);
     unchanged on a job of one rank."""
-    n = hvdcore.size()
-    if n == 1:
+    if not reduces_gradients(hvdcore.global_process_set):  # one rank, not elastic
         return mean, variance
-    # Var[X] = E[X^2] - E[X]^2, both expectations averaged over the ranks in one allreduce
-    stacked = keras.ops.stack([mean, variance + keras.ops.square(mean)])
-    group_mean, group_mean_of_square = keras.ops.unstack(sum_over_ranks(stacked) / n)
-    return group_mean, group_mean_of_square - keras.ops.square(group_mean)
+    # Var[X] = E[X^2] - E[X]^2, both expectations averaged over the ranks in one allreduce;
+    # a row of ones counts the ranks when the step runs (a traced step outlives an elastic
+    # job's resize)
+    stacked = keras.ops.stack([mean, variance + keras.ops.square(mean), keras.ops.ones_like(mean)])
+    total, total_of_square, ranks = keras.ops.unstack(sum_over_ranks(stacked))
+    group_mean = total / ranks
+    return group_mean, total_of_square / ranks - keras.ops.square(group_mean)
 
 
 @keras.saving.register_keras_serializable(package="hvdcore", name="SyncBatchNormalization")

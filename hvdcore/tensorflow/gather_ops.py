@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import Average, global_process_set
+from hvdcore.controllers import elastic_env
 from hvdcore.engine.messages import ALLGATHER, ALLTOALL
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy, to_tensor
 from hvdcore.tensorflow.errors import ArgumentError
@@ -125,7 +126,10 @@ def _raw_alltoall(t: tf.Tensor, splits: tf.Tensor | None, name: str | None,
         out, received = _core.alltoall(a, splits=sp, name=name, process_set=process_set)
         return [out, np.asarray(received, dtype=np.int32)]
 
-    n = process_set.size() if _core.is_initialized() else None
+    # the received splits' length is the set's size, left unknown in an elastic job (a traced
+    # step outlives a resize)
+    n = (process_set.size() if _core.is_initialized() and elastic_env.current() is None
+         else None)
     out, received = run_numpy(fn, inputs, [t.dtype, tf.int32],
                               [_first_dim_unknown(t), tf.TensorShape([n])],
                               _label("alltoall", name), plane_inputs=1)

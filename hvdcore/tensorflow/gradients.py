@@ -37,6 +37,7 @@ from hvdcore.errors import ArgumentError, NotInitializedError, UnsupportedError
 from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.tensorflow.bridge import check_dtype, run_numpy
 from hvdcore.tensorflow.compression import Compression, Compressor
+from hvdcore.tensorflow.scalar_ops import set_size
 
 __all__ = ["GradientReducer", "LocalVariables", "reduce_with_local", "DistributedGradientTape",
            "PartialDistributedGradientTape"]
@@ -192,7 +193,13 @@ def reduce_with_local(reducer: GradientReducer, grads: list[Any], sources: list[
         return reducer.reduce(grads)
     is_local = [s in local for s in sources]
     reduced = reducer.reduce([None if m else g for g, m in zip(grads, is_local, strict=True)])
-    n = reducer.process_set.size()
+    sizes: dict[Any, Any] = {}  # one size read per dtype and step
+
+    def size(dtype: Any) -> Any:
+        if dtype not in sizes:
+            sizes[dtype] = set_size(reducer.process_set, dtype)
+        return sizes[dtype]
+
     out = []
     for g, r, m in zip(grads, reduced, is_local, strict=True):
         if not m:
@@ -200,11 +207,11 @@ def reduce_with_local(reducer: GradientReducer, grads: list[Any], sources: list[
         elif not scale_local or g is None:
             out.append(g)
         elif isinstance(g, tf.IndexedSlices):
-            out.append(tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices,
+            out.append(tf.IndexedSlices(g.values / size(g.values.dtype), g.indices,
                                         g.dense_shape))
         else:
             g = tf.convert_to_tensor(g)
-            out.append(g / tf.cast(n, g.dtype))
+            out.append(g / size(g.dtype))
     return out
 
 

@@ -31,6 +31,7 @@ from hvdcore.tensorflow.op_building import (
     op_factor,
 )
 from hvdcore.tensorflow.rejection import Take, announcing, plain
+from hvdcore.tensorflow.scalar_ops import set_size
 
 __all__ = ["allreduce", "grouped_allreduce", "reducescatter", "grouped_reducescatter"]
 
@@ -58,7 +59,7 @@ def _sparse_average(values: tf.Tensor, op: ReduceOp, process_set: Any) -> tf.Ten
     division (integer values give float32 / float64, as there)."""
     if op != Average:
         return values
-    return values / tf.cast(process_set.size(), values.dtype)
+    return values / set_size(process_set, values.dtype)
 
 
 def _dense_allreduce(tensor: tf.Tensor, op: ReduceOp, prescale: float, postscale: float,

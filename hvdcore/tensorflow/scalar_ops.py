@@ -1,6 +1,6 @@
 """The ops whose result is one int32 scalar, evaluated when the op runs: ``barrier`` (None when
 eager), ``join``, ``size_op``, ``process_set_included_op``, ``rank_op``, ``local_size_op`` and
-``local_rank_op``.
+``local_rank_op``; and ``set_size``, a process set's size for arithmetic in a traced step.
 
 Part of :mod:`hvdcore.tensorflow.collectives`.
 """
@@ -16,8 +16,8 @@ import hvdcore as _core
 from hvdcore import basics, global_process_set
 from hvdcore.tensorflow.bridge import run_numpy
 
-__all__ = ["barrier", "join", "size_op", "process_set_included_op", "rank_op", "local_size_op",
-           "local_rank_op", "PROCESS_SET_ERROR_UNKNOWN_SET"]
+__all__ = ["barrier", "join", "set_size", "size_op", "process_set_included_op", "rank_op",
+           "local_size_op", "local_rank_op", "PROCESS_SET_ERROR_UNKNOWN_SET"]
 
 PROCESS_SET_ERROR_UNKNOWN_SET = -3
 """What ``size_op`` and ``process_set_included_op`` return for an id no registered set has
@@ -65,6 +65,15 @@ def size_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
         return PROCESS_SET_ERROR_UNKNOWN_SET if ps is None else len(ps.ranks)
 
     return _scalar_op(fn, "size")
+
+
+def set_size(process_set: Any, dtype: Any) -> Any:
+    """``process_set.size()`` as a ``dtype`` scalar for arithmetic: a constant when executing
+    eagerly, else read when the op runs, so that a step traced before an elastic job changed
+    size divides by the size it runs at."""
+    if tf.executing_eagerly():
+        return tf.constant(process_set.size(), dtype)
+    return tf.cast(_scalar_op(process_set.size, "set_size"), dtype)
 
 
 def process_set_included_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:

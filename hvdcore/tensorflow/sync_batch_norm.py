@@ -30,15 +30,16 @@ __all__ = ["group_moments", "sync_batch_normalization_class"]
 def group_moments(mean: tf.Tensor, variance: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The job's mean and variance from this rank's (Horovod's arithmetic: every rank's
     statistics weigh alike); unchanged on a job of one rank."""
-    from hvdcore import Sum, size
+    from hvdcore import Sum, global_process_set
+    from hvdcore.gradient_rule import reduces_gradients
     from hvdcore.tensorflow.collectives import allreduce
+    from hvdcore.tensorflow.scalar_ops import set_size
 
-    n = size()
-    if n == 1:
+    if not reduces_gradients(global_process_set):  # one rank, not elastic
         return mean, variance
     # Var[X] = E[X^2] - E[X]^2, both expectations averaged over the ranks in one allreduce
     stacked = tf.stack([mean, variance + tf.math.square(mean)])
-    averaged = allreduce(stacked, op=Sum) / n
+    averaged = allreduce(stacked, op=Sum) / set_size(global_process_set, stacked.dtype)
     group_mean, group_mean_of_square = tf.unstack(averaged)
     return group_mean, group_mean_of_square - tf.math.square(group_mean)
 

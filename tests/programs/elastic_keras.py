@@ -13,7 +13,8 @@ the weights after N optimizer iterations equal a one-process reference of N step
 Printed (one ``os.write`` per line): ``START rank r size n epoch e batch b host h`` when the
 elastic function starts (after the sync), ``EPOCH e rank r size n host h`` when an epoch
 starts, ``RESET rank r size n`` from the reset callback, ``DONE rank r size n steps s epoch e w
-<weights>`` at the end. Plan keys as in elastic_torch.py: ``epochs``, ``steps``, ``expect``
+<weights>`` at the end (fit: then ``SIZES rank r n1,n2,...``, the size of each step kept; the
+bias is a local variable there, its gradient divided by that size). Plan keys as in elastic_torch.py: ``epochs``, ``steps``, ``expect``
 (sizes only), ``fail`` (tests/programs/elastic_faults.py: a scenario's plan means the same in
 both programs), ``progress``; ``commit_every``; ``bcast_callback`` (fit: also Horovod's
 BroadcastGlobalVariablesCallback, which every generation's first fit runs on every rank).
@@ -63,10 +64,13 @@ sgd = keras.optimizers.SGD(0.01)
 
 if plan["mode"] == "fit":
     # gradient_predivide_factor: the same average at any one size (x 1/2 before the sum, x 2/size
-    # after), so the reference holds; a size fixed when the step was traced would not
-    model.compile(optimizer=hvd.DistributedOptimizer(sgd, gradient_predivide_factor=2.0),
-                  loss="mse")
-    state = hvd.elastic.KerasState(model, epoch=0, batch=0)
+    # after), so the reference holds; a size fixed when the step was traced would not. The bias
+    # is a local variable: its gradient is divided by the size each step runs at (``sizes``,
+    # committed with the state), which the reference replays
+    optimizer = hvd.DistributedOptimizer(sgd, gradient_predivide_factor=2.0)
+    optimizer.register_local_var(model.layers[0].bias)
+    model.compile(optimizer=optimizer, loss="mse")
+    state = hvd.elastic.KerasState(model, epoch=0, batch=0, sizes=())
     data = tf.data.Dataset.from_tensors((X, Y)).repeat()
 
     class Plan(keras.callbacks.Callback):
@@ -76,6 +80,7 @@ if plan["mode"] == "fit":
 
         def on_train_batch_end(self, batch, logs=None):
             # UpdateBatchStateCallback ran before: state.batch counts this step
+            state.sizes = (*state.sizes, hvd.size())
             fail_now(plan, host, state.epoch, state.batch - 1)
 
     callbacks = [hvd.elastic.UpdateEpochStateCallback(state),
@@ -160,5 +165,7 @@ steps = train(state)
 final = weights() if plan["mode"] == "session" else [v.numpy() for v in model.weights]
 w = ",".join(f"{v:.6f}" for v in np.concatenate([np.ravel(v) for v in final]))
 say(f"DONE rank {hvd.rank()} size {hvd.size()} steps {steps} epoch {state.epoch} w {w}")
+if plan["mode"] == "fit":
+    say(f"SIZES rank {hvd.rank()} {','.join(map(str, state.sizes))}")
 hvd.shutdown()
 sys.exit(0)
