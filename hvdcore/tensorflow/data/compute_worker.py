@@ -26,6 +26,21 @@ from hvdcore.errors import ArgumentError
 __all__ = ["main"]
 
 
+_OPTIONS: tuple[tuple[str, dict], ...] = (
+    ("--dispatchers", {"type": int, "default": 1, "help": (
+        "tf.data dispatchers (default 1, for every training rank; N > 1: one per training "
+        "rank, so N training ranks); the job's size must be a multiple: size / N workers "
+        "serve each")}),
+    ("--dispatcher-side", {"choices": ("compute", "training"), "default": "compute", "help": (
+        "where the dispatchers run: on this job's ranks (default) or in the training job "
+        "(tf_data_service starts them there)")}),
+    ("--timeout", {"type": int, "default": 60, "help": (
+        "seconds any party waits for a registration before it fails (default 60)")}),
+    ("--shutdown", {"action": "store_true", "help": (
+        "do not serve: ask the compute job that wrote CONFIG to stop, and exit")}),
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m hvdcore.tensorflow.data.compute_worker",
@@ -37,18 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                "address:' (--dispatcher-side training). See docs/users/frameworks.md.")
     p.add_argument("configfile", help="the config file to write (rank 0), on a file system "
                                       "the training job sees; removed when the job ends")
-    p.add_argument("--dispatchers", type=int, default=1,
-                   help="tf.data dispatchers (default 1, for every training rank; N > 1: one "
-                        "per training rank, so N training ranks); the job's size must be a "
-                        "multiple: size / N workers serve each")
-    p.add_argument("--dispatcher-side", choices=("compute", "training"), default="compute",
-                   help="where the dispatchers run: on this job's ranks (default) or in the "
-                        "training job (tf_data_service starts them there)")
-    p.add_argument("--timeout", type=int, default=60,
-                   help="seconds any party waits for a registration before it fails "
-                        "(default 60)")
-    p.add_argument("--shutdown", action="store_true",
-                   help="do not serve: ask the compute job that wrote CONFIG to stop, and exit")
+    for flag, spec in _OPTIONS:
+        p.add_argument(flag, **spec)
     return p
 
 
