@@ -147,13 +147,13 @@ def tf_data_service(compute_config: TfDataServiceConfig, rank: int) -> Iterator[
             stop_server(dispatcher)
 
 
-def send_to_data_service(dataset: tf.data.Dataset, compute_config: TfDataServiceConfig,
+def send_to_data_service(dataset: Any, compute_config: TfDataServiceConfig,
                          rank: int, size: int | None = None, reuse_dataset: bool = False,
-                         round_robin: bool = False) -> tf.data.Dataset:
-    """``dataset`` processed by the compute job's tf.data workers (dispatchers on the compute
-    side): each training rank reads a whole epoch of its own, or, with ``reuse_dataset``, all
-    ranks share one epoch (first come, first served; ``round_robin``: in turns, which needs
-    ``size`` and a repeated dataset)."""
+                         round_robin: bool = False) -> Any:
+    """The ``tf.data.Dataset`` ``dataset`` processed by the compute job's tf.data workers
+    (dispatchers on the compute side): each training rank reads a whole epoch of its own, or,
+    with ``reuse_dataset``, all ranks share one epoch (first come, first served;
+    ``round_robin``: in turns, which needs ``size`` and a repeated dataset)."""
     if compute_config.dispatcher_side == "training":
         raise ArgumentError("send_to_data_service needs the dispatchers on the compute side; "
                             "with dispatcher_side='training' open tf_data_service(config, "
