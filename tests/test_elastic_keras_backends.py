@@ -30,13 +30,14 @@ PROGRAM = Path(__file__).resolve().parent / "programs" / "elastic_keras_backend.
 EPOCHS, STEPS = 3, 3
 
 
-def reference(steps: int) -> list[float]:
+def reference(steps: int, size: int = 2) -> list[float]:
     """Dense(4 -> 1) from w = 0.1, b = 0 after ``steps`` SGD(0.01) steps on MSE, x = 1, y = 0
-    (every rank's batch is the same, so the average is the batch's gradient)."""
+    (every rank's batch is the same, so the average is the batch's gradient; the bias is a
+    local variable, its gradient divided by the job's ``size``)."""
     w, b = np.full(4, 0.1), 0.0
     for _ in range(steps):
         g = 2.0 * (w.sum() + b)  # d mean((x.w + b)^2) / d w_j = d / d b
-        w, b = w - 0.01 * g, b - 0.01 * g
+        w, b = w - 0.01 * g, b - 0.01 * g / size
     return [*w, b]
 
 

@@ -28,6 +28,7 @@ from jax.experimental import io_callback
 
 import hvdcore
 from hvdcore import Average, Sum, global_process_set
+from hvdcore.controllers import elastic_env
 from hvdcore.errors import UnsupportedError
 from hvdcore.gradient_rule import reduces_gradients
 from hvdcore.keras.backend import describe
@@ -140,7 +141,10 @@ class JaxGradientReducer(GradientReducer):
         return out
 
     def divided_by_size(self, grads: list[Any]) -> list[Any]:
-        """Each gradient divided by the set's size, read when the jitted step runs."""
+        """Each gradient divided by the set's size, read when the jitted step runs in an
+        elastic job (a constant where the size cannot change)."""
+        if elastic_env.current() is None:
+            return super().divided_by_size(grads)
         process_set = self.process_set
         n = io_callback(lambda: np.asarray(process_set.size(), np.int32),
                         jax.ShapeDtypeStruct((), jnp.int32), ordered=True)

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import hvdcore as _core
 from hvdcore import basics, global_process_set
+from hvdcore.controllers import elastic_env
 from hvdcore.tensorflow.bridge import run_numpy
 
 __all__ = ["barrier", "join", "set_size", "size_op", "process_set_included_op", "rank_op",
@@ -68,10 +69,10 @@ def size_op(process_set_id: int = 0, name: str | None = None) -> tf.Tensor:
 
 
 def set_size(process_set: Any, dtype: Any) -> Any:
-    """``process_set.size()`` as a ``dtype`` scalar for arithmetic: a constant when executing
-    eagerly, else read when the op runs, so that a step traced before an elastic job changed
-    size divides by the size it runs at."""
-    if tf.executing_eagerly():
+    """``process_set.size()`` as a ``dtype`` scalar for arithmetic: in a graph of an elastic
+    job read when the op runs, so that a step traced before the job changed size divides by
+    the size it runs at; a constant elsewhere (a size that cannot change)."""
+    if tf.executing_eagerly() or elastic_env.current() is None:
         return tf.constant(process_set.size(), dtype)
     return tf.cast(_scalar_op(process_set.size, "set_size"), dtype)
 

@@ -7,7 +7,8 @@ keys as in elastic_keras.py: ``epochs``, ``steps``, ``commit_every``, ``expect``
 Each epoch is ``steps`` batches of Dense(4 -> 1) on the same input on every rank, committed
 every ``commit_every`` batches (counted across epochs, as Horovod's callback does) and at each
 epoch's end; a partial epoch is resumed by a ``fit`` of its remaining batches. The callbacks
-include ``BroadcastGlobalVariablesCallback`` (survivors must broadcast with new workers). The weights
+include ``BroadcastGlobalVariablesCallback`` (survivors must broadcast with new workers). The
+bias is a local variable (``register_local_var``: its gradient divided by the size). The weights
 start at fixed values (not the backend's random numbers), so the test computes the
 reference in NumPy. Printed (one ``os.write`` per line): ``START rank r size n epoch e batch b
 host h`` when the elastic function starts, ``EPOCH e rank r size n host h``, ``DONE rank r size
@@ -68,7 +69,11 @@ def epoch_begins(state) -> None:
 hvd.init()
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
 model.set_weights([np.full((4, 1), 0.1, np.float32), np.zeros((1,), np.float32)])
-model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)), loss="mse")
+# the bias is a local variable: its gradient divided by the job's size (2) at each step, read
+# when the (jitted, on JAX) step runs, as an elastic job must
+optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01))
+optimizer.register_local_var(model.layers[0].bias)
+model.compile(optimizer=optimizer, loss="mse")
 state = hvd.elastic.KerasState(model, epoch=0, batch=0)
 
 
