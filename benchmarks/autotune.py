@@ -4,15 +4,15 @@ with autotuning, with the values it chose held, and with the defaults again (the
 Run (not under MPI: it launches the jobs itself)::
 
     python benchmarks/autotune.py                        # 4 rounds, ~6 min on 2 cores
-    python benchmarks/autotune.py --rounds 1 --iters 3   # a minute, as the test runs it
+    python benchmarks/autotune.py --rounds 1 --iters 5   # a minute, as the test runs it
 
 Each round launches, one after the other, ``hvdcorerun -np N`` of
 ``examples/pytorch_synthetic_benchmark.py`` (the model ``--model``, 32 px images) in four
 settings: ``default`` (64 MiB, 1 ms), ``autotune`` (tuning during the run, with short autotune
 settings so that it ends early in the timed steps; the CSV log gives the values it kept),
 ``tuned`` (the latest kept values given as ``--fusion-threshold-mb``/``--cycle-time-ms`` and, where
-the autotuner chose them, ``--[no-]hierarchical-allreduce``/``allgather``: what a user gets who
-reuses them) and ``default again`` (the run's noise). The order rotates from
+the autotuner chose them, ``--[no-]hierarchical-allreduce``/``allgather`` and ``--cache-capacity
+0`` for a cache it switched off: what a user gets who reuses them) and ``default again`` (the run's noise). The order rotates from
 round to round, so that each setting takes each place once in four rounds. Rows: images per second over all ranks (median over rounds)
 and the median of the per-round ratios to ``default`` (> 1: faster). A ratio inside
 ``default again``'s distance from 1 is noise, not a gain.
@@ -43,11 +43,11 @@ def parse_args() -> argparse.Namespace:
                    help="rounds of the four settings (4: each takes each place once)")
     p.add_argument("--model", default="tiny", help="the example's --model (default tiny)")
     p.add_argument("--batch-size", type=int, default=8, help="images per rank per step")
-    p.add_argument("--iters", type=int, default=8, help="timed iterations of 20 steps")
+    p.add_argument("--iters", type=int, default=10, help="timed iterations of 20 steps")
     p.add_argument("--job-timeout", type=float, default=1800,
                    help="seconds one launch may take before it is stopped (default 1800)")
-    # (on a node of several ranks the search runs four times: flat, then each hierarchical
-    # choice; these settings finish it within the default --iters)
+    # (on a node of several ranks the search runs eight times: flat, then each hierarchical
+    # choice, with the cache off then on; these settings finish it within the default --iters)
     p.add_argument("--autotune-args", default="--autotune-warmup-samples 1 "
                    "--autotune-steps-per-sample 1 --autotune-bayes-opt-max-samples 3",
                    help="hvdcorerun flags of the autotune setting (besides --autotune)")
@@ -90,6 +90,10 @@ def tuned_values(log: Path) -> tuple[list[str], str]:
         for col, op in ((0, "allreduce"), (1, "allgather")):
             flags.append(f"--{'' if last[col] == '1' else 'no-'}hierarchical-{op}")
         what += f" / hierarchical {last[0]}/{last[1]}"
+    if len({r[3] for r in scored}) > 1:  # (the cache was tried off and on)
+        if last[3] == "0":
+            flags += ["--cache-capacity", "0"]
+        what += f" / cache {'on' if last[3] == '1' else 'off'}"
     return flags, what
 
 

@@ -154,8 +154,9 @@ KNOBS: tuple[Knob, ...] = (
          "Rank 0 tries fusion thresholds (0-64 MiB) and cycle times (1-100 ms) during the "
          "first steps of training, scoring each by the bytes allreduced per second, and every "
          "rank keeps the best for the rest of the run (Horovod's procedure: four test points, "
-         "then Bayesian optimisation). A threshold or cycle time you set yourself is held. "
-         "Hierarchical collectives and the cache keep their configured values. Progress and "
+         "then Bayesian optimisation), again with each hierarchical choice the host plane "
+         "offers, all that with the response cache off then on. A value you set yourself "
+         "(threshold, cycle time, hierarchical choices, cache capacity) is held. Progress and "
          "the values kept are logged at LOG_LEVEL info and written to AUTOTUNE_LOG.",
          horovod_alias=True, cli_flag="--autotune", parse=_parse_bool),
     Knob("AUTOTUNE_LOG", "path", "",

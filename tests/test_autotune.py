@@ -38,7 +38,9 @@ class Clock:
 
 
 def tuner(tmp_path: Path, clock: Clock, **env: str) -> Autotuner:
+    """A tuner of the joint search alone (the cache capacity set: held on)."""
     base = {"HVDCORE_AUTOTUNE": "1", "HVDCORE_AUTOTUNE_WARMUP_SAMPLES": "1",
+            "HVDCORE_CACHE_CAPACITY": "1024",
             "HVDCORE_AUTOTUNE_STEPS_PER_SAMPLE": "2",
             "HVDCORE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "6",
             "HVDCORE_AUTOTUNE_LOG": str(tmp_path / "log.csv")}
@@ -100,7 +102,7 @@ def test_the_chain_searches_under_each_hierarchical_choice_and_keeps_the_best_se
     clock = Clock()
     cfg = load({"HVDCORE_AUTOTUNE": "1", "HVDCORE_AUTOTUNE_WARMUP_SAMPLES": "1",
                 "HVDCORE_AUTOTUNE_STEPS_PER_SAMPLE": "2",
-                "HVDCORE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "1",
+                "HVDCORE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "1", "HVDCORE_CACHE_CAPACITY": "64",
                 "HVDCORE_AUTOTUNE_LOG": str(tmp_path / "log.csv")})
     t = Autotuner(cfg, clock, plane=TwoLevelPlane())
     first, second = (4 * MIB, 5.0), (32 * MIB, 50.0)  # the test points
@@ -120,6 +122,31 @@ def test_the_chain_searches_under_each_hierarchical_choice_and_keeps_the_best_se
         + [["1", "1"]] * 2
     assert got[-1][:2] == ["0", "1"] and got[-1][4:6] == ["50", "32"]
     assert float(got[-1][6]) == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize("speeds, kept", [([1.0, 10.0, 20.0, 30.0, 15.0], True),
+                                           ([1.0, 30.0, 20.0, 10.0, 15.0], False)])
+def test_the_search_runs_with_the_cache_off_then_on_and_the_best_set_is_kept(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, speeds: list[float],
+        kept: bool) -> None:
+    # Horovod's cache_enabled choice: last in the chain, off first (its capacity left alone)
+    clock = Clock()
+    cfg = load({"HVDCORE_AUTOTUNE": "1", "HVDCORE_AUTOTUNE_WARMUP_SAMPLES": "1",
+                "HVDCORE_AUTOTUNE_STEPS_PER_SAMPLE": "2",
+                "HVDCORE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "1",
+                "HVDCORE_AUTOTUNE_LOG": str(tmp_path / "log.csv")})
+    t = Autotuner(cfg, clock)
+    first, second = (4 * MIB, 5.0), (32 * MIB, 50.0)
+    assert t.start() == TunedParams(*first, cache_enabled=False)
+    with caplog.at_level(logging.INFO, logger="hvdcore"):
+        published = [score_once(t, clock, speed) for speed in speeds]
+    assert published == [None, TunedParams(*second, cache_enabled=False),
+                         TunedParams(*first, cache_enabled=True),
+                         TunedParams(*second, cache_enabled=True),
+                         TunedParams(*first, cache_enabled=kept)]  # where 30 was measured
+    got = rows(tmp_path)
+    assert [r[3] for r in got[1:]] == ["0", "0", "1", "1", str(int(kept))]
+    assert f"--cache-capacity {1024 if kept else 0} (30.0 MB/s)" in caplog.text
 
 
 def test_a_score_is_the_median_of_five_samples(tmp_path: Path) -> None:
@@ -152,10 +179,14 @@ def test_what_the_user_set_is_held(tmp_path: Path) -> None:
     assert all(r[5] == "3" for r in rows(tmp_path)[1:])
     both = tuner(tmp_path, clock, HVDCORE_FUSION_THRESHOLD="0", HVDCORE_CYCLE_TIME="2")
     assert not both.active and both.update(["a"], 1) is None
+    # (a capacity of 0 holds the cache off)
+    off = tuner(tmp_path, clock, HVDCORE_FUSION_THRESHOLD="0", HVDCORE_CYCLE_TIME="2",
+                HVDCORE_CACHE_CAPACITY="0")
+    assert not off.active and not off.start().cache_enabled
     # both held, hierarchical choices open: each of the four combinations is scored once
     cfg = load({"HVDCORE_AUTOTUNE": "1", "HVDCORE_AUTOTUNE_WARMUP_SAMPLES": "0",
                 "HVDCORE_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HVDCORE_FUSION_THRESHOLD": "0",
-                "HVDCORE_CYCLE_TIME": "2"})
+                "HVDCORE_CYCLE_TIME": "2", "HVDCORE_CACHE_CAPACITY": "1024"})
     choices = Autotuner(cfg, clock, plane=TwoLevelPlane())
     assert choices.active and choices.start() == TunedParams(0, 2.0, False, False)
     published = [score_once(choices, clock, speed) for speed in (3.0, 1.0, 4.0, 2.0)]
@@ -200,16 +231,24 @@ def test_parameters_go_first_in_the_next_list() -> None:
     coord.tune(TunedParams(8 * MIB, 10.0))
     assert coord.busy() and coord.fusion_threshold == 8 * MIB and coord.cycle_time_s == 0.01
     [resp] = coord.poll()
-    assert resp.kind == PARAMS and resp.per_rank == [8 * MIB, 10.0, 0, 0]
+    assert resp.kind == PARAMS and resp.per_rank == [8 * MIB, 10.0, 0, 0, 1]
     assert TunedParams.from_wire(resp.per_rank) == TunedParams(8 * MIB, 10.0)
     assert not coord.busy() and coord.poll() == []
+    # held while the gate (the engine's: the cache's old ids not dropped yet) says so
+    coord.params_gate = lambda p: not p.cache_enabled
+    coord.tune(TunedParams(8 * MIB, 10.0, cache_enabled=False))
+    assert [r.per_rank[4] for r in coord.poll()] == [0]
+    coord.params_gate = lambda p: False
+    coord.tune(TunedParams(8 * MIB, 10.0))
+    assert coord.poll() == [] and coord.busy()
 
 
 # --- real jobs
 
-STEPS = 80  # enough for warm-up + 8 scores of 5 one-step samples, with room to spare
+STEPS = 140  # enough for warm-up + 16 scores of 5 one-step samples, with room to spare
 CHECKS_PER_STEP = 9  # (autotune_run.py's)
 SMALL = ["--autotune", "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "1"]
+HELD_CACHE = ["--cache-capacity", "1024"]  # (the cache's choice held: half the scores)
 
 
 def bounded(cmd: list[str], timeout: float, cwd: Path | None = None
@@ -245,9 +284,9 @@ def _job(tmp_path: Path, np_: int, extra: list[str], args: tuple[str, ...] | lis
         return proc, list(csv.reader(f))
 
 
-def _row_set(row: list[str]) -> tuple[float, float, int, int]:
-    """(threshold bytes, cycle ms, hierarchical allreduce, allgather) of a log row."""
-    return float(row[5]) * MIB, float(row[4]), int(row[0]), int(row[1])
+def _row_set(row: list[str]) -> tuple[float, float, int, int, int]:
+    """(threshold bytes, cycle ms, hierarchical allreduce, allgather, cache) of a log row."""
+    return float(row[5]) * MIB, float(row[4]), int(row[0]), int(row[1]), int(row[3])
 
 
 def _check(proc: subprocess.CompletedProcess[str], log: list[list[str]], np_: int,
@@ -264,7 +303,7 @@ def _check(proc: subprocess.CompletedProcess[str], log: list[list[str]], np_: in
     assert float(fields["cycle_time"]) == pytest.approx(float(best[4]), rel=1e-5)
     # (the log has 6 significant digits, as Horovod's)
     assert int(fields["fusion_threshold"]) == pytest.approx(float(best[5]) * MIB, rel=1e-5)
-    assert fields["hierarchical"] == f"{best[0]}/{best[1]}"
+    assert fields["hierarchical"] == f"{best[0]}/{best[1]}" and fields["cache"] == best[3]
     # the set kept is the one that scored best (Horovod's chain keeps it as a whole)
     top = max(scored, key=lambda r: float(r[6]))
     assert float(top[6]) == pytest.approx(float(best[6]))
@@ -280,16 +319,19 @@ def _check(proc: subprocess.CompletedProcess[str], log: list[list[str]], np_: in
                        and s[1] == pytest.approx(want[1], rel=1e-5) for s in seen), (row, line)
 
 
-def _chain_rows(log: list[list[str]], per_search: int) -> list[tuple[str, str]]:
-    """The hierarchical (allreduce, allgather) columns of each search, in order."""
+def _chain_rows(log: list[list[str]], per_search: int) -> list[str]:
+    """The hierarchical allreduce, allgather and the cache columns of each search, in order."""
     scored = log[1:-1]
-    return [(r[0], r[1]) for r in scored[::per_search]]
+    return [f"{r[0]}{r[1]}{r[3]}" for r in scored[::per_search]]
+
+
+FLAT_THEN_LEVELS = ["000", "100", "010", "110"]  # Horovod's chain: allreduce, allgather
 
 
 @pytest.mark.mpi
 def test_one_rank_tunes_the_joint_search_alone(tmp_path: Path) -> None:
     # One rank per node: no second level to try; the test points, then the Bayesian search.
-    proc, log = _job(tmp_path, 1, [], max_samples=6)
+    proc, log = _job(tmp_path, 1, HELD_CACHE, max_samples=6)
     _check(proc, log, 1, scores=7)
     assert all(r[:4] == ["0", "0", "0", "1"] for r in log[1:])
 
@@ -298,11 +340,12 @@ def test_one_rank_tunes_the_joint_search_alone(tmp_path: Path) -> None:
 @pytest.mark.parametrize("np_", [2, 3])
 def test_ranks_switch_together_through_the_hierarchical_chain(tmp_path: Path, np_: int) -> None:
     # Several ranks on the node: the search runs flat, then with hierarchical allreduce, then
-    # allgather, then both (Horovod's chain order), every result checked under each.
+    # allgather, then both, all that with the cache off then on (Horovod's chain order),
+    # every result checked under each.
     proc, log = _job(tmp_path, np_, [])
-    _check(proc, log, np_, scores=8)
-    assert _chain_rows(log, 2) == [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")]
-    assert [r[4:6] for r in log[1:9]] == [["5", "4"], ["50", "32"]] * 4  # test points 1, 2
+    _check(proc, log, np_, scores=16)
+    assert _chain_rows(log, 2) == [f"{c[:2]}{on}" for on in "01" for c in FLAT_THEN_LEVELS]
+    assert [r[4:6] for r in log[1:17]] == [["5", "4"], ["50", "32"]] * 8  # test points 1, 2
     # the switched-on levels were taken (every rank: the calls are collective on the node)
     assert proc.stdout.count("shared-memory calls: 0") == 0, proc.stdout
 
@@ -311,19 +354,19 @@ def test_ranks_switch_together_through_the_hierarchical_chain(tmp_path: Path, np
 def test_the_chain_switches_the_cross_node_step(tmp_path: Path) -> None:
     # Ranks 0 and 2 on one (fake) node, rank 1 on another: two levels with a cross-node step
     # between the node leaders.
-    proc, log = _job(tmp_path, 3, [], args=["fake-nodes=2"])
+    proc, log = _job(tmp_path, 3, HELD_CACHE, args=["fake-nodes=2"])
     _check(proc, log, 3, scores=8)
-    assert _chain_rows(log, 2) == [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")]
+    assert _chain_rows(log, 2) == [f"{c[:2]}1" for c in FLAT_THEN_LEVELS]
     assert proc.stdout.count("shared-memory calls: 0") == 0, proc.stdout
 
 
 @pytest.mark.mpi
 def test_a_hierarchical_knob_the_user_set_is_held(tmp_path: Path) -> None:
-    proc, log = _job(tmp_path, 2, ["--hierarchical-allgather"])
+    proc, log = _job(tmp_path, 2, ["--hierarchical-allgather", *HELD_CACHE])
     _check(proc, log, 2, scores=4)
-    assert _chain_rows(log, 2) == [("0", "1"), ("1", "1")]
+    assert _chain_rows(log, 2) == ["011", "111"]
     proc, log = _job(tmp_path, 2, ["--no-hierarchical-allreduce",
-                                   "--no-hierarchical-allgather"])
+                                   "--no-hierarchical-allgather", *HELD_CACHE])
     _check(proc, log, 2, scores=2)
     assert all(r[:2] == ["0", "0"] for r in log[1:])
 
@@ -338,22 +381,25 @@ def test_without_the_cache_the_lists_are_scored(tmp_path: Path) -> None:
 @pytest.mark.mpi
 def test_caller_progress_publishes_the_parameters(tmp_path: Path) -> None:
     proc, log = _job(tmp_path, 2, ["--progress", "caller"])
-    _check(proc, log, 2, scores=8)
+    _check(proc, log, 2, scores=16)
 
 
 @pytest.mark.mpi
 def test_parameters_go_out_when_every_call_is_a_shortcut(tmp_path: Path) -> None:
     # One rank, caller progress, blocking calls only: no engine cycle runs on its own, so the
-    # parameters reach the engine only because rank 0 then stops taking its shortcut.
+    # parameters reach the engine only because rank 0 then stops taking its shortcut (the
+    # cache switched off, then on: the round that drops its ids runs first).
     proc, log = _job(tmp_path, 1, ["--progress", "caller"], args=["blocking"])
-    _check(proc, log, 1, scores=2)
+    _check(proc, log, 1, scores=4)
+    assert _chain_rows(log, 2) == ["000", "001"]
 
 
 def test_the_gloo_controller_carries_the_parameters(tmp_path: Path) -> None:
     # (Gloo's host plane is flat: no hierarchical choice to try)
     pytest.importorskip("torch")
     proc, log = _job(tmp_path, 2, ["--gloo"])
-    _check(proc, log, 2, scores=2)
+    _check(proc, log, 2, scores=4)
+    assert _chain_rows(log, 2) == ["000", "001"]
 
 
 @pytest.mark.mpi
@@ -361,7 +407,7 @@ def test_the_benchmark_runs_its_four_settings() -> None:
     pytest.importorskip("torch")
     proc = bounded(
         [sys.executable, str(HERE.parent / "benchmarks" / "autotune.py"), "--rounds", "1",
-         "--iters", "3", "--batch-size", "2", "--job-timeout", "120", "--autotune-args",
+         "--iters", "5", "--batch-size", "2", "--job-timeout", "120", "--autotune-args",
          "--autotune-warmup-samples 0 --autotune-steps-per-sample 1 "
          "--autotune-bayes-opt-max-samples 1"], 600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -50,6 +50,23 @@ def test_cache_skips_what_it_cannot_share() -> None:
     assert ResponseCache(0).lookup(_meta("x")) == (MISS, -1)
 
 
+def test_the_autotuner_switch_drops_live_ids_and_outlasts_a_join() -> None:
+    c = ResponseCache(8)
+    c.insert(_resp("a", "b", "c"))
+    c.invalidate(1)
+    assert c.tune(False) == [0, 2]  # the live ids, for this rank's next round
+    assert c.lookup(_meta("a")) == (MISS, -1) and not c.enabled
+    c.insert(_resp("d"))  # nothing is cached while off
+    c.disable()
+    c.enable()  # a join ending does not switch the autotuner's choice back
+    assert not c.enabled and c.tuned_on is False
+    for cid in (0, 2):  # (the round that carries them)
+        c.invalidate(cid)
+    assert c.live() == 0 and c.tune(True) == [] and c.enabled
+    c.insert(_resp("a"))
+    assert c.lookup(_meta("a")) == (HIT, 3)  # a fresh id
+
+
 def test_cached_responses_fuse_by_dtype_within_the_threshold() -> None:
     c = ResponseCache(8)
     for nm, dt in (("a", "float32"), ("b", "float64"), ("c", "float32"), ("d", "float32")):

@@ -24,6 +24,7 @@ from engine_doubles import FakeBackend, OneRankPlane, Wire, load_config, world
 from hvdcore import errors
 from hvdcore.backends.base import DeviceBuffer
 from hvdcore.engine import requests
+from hvdcore.engine.autotune import TunedParams
 from hvdcore.engine.cache import HIT, MISS
 from hvdcore.engine.handle import Handle
 from hvdcore.engine.loop import Engine
@@ -320,3 +321,58 @@ def test_a_cached_name_one_rank_changed_is_a_mismatch_on_both(job: Job) -> None:
     hs += [job.submit(r, _meta("b"), np.full(3, 7.0, np.float32)) for r in (0, 1)]
     assert job.run(hs)
     assert [h.wait().tolist() for h in hs] == [[2.0] * 4, [4.0] * 4, [14.0] * 3, [14.0] * 3]
+
+
+# -- the autotuner's cache switch (its parameters in rank 0's next list) ----------------------
+
+def _switch_cache(job: Job, on: bool) -> None:
+    """Rank 0's coordinator sends parameters that switch the cache, as the autotuner does."""
+    cfg = job.engines[0].cfg
+    job.engines[0].coordinator.tune(TunedParams(cfg.fusion_threshold, cfg.cycle_time,
+                                                cache_enabled=on))
+
+
+def _repeat(job: Job, name: str, times: int) -> None:
+    for step in range(times):
+        hs = [job.submit(r, _meta(name), np.full(3, step + r, np.float32)) for r in (0, 1)]
+        assert job.run(hs)
+        assert [h.wait().tolist() for h in hs] == [[2.0 * step] * 3, [2.0 * step + 2] * 3]
+
+
+def test_the_cache_switched_off_under_a_waiting_hit_is_dropped_on_both_ranks(job: Job) -> None:
+    _cache_everywhere(job, "a", "b")
+    early = job.submit(0, _meta("a"), np.full(3, 3.0, np.float32))
+    assert not job.run([early], ranks=(0,))  # a hit on rank 0, its round out
+    _switch_cache(job, on=False)
+    for r in (0, 1):  # rank 0 sends the list that switches it off (after the round of its
+        for _ in range(50):  # hit: it runs it when rank 1 has posted that round); rank 1 runs it
+            job.engines[r]._step()
+    assert not job.engines[1].cache.enabled and job.engines[0].cache.enabled
+    late = job.submit(1, _meta("a"), np.full(3, 5.0, np.float32))  # not a hit on rank 1
+    assert job.run([early, late])
+    assert early.wait().tolist() == [6.0] * 3 and late.wait().tolist() == [10.0] * 3
+    _repeat(job, "a", 3)
+    for e in job.engines:
+        assert not e.cache.enabled and e.cache.live() == 0
+        assert e.cache.lookup(_meta("a")) == (MISS, -1) and e.cache.lookup(_meta("b"))[0] == MISS
+    _switch_cache(job, on=True)
+    _repeat(job, "a", 3)  # cached anew after the switch, then a hit
+    for e in job.engines:
+        assert e.cache.enabled and e.cache.lookup(_meta("a")) == (HIT, 2)  # ids not reused
+
+
+def test_the_cache_goes_back_on_only_after_its_ids_are_dropped_everywhere(job: Job) -> None:
+    _cache_everywhere(job, "a")
+    _switch_cache(job, on=False)
+    coord = job.engines[0].coordinator
+    for _ in range(50):  # rank 0 alone: the list goes out, the round dropping "a" cannot run
+        job.engines[0]._step()
+    assert coord.params_due is None and not job.engines[0].cache.enabled
+    _switch_cache(job, on=True)
+    for _ in range(50):
+        job.engines[0]._step()
+    assert coord.params_due is not None and job.engines[0].cache.live() == 1  # held
+    _repeat(job, "a", 3)
+    assert coord.params_due is None
+    for e in job.engines:
+        assert e.cache.enabled and e.cache.lookup(_meta("a")) == (HIT, 1)

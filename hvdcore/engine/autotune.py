@@ -10,15 +10,18 @@ parameters it was measured with, and the next parameters come from four fixed te
 0-64 MiB and 1-100 ms (:mod:`hvdcore.engine.bayes_opt`); ``bayes_opt_max_samples`` + 1 scored
 sets make one search. Where the host data plane can take two levels (MPI, some node with
 several ranks), the search runs again with hierarchical allreduce on, then with hierarchical
-allgather on, then with both (:mod:`hvdcore.engine.tunables`: Horovod's chain); the set that
-scored best is kept for the rest of the run. A parameter the user set
-(``--fusion-threshold-mb``, ``--cycle-time-ms``, ``--[no-]hierarchical-allreduce``/``allgather``
-or their variables) is held, not tuned.
+allgather on, then with both; and all of that first with the response cache off, then on
+(:mod:`hvdcore.engine.tunables`: Horovod's chain). The set that scored best is kept for the
+rest of the run. A parameter the user set (``--fusion-threshold-mb``, ``--cycle-time-ms``,
+``--[no-]hierarchical-allreduce``/``allgather``, ``--cache-capacity`` or their variables) is
+held, not tuned.
 
 Parameters reach the other ranks in the coordinator's ordered lists (``Response`` of kind
 ``params``), so every rank switches at the same point of the one order of lists and rounds.
-The response cache is not switched at run time here (the log records whether it is on in
-Horovod's ``cache_enabled`` column), and there is no torus allreduce (its column is 0).
+Switching the cache off drops its ids as a stale meta does (every rank sends them invalid in
+its next round); parameters that switch it on again wait on rank 0 until that round has run
+there, so that every rank runs it before it caches anything anew. There is no torus allreduce
+(its column of the log is 0).
 """
 
 from __future__ import annotations
@@ -47,24 +50,27 @@ LOG_HEADER = ("hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cac
 
 @dataclass(frozen=True)
 class TunedParams:
-    """What rank 0 tells every rank to use: fusion threshold (bytes), cycle time (ms) and
-    whether the host plane's global allreduce/allgather take two levels."""
+    """What rank 0 tells every rank to use: fusion threshold (bytes), cycle time (ms),
+    whether the host plane's global allreduce/allgather take two levels, and whether the
+    response cache is on."""
 
     fusion_threshold: int
     cycle_time_ms: float
     hierarchical_allreduce: bool = False
     hierarchical_allgather: bool = False
+    cache_enabled: bool = True
 
     def to_wire(self) -> list[Any]:
         """The ``per_rank`` of the ``params`` response that carries these."""
         return [self.fusion_threshold, self.cycle_time_ms, int(self.hierarchical_allreduce),
-                int(self.hierarchical_allgather)]
+                int(self.hierarchical_allgather), int(self.cache_enabled)]
 
     @classmethod
     def from_wire(cls, values: list[Any]) -> TunedParams:
         """The parameters a ``params`` response carries (:meth:`to_wire`)."""
-        threshold, cycle_ms, allreduce, allgather = values
-        return cls(int(threshold), float(cycle_ms), bool(allreduce), bool(allgather))
+        threshold, cycle_ms, allreduce, allgather, cache = values
+        return cls(int(threshold), float(cycle_ms), bool(allreduce), bool(allgather),
+                   bool(cache))
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,8 @@ class Autotuner:
     autotune knobs); ``clock``: seconds (``time.perf_counter``); ``coordinator``: rank 0's
     :class:`~hvdcore.engine.coordinator.Coordinator`, which sends what :meth:`ran` chose;
     ``plane``: the host data plane (where its capabilities declare ``two_levels``, its
-    ``enabled_allreduce`` and ``enabled_allgather`` are where the choices start).
+    ``enabled_allreduce`` and ``enabled_allgather`` are where the choices start). The cache
+    is tried off, then on, unless its capacity was set (or is 0).
     """
 
     def __init__(self, cfg: Any, clock: Callable[[], float] = time.perf_counter,
@@ -125,8 +132,10 @@ class Autotuner:
                                   splits and cfg.source("hierarchical_allreduce") == "default")
         self._allgather = _choice(splits and plane.enabled_allgather,
                                   splits and cfg.source("hierarchical_allgather") == "default")
-        self._chain = [self._joint, self._allreduce, self._allgather]
-        self._cache_column = int(cfg.cache_capacity > 0)
+        cached = cfg.cache_capacity > 0
+        self._cache = _choice(cached, cached and cfg.source("cache_capacity") == "default")
+        self._cache_capacity = cfg.cache_capacity
+        self._chain = [self._joint, self._allreduce, self._allgather, self._cache]
         self.active = any(p.tunable for p in self._chain)
         self._best_score = 0.0
         self._warmup_left = self._set.warmup
@@ -151,8 +160,8 @@ class Autotuner:
                 self._file = None
         self._reset()
         if not self.active:
-            log.info("autotune: the fusion threshold and the cycle time are both set and no "
-                     "hierarchical choice is open: nothing to tune")
+            log.info("autotune: the fusion threshold, the cycle time and the cache capacity "
+                     "are set and no hierarchical choice is open: nothing to tune")
             self._close()
 
     # -- what the engine calls --------------------------------------------------------------
@@ -244,7 +253,8 @@ class Autotuner:
         values = dict(self._fixed)
         values.update(zip(self._free, pick(self._joint), strict=True))
         return TunedParams(int(values["fusion_mb"] * MIB), values["cycle_ms"],
-                           bool(pick(self._allreduce)), bool(pick(self._allgather)))
+                           bool(pick(self._allreduce)), bool(pick(self._allgather)),
+                           bool(pick(self._cache)))
 
     def _describe(self, p: TunedParams) -> str:
         text = (f"--fusion-threshold-mb {p.fusion_threshold / MIB:.2f} "
@@ -253,13 +263,15 @@ class Autotuner:
                                 ("allgather", self._allgather, p.hierarchical_allgather)):
             if param.tunable:
                 text += f" --{'' if on else 'no-'}hierarchical-{flag}"
+        if self._cache.tunable:
+            text += f" --cache-capacity {self._cache_capacity if p.cache_enabled else 0}"
         return text
 
     def _write(self, p: TunedParams, score: float) -> None:
         if self._file is None:
             return
         self._file.write(f"{int(p.hierarchical_allreduce)},{int(p.hierarchical_allgather)},0,"
-                         f"{self._cache_column},{p.cycle_time_ms:g},"
+                         f"{int(p.cache_enabled)},{p.cycle_time_ms:g},"
                          f"{p.fusion_threshold / MIB:g},{score:g}\n")
         self._file.flush()
 
@@ -271,10 +283,11 @@ class Autotuner:
 
 def install(cfg: Any, coordinator: Any, rounds: Any, dispatcher: Any, plane: Any = None) -> None:
     """Wire autotuning into an engine's parts: every rank applies the parameters its lists
-    carry (``dispatcher``; the hierarchical choices on the host data ``plane``); with
-    ``HVDCORE_AUTOTUNE`` rank 0 (the one with a ``coordinator``) counts what runs
-    (``rounds``) and sends the first parameters."""
+    carry (``dispatcher``; the hierarchical choices on the host data ``plane``; the cache
+    switch on ``rounds``' cache and hits); with ``HVDCORE_AUTOTUNE`` rank 0 (the one with a
+    ``coordinator``) counts what runs (``rounds``) and sends the first parameters."""
     splits = two_levels(plane)
+    cache = rounds.cache
 
     def use(p: TunedParams) -> None:
         cfg.set_tuned("fusion_threshold", p.fusion_threshold)
@@ -284,8 +297,17 @@ def install(cfg: Any, coordinator: Any, rounds: Any, dispatcher: Any, plane: Any
                 plane.enabled_allreduce = p.hierarchical_allreduce
             if plane.enabled_allgather != p.hierarchical_allgather:
                 plane.enabled_allgather = p.hierarchical_allgather
+        if cache.tuned_on != p.cache_enabled:
+            rounds.hits.invalid.update(cache.tune(p.cache_enabled))
+
+    def may_send(p: TunedParams) -> bool:
+        # Switching the cache on waits until the round that dropped the ids of its last
+        # switch-off has run here: the list then comes after that round on every rank.
+        return not (p.cache_enabled and not cache.tuned_on and cache.live())
 
     dispatcher.use_params = use
+    if coordinator is not None:
+        coordinator.params_gate = may_send
     if coordinator is not None and cfg.autotune:
         tuner = Autotuner(cfg, coordinator=coordinator, plane=plane)
         if tuner.active:

@@ -49,6 +49,9 @@ class ResponseCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.enabled = capacity > 0
+        # why it is off: a rank joined (until the join ends); the autotuner switched it off
+        self._joined = False
+        self._tuned_off = False
         self._ids: dict[str, int] = {}
         self._metas: list[Meta | None] = []
         self._single: list[Response | None] = []
@@ -116,12 +119,40 @@ class ResponseCache:
 
     def disable(self) -> None:
         """Stop caching (a rank joined): every allreduce goes through the coordinator."""
-        self.enabled = False
-        self.generation += 1
+        self._joined = True
+        self._switched()
 
     def enable(self) -> None:
         """Resume caching (the join finished)."""
-        self.enabled = self.capacity > 0
+        self._joined = False
+        self._switched()
+
+    @property
+    def tuned_on(self) -> bool:
+        """Whether the autotuner leaves the cache on (its ``cache_enabled`` choice)."""
+        return not self._tuned_off
+
+    def tune(self, on: bool) -> list[int]:
+        """The autotuner's choice, at a point of the one order every rank shares. Off: no
+        lookup finds anything and nothing is cached; returns the live ids, which this rank
+        must send as invalid in its next round (the protocol a stale meta takes: the rounds
+        drop them on every rank and demote their waiting hits to the coordinator, wherever
+        each rank was when it switched). On: caching starts again with new ids (ids are
+        never reused, so a round posted before a switch cannot name a tensor cached after
+        it); the caller has made sure that no id is live any more (Horovod clears its cache
+        at every switch too)."""
+        self._tuned_off = not on
+        self._switched()
+        if on:
+            return []
+        return [cid for cid, meta in enumerate(self._metas) if meta is not None]
+
+    def live(self) -> int:
+        """How many ids are live."""
+        return len(self._ids)
+
+    def _switched(self) -> None:
+        self.enabled = self.capacity > 0 and not self._joined and not self._tuned_off
         self.generation += 1
 
     def current(self, cid: int, meta: Meta, resp: Response) -> bool:

@@ -153,6 +153,9 @@ class Coordinator:
         self._hit_warned: set[str] = set()
         #: Parameters the autotuner chose and no list has carried yet (see :meth:`tune`).
         self.params_due: TunedParams | None = None
+        #: Whether ``params_due`` may go out now (None: at once); until it says so they are
+        #: held, and no caller's shortcut runs (``RoundScheduler.idle``).
+        self.params_gate: Callable[[TunedParams], bool] | None = None
 
     def busy(self) -> bool:
         """True while some request is announced but not answered (or parameters wait)."""
@@ -198,7 +201,8 @@ class Coordinator:
     def poll(self) -> list[Response]:
         """Return the responses that can be sent now (possibly empty)."""
         now = self.clock()
-        if self.params_due is not None:
+        if self.params_due is not None and (self.params_gate is None
+                                            or self.params_gate(self.params_due)):
             p, self.params_due = self.params_due, None
             return [Response(kind=PARAMS, set_id=0, names=["autotune"],
                              per_rank=p.to_wire()), *self.poll()]

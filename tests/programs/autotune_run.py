@@ -10,11 +10,12 @@ lists carry them. The loop runs ``STEPS`` steps (argv[1]); ``fake-nodes=K`` (an 
 unless the engine makes one for the parameters). A step also reduces a tensor and gathers
 one of more than 1 MiB (what the hierarchical plane's shared-memory path takes, when the
 autotuner switches it on). Then every rank prints
-``rank R tuned: fusion_threshold=B cycle_time=MS hierarchical=AR/AG source=S checks=N`` (its
-engine's values, the same on every rank once the lists ran; source is "autotune" once tuned;
-AR/AG: whether the host plane's allreduce/allgather take two levels, 0/1),
+``rank R tuned: fusion_threshold=B cycle_time=MS hierarchical=AR/AG cache=C source=S checks=N``
+(its engine's values, the same on every rank once the lists ran; source is "autotune" once
+tuned; AR/AG: whether the host plane's allreduce/allgather take two levels, 0/1; C: whether
+its response cache is on, 0/1),
 ``rank R shared-memory calls: K`` (the hierarchical plane's calls that took two levels) and
-``rank R seen: B/MS/AR/AG,...``: the values in force at the end of each step, each change once
+``rank R seen: B/MS/AR/AG/C,...``: the values in force at the end of each step, each change once
 (every scored set must be among them, on every rank: in force while it was measured).
 """
 
@@ -41,16 +42,17 @@ BLOCKING = "blocking" in sys.argv[2:]
 SHAPES = [(3,), (257,), (64, 65), (1,), (4000,), (300_001,)]  # odd sizes: fusion gaps
 NAMES = tuple(f"grad.{i}" for i in range(len(SHAPES)))
 checks = 0
-seen: list[tuple[int, float, int, int]] = []
+seen: list[tuple[int, float, int, int, int]] = []
 cfg = basics.state().engine.cfg
+cache = basics.state().engine.cache
 plane = basics.state().engine.executor.backend
 GATHER = (150_001,)  # float32 a rank: more than 1 MiB gathered from 2 ranks on
 
 
-def now_in_force() -> tuple[int, float, int, int]:
+def now_in_force() -> tuple[int, float, int, int, int]:
     two = plane.capabilities.two_levels  # (else the plane has no switches)
     return (cfg.fusion_threshold, cfg.cycle_time, int(two and plane.enabled_allreduce),
-            int(two and plane.enabled_allgather))
+            int(two and plane.enabled_allgather), int(cache.enabled))
 
 
 def inputs(rank: int, shape: tuple[int, ...], step: int, salt: int) -> np.ndarray:
@@ -94,12 +96,11 @@ for step in range(STEPS):
           f"step {step} allgather")
 
 hvd.barrier()  # (after the lists that carried the last parameters)
-print(f"rank {R} seen: {','.join(f'{b}/{ms:g}/{ar}/{ag}' for b, ms, ar, ag in seen)}",
-      flush=True)
-_, _, ar, ag = now_in_force()
+print(f"rank {R} seen: {','.join('/'.join(f'{v:g}' for v in s) for s in seen)}", flush=True)
+_, _, ar, ag, on = now_in_force()
 shm = plane.stats()["shm_calls"] if plane.capabilities.two_levels else 0
 print(f"rank {R} tuned: fusion_threshold={cfg.fusion_threshold} cycle_time={cfg.cycle_time:g} "
-      f"hierarchical={ar}/{ag} source={cfg.source('fusion_threshold')} checks={checks}",
+      f"hierarchical={ar}/{ag} cache={on} source={cfg.source('fusion_threshold')} checks={checks}",
       flush=True)
 print(f"rank {R} shared-memory calls: {shm}", flush=True)
 hvd.shutdown()
