@@ -1,0 +1,25 @@
+"""``hvdcore.ray``: Horovod's ``horovod.ray``, an hvdcore job run by Ray actors.
+
+``from hvdcore.ray import RayExecutor`` in place of ``from horovod.ray import RayExecutor``::
+
+    ray.init()                      # or ray.init(address="auto") on a Ray cluster
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), num_workers=4)
+    executor.start()
+    ranks = executor.run(train)     # train() calls hvd.init(), trains, returns something
+    executor.shutdown()
+
+The ranks form their job on the Gloo controller (as Horovod's Ray integration does), so torch
+must be installed on the driver and the workers; Ray itself is ``pip install ray``. Elastic
+Ray jobs (``min_workers``) are not supported: see :class:`RayExecutor`.
+"""
+
+from __future__ import annotations
+
+try:
+    import ray  # noqa: F401 - fail here, with what to install, not at start()
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("hvdcore.ray needs Ray: pip install ray") from exc
+
+from hvdcore.ray.executor import RayExecutor, RaySettings
+
+__all__ = ["RayExecutor", "RaySettings"]

@@ -1,0 +1,246 @@
+"""``RayExecutor``: Horovod's ``horovod.ray.RayExecutor``, an hvdcore job of Ray actors.
+
+The executor reserves its ranks in a placement group (:mod:`hvdcore.ray.placement`), starts one
+actor per rank (:mod:`hvdcore.ray.worker`), hosts the job's rendezvous (a torch.distributed
+``TCPStore`` on the driver, as ``hvdcorerun --gloo`` does) and gives every actor the variables
+of its rank, so that ``hvd.init()`` inside a function it runs forms the job on the Gloo
+controller. Functions then run on every rank at once (``run``, ``execute``), or on rank 0
+(``execute_single``). A function that raises on one rank stops the job: the other ranks may be
+waiting for it in a collective, so every actor is ended and the error names the rank
+(``start()`` again to go on), where Horovod leaves the others waiting.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hvdcore.errors import ArgumentError, LaunchError, RankFailedError
+from hvdcore.ray.placement import Placed, Shape, number_ranks, place_workers
+from hvdcore.ray.worker import RankWorker
+
+__all__ = ["RayExecutor", "RaySettings"]
+
+log = logging.getLogger("hvdcore")
+
+
+@dataclass
+class RaySettings:
+    """What :meth:`RayExecutor.create_settings` makes (Horovod's ``MiniSettings``):
+    ``timeout_s`` bounds the ranks' rendezvous, ``placement_group_timeout_s`` the wait for
+    the cluster to hold them, ``nics`` names the network interfaces Gloo uses."""
+
+    timeout_s: float = 30
+    placement_group_timeout_s: float = 100
+    nics: set[str] | None = None
+    ssh_identity_file: str | None = None
+    verbose: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RayExecutor:
+    """A fixed-size hvdcore job of ``num_workers`` Ray actors (or ``num_hosts`` nodes of
+    ``num_workers_per_host``), each reserving ``cpus_per_worker`` CPUs and, with ``use_gpu``,
+    ``gpus_per_worker`` GPUs. ``settings``: from :meth:`create_settings` (None: its
+    defaults). Elastic jobs (``min_workers``/``max_workers``) are not supported here: an
+    ``ArgumentError`` says so (use ``hvdcorerun --min-np/--max-np``)."""
+
+    @classmethod
+    def create_settings(cls, timeout_s: float = 30, ssh_identity_file: str | None = None,
+                        ssh_str: str | None = None, placement_group_timeout_s: float = 100,
+                        nics: set[str] | None = None, **extra: Any) -> RaySettings:
+        """The executor's settings (Horovod's arguments). ``ssh_str`` is written to
+        ``ssh_identity_file`` (mode 0600) when that file does not exist yet; Ray, not ssh,
+        starts the ranks, so neither is needed by hvdcore."""
+        if ssh_str and ssh_identity_file and not os.path.exists(ssh_identity_file):
+            fd = os.open(ssh_identity_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(ssh_str)
+        return RaySettings(timeout_s, placement_group_timeout_s, set(nics) if nics else None,
+                           ssh_identity_file, int(extra.pop("verbose", 1)), extra)
+
+    def __init__(self, settings: RaySettings | None = None, num_workers: int | None = None,
+                 num_hosts: int | None = None, num_workers_per_host: int = 1,
+                 cpus_per_worker: float = 1, use_gpu: bool = False,
+                 gpus_per_worker: float | None = None, use_current_placement_group: bool = True,
+                 min_workers: int | None = None, max_workers: int | None = None,
+                 reset_limit: int | None = None, cooldown_range: list[int] | None = None,
+                 elastic_timeout: int = 600, override_discovery: bool = True,
+                 num_slots: int | None = None, cpus_per_slot: float | None = None,
+                 gpus_per_slot: float | None = None) -> None:
+        if num_slots is not None or cpus_per_slot is not None or gpus_per_slot is not None:
+            warnings.warn("RayExecutor: num_slots, cpus_per_slot and gpus_per_slot are "
+                          "deprecated; spell them num_workers_per_host, cpus_per_worker and "
+                          "gpus_per_worker", DeprecationWarning, stacklevel=2)
+            num_workers_per_host = num_slots or num_workers_per_host
+            cpus_per_worker = cpus_per_slot or cpus_per_worker
+            gpus_per_worker = gpus_per_slot or gpus_per_worker
+        if min_workers is not None or max_workers is not None:
+            raise ArgumentError(
+                "RayExecutor: min_workers/max_workers ask for an elastic Ray job, which "
+                "hvdcore.ray does not run; give num_workers (a fixed size), or run elastic "
+                "training with hvdcorerun --min-np/--max-np --host-discovery-script")
+        if bool(num_workers) == bool(num_hosts):
+            raise ArgumentError("RayExecutor: give exactly one of num_workers and num_hosts "
+                                f"(got num_workers={num_workers}, num_hosts={num_hosts})")
+        for name, value in (("num_workers", num_workers), ("num_hosts", num_hosts),
+                            ("num_workers_per_host", num_workers_per_host)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ArgumentError(f"RayExecutor: {name} must be an integer >= 1, got "
+                                    f"{value!r}")
+        if cpus_per_worker < 0:
+            raise ArgumentError(f"RayExecutor: cpus_per_worker must be >= 0, got "
+                                f"{cpus_per_worker}")
+        if gpus_per_worker and not use_gpu:
+            raise ArgumentError("RayExecutor: gpus_per_worker is set but use_gpu is False")
+        if use_gpu and gpus_per_worker is not None and gpus_per_worker <= 0:
+            raise ArgumentError(f"RayExecutor: gpus_per_worker must be > 0, got "
+                                f"{gpus_per_worker}")
+        self.settings = settings if settings is not None else self.create_settings()
+        self.shape = Shape(num_workers, num_hosts, num_workers_per_host, cpus_per_worker,
+                           (gpus_per_worker or 1) if use_gpu else 0, use_current_placement_group)
+        self._placed: Placed | None = None
+        self._store: Any = None
+        self._warned_callbacks = False
+
+    @property
+    def num_workers(self) -> int:
+        """The job's number of ranks."""
+        return self.shape.size
+
+    @property
+    def workers(self) -> list[Any]:
+        """The rank actors, in rank order (empty before :meth:`start`)."""
+        return [] if self._placed is None else list(self._placed.workers)
+
+    # -- the job ----------------------------------------------------------------------------
+
+    def start(self, executable_cls: type | None = None,
+              executable_args: list[Any] | None = None,
+              executable_kwargs: dict[str, Any] | None = None,
+              extra_env_vars: dict[str, str] | None = None) -> None:
+        """Start the ranks' actors (``ray.init()`` first, or attach to a cluster), give each
+        its rank's variables and ``extra_env_vars``, and build ``executable_cls(*args,
+        **kwargs)`` in each (what :meth:`execute` passes its function)."""
+        import ray
+
+        if self._placed is not None:
+            raise LaunchError("RayExecutor.start(): already started (shutdown() first)")
+        if not ray.is_initialized():
+            ray.init()
+        actor = ray.remote(RankWorker)
+        self._placed = place_workers(actor, self.shape, self.settings.placement_group_timeout_s)
+        try:
+            common = self._rendezvous(ray.util.get_node_ip_address())
+            common.update({k: str(v) for k, v in (extra_env_vars or {}).items()})
+            ranks = number_ranks(self._placed.places)
+            ray.get([w.set_env.remote({**common, **mine})
+                     for w, mine in zip(self._placed.workers, ranks, strict=True)])
+            self._gather("start()", [w.start_executable.remote(
+                executable_cls, list(executable_args or []), dict(executable_kwargs or {}))
+                for w in self._placed.workers])
+        except BaseException:
+            self.shutdown()
+            raise
+        log.info("hvdcore.ray: %d ranks on %d node(s), rendezvous at %s:%s",
+                 len(self._placed.workers), len({p[0] for p in self._placed.places}),
+                 common["HOROVOD_GLOO_RENDEZVOUS_ADDR"], common["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+
+    def _rendezvous(self, driver_ip: str) -> dict[str, str]:
+        """Host the job's store here; the variables every rank shares."""
+        import torch.distributed as dist
+
+        assert self._placed is not None
+        addr = driver_ip
+        env: dict[str, str] = {}
+        if self.settings.nics:
+            from hvdcore.runner.gloo_launch import iface_address
+
+            names = ",".join(sorted(self.settings.nics))
+            addr = iface_address(names)
+            env["GLOO_SOCKET_IFNAME"] = names
+        self._store = dist.TCPStore("0.0.0.0", 0, len(self._placed.workers), True,
+                                    datetime.timedelta(seconds=self.settings.timeout_s),
+                                    wait_for_workers=False)
+        env.update({"HOROVOD_GLOO_RENDEZVOUS_ADDR": addr,
+                    "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._store.port),
+                    "HOROVOD_CONTROLLER": "gloo", "HVDCORE_CONTROLLER": "gloo",
+                    "HVDCORE_RENDEZVOUS_TIMEOUT": f"{self.settings.timeout_s:g}"})
+        return env
+
+    def run(self, fn: Callable[..., Any], args: list[Any] | None = None,
+            kwargs: dict[str, Any] | None = None,
+            callbacks: list[Callable[..., Any]] | None = None) -> list[Any]:
+        """``fn(*args, **kwargs)`` on every rank at once; the values it returned, by rank."""
+        self._note_callbacks(callbacks)
+        return self._gather("run()", self.run_remote(fn, args, kwargs))
+
+    def run_remote(self, fn: Callable[..., Any], args: list[Any] | None = None,
+                   kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """:meth:`run` without waiting: one Ray ``ObjectRef`` per rank (``ray.get`` them)."""
+        a, kw = list(args or []), dict(kwargs or {})
+        return [w.execute.remote(lambda _w: fn(*a, **kw)) for w in self._started()]
+
+    def execute(self, fn: Callable[[Any], Any],
+                callbacks: list[Callable[..., Any]] | None = None) -> list[Any]:
+        """``fn(executable)`` on every rank at once (the object :meth:`start` built there);
+        the values it returned, by rank."""
+        self._note_callbacks(callbacks)
+        return self._gather("execute()", [w.execute.remote(fn) for w in self._started()])
+
+    def execute_single(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(executable)`` on rank 0 alone (it must not need the other ranks)."""
+        return self._gather("execute_single()", [self._started()[0].execute.remote(fn)])[0]
+
+    def shutdown(self) -> None:
+        """End the ranks' actors and free their placement group and the rendezvous store."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        placed, self._placed, self._store = self._placed, None, None
+        if placed is None:
+            return
+        for w in placed.workers:
+            ray.kill(w, no_restart=True)
+        if placed.group is not None:
+            remove_placement_group(placed.group)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _started(self) -> list[Any]:
+        if self._placed is None:
+            raise LaunchError("RayExecutor: call start() first (or again after a rank failed)")
+        return self._placed.workers
+
+    def _gather(self, what: str, refs: list[Any]) -> list[Any]:
+        """The values of ``refs`` (one per rank, in rank order); the first rank that raised
+        ends the job (see the module docstring) and its error is raised as RankFailedError."""
+        import ray
+
+        index = {ref: rank for rank, ref in enumerate(refs)}
+        values: list[Any] = [None] * len(refs)
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            rank = index[done[0]]
+            try:
+                values[rank] = ray.get(done[0])
+            except Exception as exc:  # noqa: BLE001 - re-raised below with the rank
+                cause = getattr(exc, "cause", None) or exc
+                self.shutdown()
+                raise RankFailedError(
+                    f"hvdcore.ray: {what} failed on rank {rank}: {type(cause).__name__}: "
+                    f"{cause}; every rank was stopped (start() again to go on)") from exc
+        return values
+
+    def _note_callbacks(self, callbacks: list[Callable[..., Any]] | None) -> None:
+        if callbacks and not self._warned_callbacks:
+            self._warned_callbacks = True
+            warnings.warn("RayExecutor: callbacks receive what the ranks of an elastic Ray "
+                          "job log (Horovod calls them for elastic jobs only); this job is "
+                          "not elastic, so they are never called", UserWarning, stacklevel=3)
