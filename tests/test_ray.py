@@ -42,7 +42,7 @@ def results() -> dict[str, Any]:
         if line.startswith("RESULT "):
             _, name, payload = line.split(" ", 2)
             out[name] = json.loads(payload)
-    assert proc.returncode == 0 and len(out) == 6, stdout[-3000:] + stderr[-3000:]
+    assert proc.returncode == 0 and len(out) == 7, stdout[-3000:] + stderr[-3000:]
     return out
 
 
@@ -130,3 +130,13 @@ def test_what_the_constructor_refuses(results: dict[str, Any]) -> None:
         assert got[key].startswith("ArgumentError: RayExecutor: give exactly one of "
                                    "num_workers and num_hosts"), got[key]
     assert got["gpus"] == "ArgumentError: RayExecutor: gpus_per_worker is set but use_gpu is False"
+
+
+def test_gpu_ranks_see_their_nodes_gpus_in_local_rank_order(results: dict[str, Any]) -> None:
+    # (GPUs declared to Ray, none used: what is checked is Ray's placement and the variables)
+    got = results["gpus"]["run"]
+    assert [g["rank"] for g in got] == [0, 1]
+    assert {g["visible"] for g in got} == {",".join(got[0]["own"] + got[1]["own"])}
+    for g in got:
+        assert len(g["own"]) == 1 and g["visible"].split(",")[g["local_rank"]] == g["own"][0]
+    assert {g["own"][0] for g in got} == {"0", "1"}

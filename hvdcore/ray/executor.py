@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hvdcore.errors import ArgumentError, LaunchError, RankFailedError
-from hvdcore.ray.placement import Placed, Shape, number_ranks, place_workers
+from hvdcore.ray.placement import Placed, Shape, number_ranks, place_workers, shared_devices
 from hvdcore.ray.worker import RankWorker
 
 __all__ = ["RayExecutor", "RaySettings"]
@@ -139,6 +139,11 @@ class RayExecutor:
             common = self._rendezvous(ray.util.get_node_ip_address())
             common.update({k: str(v) for k, v in (extra_env_vars or {}).items()})
             ranks = number_ranks(self._placed.places)
+            if self.shape.gpus_per_worker:
+                gpus = ray.get([w.gpu_ids.remote() for w in self._placed.workers])
+                for mine, devices in zip(ranks, shared_devices(self._placed.places, gpus),
+                                         strict=True):
+                    mine["CUDA_VISIBLE_DEVICES"] = devices
             ray.get([w.set_env.remote({**common, **mine})
                      for w, mine in zip(self._placed.workers, ranks, strict=True)])
             self._gather("start()", [w.start_executable.remote(

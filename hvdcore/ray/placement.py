@@ -18,7 +18,7 @@ from typing import Any
 
 from hvdcore.errors import LaunchError
 
-__all__ = ["Shape", "Placed", "place_workers", "number_ranks"]
+__all__ = ["Shape", "Placed", "place_workers", "number_ranks", "shared_devices"]
 
 log = logging.getLogger("hvdcore")
 
@@ -117,6 +117,18 @@ def _node_order(places: Sequence[tuple[str, str, str]]) -> list[int]:
     for i, (node, _, _) in enumerate(places):
         first.setdefault(node, i)
     return sorted(range(len(places)), key=lambda i: (first[places[i][0]], i))
+
+
+def shared_devices(places: Sequence[tuple[str, str, str]], gpu_ids: Sequence[Sequence[str]]
+                   ) -> list[str]:
+    """Each rank's ``CUDA_VISIBLE_DEVICES``: the GPUs Ray gave the ranks of its node, in
+    local-rank order, so that a rank's own GPUs come at its local rank
+    (``torch.cuda.set_device(hvd.local_rank())`` with one GPU a rank, as under ``hvdcorerun``)
+    and NCCL sees its node's other GPUs."""
+    by_node: dict[str, list[str]] = {}
+    for (node, _, _), ids in zip(places, gpu_ids, strict=True):
+        by_node.setdefault(node, []).extend(ids)
+    return [",".join(by_node[node]) for node, _, _ in places]
 
 
 def number_ranks(places: Sequence[tuple[str, str, str]]) -> list[dict[str, str]]:

@@ -30,6 +30,12 @@ class RankWorker:
         ctx = ray.get_runtime_context()
         return ctx.get_node_id(), ray.util.get_node_ip_address(), socket.gethostname()
 
+    def gpu_ids(self) -> list[str]:
+        """The GPUs Ray gave this actor (its ids on the node)."""
+        import ray
+
+        return [str(i) for i in ray.get_gpu_ids()]
+
     def set_env(self, env: Mapping[str, str]) -> None:
         """Export ``env`` in this process (before any ``hvd.init()`` reads it)."""
         os.environ.update({k: str(v) for k, v in env.items()})

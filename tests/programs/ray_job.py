@@ -1,4 +1,5 @@
-"""hvdcore jobs run by ``hvdcore.ray.RayExecutor`` on a local Ray instance of 3 CPUs.
+"""hvdcore jobs run by ``hvdcore.ray.RayExecutor`` on a local Ray instance of 3 CPUs (and 2
+GPUs declared to Ray: logical ones, for the ``gpus`` scenario's placement alone).
 
 Each scenario prints one line ``RESULT <name> <json>`` for ``tests/test_ray.py`` to check
 against references computed there; an exception in a scenario prints ``RESULT <name>
@@ -10,7 +11,8 @@ through ``run_remote``), ``colocated`` (``num_hosts=1, num_workers_per_host=2``)
 through ``execute``, then its weights; ``execute_single``), ``failure`` (one rank raises while
 the other waits in an allreduce; then the executor starts again and runs), ``placement`` (more
 CPUs than the cluster has; two nodes asked of a one-node cluster), ``arguments`` (what the
-constructor refuses).
+constructor refuses), ``gpus`` (``use_gpu``: each rank's ``CUDA_VISIBLE_DEVICES`` and the
+GPU Ray gave it).
 """
 
 from __future__ import annotations
@@ -168,6 +170,26 @@ def scenario_placement() -> dict:
     return out
 
 
+def devices() -> dict:
+    import hvdcore.torch as hvd
+
+    hvd.init()
+    out = {"rank": hvd.rank(), "local_rank": hvd.local_rank(),
+           "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+           "own": [str(i) for i in ray.get_gpu_ids()]}
+    hvd.shutdown()
+    return out
+
+
+def scenario_gpus() -> dict:
+    ex = RayExecutor(settings(), num_workers=2, use_gpu=True)
+    ex.start()
+    try:
+        return {"run": ex.run(devices)}
+    finally:
+        ex.shutdown()
+
+
 def scenario_arguments() -> dict:
     out = {}
     for name, kw in (("elastic", {"min_workers": 1}), ("both", {"num_workers": 2,
@@ -184,8 +206,8 @@ def scenario_arguments() -> dict:
 
 def main() -> None:
     names = sys.argv[1:] or ["collectives", "colocated", "stateful", "failure", "placement",
-                             "arguments"]
-    ray.init(num_cpus=3, include_dashboard=False)
+                             "arguments", "gpus"]
+    ray.init(num_cpus=3, num_gpus=2, include_dashboard=False)
     try:
         for name in names:
             try:
