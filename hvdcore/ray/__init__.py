@@ -9,7 +9,7 @@
     executor.shutdown()
 
 The ranks form their job on the Gloo controller (as Horovod's Ray integration does), so torch
-must be installed on the driver and the workers; Ray itself is ``pip install ray``. Elastic
+must be installed where they run; Ray itself is ``pip install ray``. Elastic
 Ray jobs (``min_workers``) are not supported: see :class:`RayExecutor`.
 """
 

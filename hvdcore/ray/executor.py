@@ -2,17 +2,16 @@
 
 The executor reserves its ranks in a placement group (:mod:`hvdcore.ray.placement`), starts one
 actor per rank (:mod:`hvdcore.ray.worker`), hosts the job's rendezvous (a torch.distributed
-``TCPStore`` on the driver, as ``hvdcorerun --gloo`` does) and gives every actor the variables
-of its rank, so that ``hvd.init()`` inside a function it runs forms the job on the Gloo
-controller. Functions then run on every rank at once (``run``, ``execute``), or on rank 0
-(``execute_single``). A function that raises on one rank stops the job: the other ranks may be
-waiting for it in a collective, so every actor is ended and the error names the rank
+``TCPStore`` in an actor on rank 0's node: :mod:`hvdcore.ray.rendezvous`) and gives every
+actor the variables of its rank, so that ``hvd.init()`` inside a function it runs forms the job
+on the Gloo controller. Functions then run on every rank at once (``run``, ``execute``), or on
+rank 0 (``execute_single``). A function that raises on one rank stops the job: the other ranks
+may be waiting for it in a collective, so every actor is ended and the error names the rank
 (``start()`` again to go on), where Horovod leaves the others waiting.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import warnings
@@ -22,6 +21,7 @@ from typing import Any
 
 from hvdcore.errors import ArgumentError, LaunchError, RankFailedError
 from hvdcore.ray.placement import Placed, Shape, number_ranks, place_workers, shared_devices
+from hvdcore.ray.rendezvous import host_store
 from hvdcore.ray.worker import RankWorker
 
 __all__ = ["RayExecutor", "RaySettings"]
@@ -136,7 +136,7 @@ class RayExecutor:
         actor = ray.remote(RankWorker)
         self._placed = place_workers(actor, self.shape, self.settings.placement_group_timeout_s)
         try:
-            common = self._rendezvous(ray.util.get_node_ip_address())
+            common = self._rendezvous()
             common.update({k: str(v) for k, v in (extra_env_vars or {}).items()})
             ranks = number_ranks(self._placed.places)
             if self.shape.gpus_per_worker:
@@ -156,24 +156,16 @@ class RayExecutor:
                  len(self._placed.workers), len({p[0] for p in self._placed.places}),
                  common["HOROVOD_GLOO_RENDEZVOUS_ADDR"], common["HOROVOD_GLOO_RENDEZVOUS_PORT"])
 
-    def _rendezvous(self, driver_ip: str) -> dict[str, str]:
-        """Host the job's store here; the variables every rank shares."""
-        import torch.distributed as dist
-
+    def _rendezvous(self) -> dict[str, str]:
+        """Host the job's store on rank 0's node; the variables every rank shares."""
         assert self._placed is not None
-        addr = driver_ip
-        env: dict[str, str] = {}
-        if self.settings.nics:
-            from hvdcore.runner.gloo_launch import iface_address
-
-            names = ",".join(sorted(self.settings.nics))
-            addr = iface_address(names)
-            env["GLOO_SOCKET_IFNAME"] = names
-        self._store = dist.TCPStore("0.0.0.0", 0, len(self._placed.workers), True,
-                                    datetime.timedelta(seconds=self.settings.timeout_s),
-                                    wait_for_workers=False)
+        ifaces = ",".join(sorted(self.settings.nics)) if self.settings.nics else None
+        self._store, (addr, port) = host_store(self._placed.places[0][0],
+                                               len(self._placed.workers),
+                                               self.settings.timeout_s, ifaces)
+        env = {"GLOO_SOCKET_IFNAME": ifaces} if ifaces else {}
         env.update({"HOROVOD_GLOO_RENDEZVOUS_ADDR": addr,
-                    "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self._store.port),
+                    "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
                     "HOROVOD_CONTROLLER": "gloo", "HVDCORE_CONTROLLER": "gloo",
                     "HVDCORE_RENDEZVOUS_TIMEOUT": f"{self.settings.timeout_s:g}"})
         return env
@@ -207,7 +199,9 @@ class RayExecutor:
         import ray
         from ray.util.placement_group import remove_placement_group
 
-        placed, self._placed, self._store = self._placed, None, None
+        placed, store, self._placed, self._store = self._placed, self._store, None, None
+        if store is not None:
+            ray.kill(store, no_restart=True)
         if placed is None:
             return
         for w in placed.workers:

@@ -12,7 +12,8 @@ through ``execute``, then its weights; ``execute_single``), ``failure`` (one ran
 the other waits in an allreduce; then the executor starts again and runs), ``placement`` (more
 CPUs than the cluster has; two nodes asked of a one-node cluster), ``arguments`` (what the
 constructor refuses), ``gpus`` (``use_gpu``: each rank's ``CUDA_VISIBLE_DEVICES`` and the
-GPU Ray gave it).
+GPU Ray gave it). With ``RAY_JOB_ADDRESS`` set the driver attaches to that cluster instead
+(``ray://host:port``: through Ray Client).
 """
 
 from __future__ import annotations
@@ -207,7 +208,12 @@ def scenario_arguments() -> dict:
 def main() -> None:
     names = sys.argv[1:] or ["collectives", "colocated", "stateful", "failure", "placement",
                              "arguments", "gpus"]
-    ray.init(num_cpus=3, num_gpus=2, include_dashboard=False)
+    address = os.environ.get("RAY_JOB_ADDRESS")  # e.g. ray://host:port: Ray Client
+    if address:
+        ray.init(address)
+    else:
+        # (a new instance: never a cluster that RAY_ADDRESS or a `ray start` left names)
+        ray.init(address="local", num_cpus=3, num_gpus=2, include_dashboard=False)
     try:
         for name in names:
             try:
