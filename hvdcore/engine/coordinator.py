@@ -114,6 +114,10 @@ def _neutral_ok(kind: str) -> bool:
     return kind == ALLREDUCE
 
 
+def _at_once(_params: TunedParams) -> bool:
+    return True
+
+
 class Coordinator:
     """Negotiation state on the coordinator rank. Pure logic: no MPI, easy to reason about."""
 
@@ -144,23 +148,20 @@ class Coordinator:
         self._last_stall_scan = 0.0
         self._aborted = False
         self._dirty = False
-        # Response cache (see hvdcore.engine.cache): the rounds a list holding a JOIN or
-        # SHUTDOWN response must come after (the most any rank had posted), and the cached
-        # allreduces ranks reported waiting on for a long time (for the stall check).
+        # Response cache (hvdcore.engine.cache): the rounds a list holding a JOIN or SHUTDOWN
+        # must come after (the most any rank posted); cached allreduces waited on for long.
         self.fence_floor = 0
         self._join_fence = 0
         self.hit_waits: dict[str, dict[int, float]] = {}
         self._hit_warned: set[str] = set()
         #: Parameters the autotuner chose and no list has carried yet (see :meth:`tune`).
         self.params_due: TunedParams | None = None
-        #: Whether ``params_due`` may go out now (None: at once); until it says so they are
-        #: held, and no caller's shortcut runs (``RoundScheduler.idle``).
-        self.params_gate: Callable[[TunedParams], bool] | None = None
+        #: Whether ``params_due`` may go out now; held till then (no caller's shortcut runs).
+        self.params_gate: Callable[[TunedParams], bool] = _at_once
 
     def busy(self) -> bool:
         """True while some request is announced but not answered (or parameters wait)."""
-        return (bool(self.table) or bool(self._held) or bool(self.hit_waits)
-                or self.params_due is not None)
+        return bool(self.table or self._held or self.hit_waits) or self.params_due is not None
 
     def tune(self, params: TunedParams) -> None:
         """Use ``params`` from now on, and send them to every rank first in the next list
@@ -201,8 +202,7 @@ class Coordinator:
     def poll(self) -> list[Response]:
         """Return the responses that can be sent now (possibly empty)."""
         now = self.clock()
-        if self.params_due is not None and (self.params_gate is None
-                                            or self.params_gate(self.params_due)):
+        if self.params_due is not None and self.params_gate(self.params_due):
             p, self.params_due = self.params_due, None
             return [Response(kind=PARAMS, set_id=0, names=["autotune"],
                              per_rank=p.to_wire()), *self.poll()]
