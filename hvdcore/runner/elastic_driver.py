@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -49,12 +47,12 @@ from dataclasses import dataclass
 from hvdcore.elastic_wire import Assignment, Keys, encode
 from hvdcore.runner.elastic_hosts import Blacklist, DiscoveryError
 from hvdcore.runner.elastic_slots import NO_SURVIVOR, Slot, plan_slots
+from hvdcore.runner.elastic_workers import ProcessStarter, WorkerProcess, WorkerStarter
 from hvdcore.runner.gloo_launch import _own_names, iface_address, is_local
 from hvdcore.runner.hosts import Host
-from hvdcore.runner.remote import SshOptions, ssh_command
-from hvdcore.runner.worker_output import RankFile, Sink, TerminalTag, pump
+from hvdcore.runner.remote import SshOptions
 
-__all__ = ["ElasticSettings", "run_elastic_job"]
+__all__ = ["ElasticDriver", "ElasticSettings", "run_elastic_job"]
 
 log = logging.getLogger("hvdcore.runner")
 
@@ -82,6 +80,7 @@ class ElasticSettings:
     output_dir: str | None = None  # --output-filename: DIR/rank.N/stdout and stderr
     timestamps: bool = False  # --prefix-output-with-timestamp
     tag_output: bool = True  # [N]<stdout>: on the terminal (--no-tag-output: none)
+    address: str | None = None  # where the workers reach the store (None: found from hosts)
 
 
 @dataclass
@@ -89,12 +88,11 @@ class _Worker:
     wid: str
     host: str
     slot: int
-    proc: subprocess.Popen[bytes]
+    proc: WorkerProcess
     rank: int = -1  # in the last generation published (-1: none yet)
     gen: int = 0  # the last generation it was in
     state: str = "running"  # running, done, failed, stopped (its host failed), removed
     told: bool = False  # removed, and a generation published says so (it cannot come back)
-    held: tuple[TerminalTag | RankFile, ...] = ()  # its output's sinks, opened at its rank
 
     def revivable(self) -> bool:
         """Removed, but no generation said so yet: listed again, it keeps its slot."""
@@ -104,27 +102,8 @@ class _Worker:
         """Its rank in generation ``gen``; the first one is its tag and names its files
         (horovodrun's)."""
         if self.rank < 0:
-            for sink in self.held:
-                sink.open(rank)
+            self.proc.named(rank)
         self.rank, self.gen = rank, gen
-
-
-def _forward(w: _Worker, s: ElasticSettings, lock: threading.Lock) -> None:
-    """Copy the worker's stdout and stderr to the launcher's and to its files under
-    ``--output-filename`` (from threads), tagged with its first rank once it has one."""
-    # horovodrun pads N to the width of -np's largest rank, whatever the job grows to
-    size = s.start_np or s.min_np
-    held: list[TerminalTag | RankFile] = []
-    for stream, kind, out in ((w.proc.stdout, "stdout", sys.stdout.buffer),
-                              (w.proc.stderr, "stderr", sys.stderr.buffer)):
-        sinks: list[TerminalTag | RankFile] = [
-            TerminalTag(out, kind, lock, s.tag_output, fallback=w.wid)]
-        if s.output_dir:
-            sinks.append(RankFile(s.output_dir, size, kind))
-        held += sinks
-        ends: tuple[Sink, ...] = tuple(sinks)
-        threading.Thread(target=pump, args=(stream, ends, s.timestamps), daemon=True).start()
-    w.held = tuple(held)
 
 
 def _say(text: str) -> None:
@@ -163,13 +142,17 @@ def _no_survivor(workers: Sequence[_Worker], gen: int) -> str:
             "from the initial state, not from the last commit)")
 
 
-class _Driver:
-    def __init__(self, settings: ElasticSettings, command: Sequence[str],
+class ElasticDriver:
+    """One elastic job (see the module docstring): :meth:`run` it once; ``workers`` are
+    every worker it started, each with its ``state`` and its last ``rank``.
+    ``starter`` starts them, each with ``environ``, ``exports`` and the job's variables."""
+
+    def __init__(self, settings: ElasticSettings, starter: WorkerStarter,
                  environ: Mapping[str, str], exports: Mapping[str, str]) -> None:
         import torch.distributed as dist  # the store the workers meet at
 
         self.s = settings
-        self.command = list(command)
+        self.starter = starter
         self.environ, self.exports = environ, exports
         self.own = _own_names()
         # the script's first run: its hosts place the store, its failure ends the job (run())
@@ -178,13 +161,13 @@ class _Driver:
             self.first = settings.discover()
         except DiscoveryError as exc:
             self.first = exc
-        local = self._all_local_hint() and not settings.iface
+        local = self._all_local_hint() and not settings.iface and not settings.address
         self.store = dist.TCPStore("127.0.0.1" if local else "0.0.0.0", 0,
                                    None, True,
                                    datetime.timedelta(seconds=settings.store_timeout),
                                    wait_for_workers=False)
-        self.addr = (iface_address(settings.iface) if settings.iface
-                     else "127.0.0.1" if self._all_local_hint() else _my_address())
+        self.addr = (settings.address or (iface_address(settings.iface) if settings.iface
+                     else "127.0.0.1" if local else _my_address()))
         self.store.add(Keys.UPDATES, 0)
         self.store.add(Keys.FAILURES, 0)
         self.blacklist = Blacklist(settings.cooldown)
@@ -220,33 +203,15 @@ class _Driver:
                "HVDCORE_CONTROLLER": "gloo", "HOROVOD_CONTROLLER": "gloo"}
         if self.s.iface:
             env.setdefault("GLOO_SOCKET_IFNAME", self.s.iface)
-        stdin = None
-        if self.s.srun:
-            # one step per worker: a node's workers can die and be replaced alone
-            cmd = [self.s.srun, "--nodes=1", "--ntasks=1", f"--nodelist={host}",
-                   "--overlap", "--mpi=none", "--kill-on-bad-exit=0", "--export=ALL",
-                   f"--job-name=hvdcore-{wid}", *self.command]
-        elif is_local(host, self.own):
-            cmd = self.command
-        else:
-            cmd = ssh_command(host, self.command, env, os.getcwd(), self.s.ssh)
-            # it runs while this stdin is open (closed when the worker is stopped or we end)
-            stdin = subprocess.PIPE
-        proc = subprocess.Popen(cmd, env=env, stdin=stdin, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = self.starter.start(host, slot, wid, env)
         worker = _Worker(wid, host, slot, proc)
         self.workers.append(worker)
-        _forward(worker, self.s, self.lock)
         threading.Thread(target=lambda: self.exits.put((worker, proc.wait())),
                          daemon=True).start()
 
     def _stop(self, workers: Sequence[_Worker], sig: int) -> None:
         for w in workers:
-            if w.proc.poll() is None:
-                try:
-                    os.killpg(w.proc.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            w.proc.stop(sig)
 
     # -- hosts -------------------------------------------------------------------------------
 
@@ -471,7 +436,8 @@ def _my_address() -> str:
 def run_elastic_job(settings: ElasticSettings, command: Sequence[str],
                     environ: Mapping[str, str], exports: Mapping[str, str]) -> int:
     """Run ``command`` as an elastic job (see the module docstring); the exit code."""
-    driver = _Driver(settings, command, environ, exports)
+    driver = ElasticDriver(settings, ProcessStarter(settings, command, _own_names()),
+                           environ, exports)
     received: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
