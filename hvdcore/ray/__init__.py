@@ -9,8 +9,9 @@
     executor.shutdown()
 
 The ranks form their job on the Gloo controller (as Horovod's Ray integration does), so torch
-must be installed where they run; Ray itself is ``pip install ray``. Elastic
-Ray jobs (``min_workers``) are not supported: see :class:`RayExecutor`.
+must be installed where they run; Ray itself is ``pip install ray``. Elastic jobs
+(``RayExecutor(min_workers=...)``, functions that train with ``hvd.elastic.run``) follow the
+cluster's nodes; their ranks send values to the driver's callbacks with :mod:`ray_logger`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("hvdcore.ray needs Ray: pip install ray") from exc
 
+from hvdcore.ray import ray_logger
+from hvdcore.ray.discovery import RayHostDiscovery
 from hvdcore.ray.executor import RayExecutor, RaySettings
 
-__all__ = ["RayExecutor", "RaySettings"]
+__all__ = ["RayExecutor", "RayHostDiscovery", "RaySettings", "ray_logger"]

@@ -1,13 +1,10 @@
 """``RayExecutor``: Horovod's ``horovod.ray.RayExecutor``, an hvdcore job of Ray actors.
 
-The executor reserves its ranks in a placement group (:mod:`hvdcore.ray.placement`), starts one
-actor per rank (:mod:`hvdcore.ray.worker`), hosts the job's rendezvous (a torch.distributed
-``TCPStore`` in an actor on rank 0's node: :mod:`hvdcore.ray.rendezvous`) and gives every
-actor the variables of its rank, so that ``hvd.init()`` inside a function it runs forms the job
-on the Gloo controller. Functions then run on every rank at once (``run``, ``execute``), or on
-rank 0 (``execute_single``). A function that raises on one rank stops the job: the other ranks
-may be waiting for it in a collective, so every actor is ended and the error names the rank
-(``start()`` again to go on), where Horovod leaves the others waiting.
+Two kinds of job behind one class, as in Horovod: a fixed-size one (``num_workers`` or
+``num_hosts``: :mod:`hvdcore.ray.static`), whose actors live from ``start()`` to
+``shutdown()``, and an elastic one (``min_workers``/``max_workers``: :mod:`hvdcore.ray.elastic`),
+whose workers come and go with the cluster's nodes during each ``run()``. Both form the job on
+the Gloo controller; both implement :class:`RayJob`.
 """
 
 from __future__ import annotations
@@ -17,14 +14,12 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from hvdcore.errors import ArgumentError, LaunchError, RankFailedError
-from hvdcore.ray.placement import Placed, Shape, number_ranks, place_workers, shared_devices
-from hvdcore.ray.rendezvous import host_store
-from hvdcore.ray.worker import RankWorker
+from hvdcore.errors import ArgumentError
+from hvdcore.ray.placement import Shape
 
-__all__ = ["RayExecutor", "RaySettings"]
+__all__ = ["RayExecutor", "RaySettings", "RayJob"]
 
 log = logging.getLogger("hvdcore")
 
@@ -43,12 +38,49 @@ class RaySettings:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class RayJob(Protocol):
+    """What a :class:`RayExecutor` runs: one kind of job, its calls Horovod's."""
+
+    @property
+    def num_workers(self) -> int:
+        """The job's number of ranks."""
+
+    @property
+    def workers(self) -> list[Any]:
+        """The live rank actors, in rank order."""
+
+    def start(self, executable_cls: type | None, executable_args: list[Any] | None,
+              executable_kwargs: dict[str, Any] | None,
+              extra_env_vars: dict[str, str] | None) -> None:
+        """Get ready to run functions."""
+
+    def run(self, fn: Callable[..., Any], args: list[Any] | None,
+            kwargs: dict[str, Any] | None, callbacks: list[Callable[..., Any]] | None
+            ) -> list[Any]:
+        """``fn(*args, **kwargs)`` on every rank; the values, by rank."""
+
+    def run_remote(self, fn: Callable[..., Any], args: list[Any] | None,
+                   kwargs: dict[str, Any] | None) -> list[Any]:
+        """:meth:`run` without waiting: Ray ``ObjectRef``s."""
+
+    def execute(self, fn: Callable[[Any], Any],
+                callbacks: list[Callable[..., Any]] | None) -> list[Any]:
+        """``fn(executable)`` on every rank; the values, by rank."""
+
+    def execute_single(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(executable)`` on rank 0."""
+
+    def shutdown(self) -> None:
+        """Free what the job holds."""
+
+
 class RayExecutor:
-    """A fixed-size hvdcore job of ``num_workers`` Ray actors (or ``num_hosts`` nodes of
-    ``num_workers_per_host``), each reserving ``cpus_per_worker`` CPUs and, with ``use_gpu``,
-    ``gpus_per_worker`` GPUs. ``settings``: from :meth:`create_settings` (None: its
-    defaults). Elastic jobs (``min_workers``/``max_workers``) are not supported here: an
-    ``ArgumentError`` says so (use ``hvdcorerun --min-np/--max-np``)."""
+    """An hvdcore job of Ray actors, each reserving ``cpus_per_worker`` CPUs and, with
+    ``use_gpu``, ``gpus_per_worker`` GPUs. Fixed-size: ``num_workers`` ranks, or ``num_hosts``
+    nodes of ``num_workers_per_host``. Elastic: ``min_workers`` (and ``max_workers``,
+    ``reset_limit``, ``cooldown_range``, ``elastic_timeout``), a worker on every slot the
+    cluster's nodes hold, up to ``max_workers``, for functions that train with
+    ``hvd.elastic.run``. ``settings``: from :meth:`create_settings` (None: its defaults)."""
 
     @classmethod
     def create_settings(cls, timeout_s: float = 30, ssh_identity_file: str | None = None,
@@ -56,7 +88,9 @@ class RayExecutor:
                         nics: set[str] | None = None, **extra: Any) -> RaySettings:
         """The executor's settings (Horovod's arguments). ``ssh_str`` is written to
         ``ssh_identity_file`` (mode 0600) when that file does not exist yet; Ray, not ssh,
-        starts the ranks, so neither is needed by hvdcore."""
+        starts the ranks, so neither is needed by hvdcore. ``discovery=`` (in ``extra``):
+        an elastic job's hosts with ``override_discovery=False`` (a
+        :class:`~hvdcore.ray.RayHostDiscovery`, often a subclass)."""
         if ssh_str and ssh_identity_file and not os.path.exists(ssh_identity_file):
             fd = os.open(ssh_identity_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -80,19 +114,6 @@ class RayExecutor:
             num_workers_per_host = num_slots or num_workers_per_host
             cpus_per_worker = cpus_per_slot or cpus_per_worker
             gpus_per_worker = gpus_per_slot or gpus_per_worker
-        if min_workers is not None or max_workers is not None:
-            raise ArgumentError(
-                "RayExecutor: min_workers/max_workers ask for an elastic Ray job, which "
-                "hvdcore.ray does not run; give num_workers (a fixed size), or run elastic "
-                "training with hvdcorerun --min-np/--max-np --host-discovery-script")
-        if bool(num_workers) == bool(num_hosts):
-            raise ArgumentError("RayExecutor: give exactly one of num_workers and num_hosts "
-                                f"(got num_workers={num_workers}, num_hosts={num_hosts})")
-        for name, value in (("num_workers", num_workers), ("num_hosts", num_hosts),
-                            ("num_workers_per_host", num_workers_per_host)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ArgumentError(f"RayExecutor: {name} must be an integer >= 1, got "
-                                    f"{value!r}")
         if cpus_per_worker < 0:
             raise ArgumentError(f"RayExecutor: cpus_per_worker must be >= 0, got "
                                 f"{cpus_per_worker}")
@@ -102,144 +123,81 @@ class RayExecutor:
             raise ArgumentError(f"RayExecutor: gpus_per_worker must be > 0, got "
                                 f"{gpus_per_worker}")
         self.settings = settings if settings is not None else self.create_settings()
-        self.shape = Shape(num_workers, num_hosts, num_workers_per_host, cpus_per_worker,
-                           (gpus_per_worker or 1) if use_gpu else 0, use_current_placement_group)
-        self._placed: Placed | None = None
-        self._store: Any = None
-        self._warned_callbacks = False
+        gpus = (gpus_per_worker or 1) if use_gpu else 0
+        self._job: RayJob
+        if min_workers is not None or max_workers is not None:
+            from hvdcore.ray.elastic import Elasticity, ElasticRayJob
+
+            if num_workers is not None or num_hosts is not None:
+                raise ArgumentError(
+                    "RayExecutor: give num_workers/num_hosts (a fixed-size job) or "
+                    "min_workers/max_workers (an elastic one), not both")
+            self._job = ElasticRayJob(self.settings, Elasticity(
+                1 if min_workers is None else min_workers, max_workers, reset_limit,
+                cooldown_range, elastic_timeout, override_discovery), cpus_per_worker, gpus)
+            return
+        from hvdcore.ray.static import StaticRayJob
+
+        if bool(num_workers) == bool(num_hosts):
+            raise ArgumentError("RayExecutor: give exactly one of num_workers and num_hosts "
+                                f"(got num_workers={num_workers}, num_hosts={num_hosts}), "
+                                "or min_workers for an elastic job")
+        for name, value in (("num_workers", num_workers), ("num_hosts", num_hosts),
+                            ("num_workers_per_host", num_workers_per_host)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ArgumentError(f"RayExecutor: {name} must be an integer >= 1, got "
+                                    f"{value!r}")
+        self._job = StaticRayJob(self.settings, Shape(
+            num_workers, num_hosts, num_workers_per_host, cpus_per_worker, gpus,
+            use_current_placement_group))
 
     @property
     def num_workers(self) -> int:
-        """The job's number of ranks."""
-        return self.shape.size
+        """The job's number of ranks (elastic: ``min_workers``)."""
+        return self._job.num_workers
 
     @property
     def workers(self) -> list[Any]:
-        """The rank actors, in rank order (empty before :meth:`start`)."""
-        return [] if self._placed is None else list(self._placed.workers)
-
-    # -- the job ----------------------------------------------------------------------------
+        """The rank actors, in rank order (empty before :meth:`start`, and in an elastic job,
+        whose workers live during a call only)."""
+        return self._job.workers
 
     def start(self, executable_cls: type | None = None,
               executable_args: list[Any] | None = None,
               executable_kwargs: dict[str, Any] | None = None,
               extra_env_vars: dict[str, str] | None = None) -> None:
-        """Start the ranks' actors (``ray.init()`` first, or attach to a cluster), give each
-        its rank's variables and ``extra_env_vars``, and build ``executable_cls(*args,
-        **kwargs)`` in each (what :meth:`execute` passes its function)."""
-        import ray
-
-        if self._placed is not None:
-            raise LaunchError("RayExecutor.start(): already started (shutdown() first)")
-        if not ray.is_initialized():
-            ray.init()
-        actor = ray.remote(RankWorker)
-        self._placed = place_workers(actor, self.shape, self.settings.placement_group_timeout_s)
-        try:
-            common = self._rendezvous()
-            common.update({k: str(v) for k, v in (extra_env_vars or {}).items()})
-            ranks = number_ranks(self._placed.places)
-            if self.shape.gpus_per_worker:
-                gpus = ray.get([w.gpu_ids.remote() for w in self._placed.workers])
-                for mine, devices in zip(ranks, shared_devices(self._placed.places, gpus),
-                                         strict=True):
-                    mine["CUDA_VISIBLE_DEVICES"] = devices
-            ray.get([w.set_env.remote({**common, **mine})
-                     for w, mine in zip(self._placed.workers, ranks, strict=True)])
-            self._gather("start()", [w.start_executable.remote(
-                executable_cls, list(executable_args or []), dict(executable_kwargs or {}))
-                for w in self._placed.workers])
-        except BaseException:
-            self.shutdown()
-            raise
-        log.info("hvdcore.ray: %d ranks on %d node(s), rendezvous at %s:%s",
-                 len(self._placed.workers), len({p[0] for p in self._placed.places}),
-                 common["HOROVOD_GLOO_RENDEZVOUS_ADDR"], common["HOROVOD_GLOO_RENDEZVOUS_PORT"])
-
-    def _rendezvous(self) -> dict[str, str]:
-        """Host the job's store on rank 0's node; the variables every rank shares."""
-        assert self._placed is not None
-        ifaces = ",".join(sorted(self.settings.nics)) if self.settings.nics else None
-        self._store, (addr, port) = host_store(self._placed.places[0][0],
-                                               len(self._placed.workers),
-                                               self.settings.timeout_s, ifaces)
-        env = {"GLOO_SOCKET_IFNAME": ifaces} if ifaces else {}
-        env.update({"HOROVOD_GLOO_RENDEZVOUS_ADDR": addr,
-                    "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
-                    "HOROVOD_CONTROLLER": "gloo", "HVDCORE_CONTROLLER": "gloo",
-                    "HVDCORE_RENDEZVOUS_TIMEOUT": f"{self.settings.timeout_s:g}"})
-        return env
+        """Get the job ready (``ray.init()`` first when Ray is not initialized yet).
+        Fixed-size: start the ranks' actors, give each its rank's variables and
+        ``extra_env_vars``, and build ``executable_cls(*args, **kwargs)`` in each (what
+        :meth:`execute` passes its function). Elastic: every worker a call starts gets them."""
+        self._job.start(executable_cls, executable_args, executable_kwargs, extra_env_vars)
 
     def run(self, fn: Callable[..., Any], args: list[Any] | None = None,
             kwargs: dict[str, Any] | None = None,
             callbacks: list[Callable[..., Any]] | None = None) -> list[Any]:
-        """``fn(*args, **kwargs)`` on every rank at once; the values it returned, by rank."""
-        self._note_callbacks(callbacks)
-        return self._gather("run()", self.run_remote(fn, args, kwargs))
+        """``fn(*args, **kwargs)`` on every rank at once; the values it returned, by rank
+        (elastic: of the workers that finished, by their rank in the last generation).
+        ``callbacks`` (elastic) get every dict the ranks send with
+        :func:`hvdcore.ray.ray_logger.log`."""
+        return self._job.run(fn, args, kwargs, callbacks)
 
     def run_remote(self, fn: Callable[..., Any], args: list[Any] | None = None,
                    kwargs: dict[str, Any] | None = None) -> list[Any]:
-        """:meth:`run` without waiting: one Ray ``ObjectRef`` per rank (``ray.get`` them)."""
-        a, kw = list(args or []), dict(kwargs or {})
-        return [w.execute.remote(lambda _w: fn(*a, **kw)) for w in self._started()]
+        """:meth:`run` without waiting: one Ray ``ObjectRef`` per rank (``ray.get`` them);
+        fixed-size jobs only."""
+        return self._job.run_remote(fn, args, kwargs)
 
     def execute(self, fn: Callable[[Any], Any],
                 callbacks: list[Callable[..., Any]] | None = None) -> list[Any]:
         """``fn(executable)`` on every rank at once (the object :meth:`start` built there);
         the values it returned, by rank."""
-        self._note_callbacks(callbacks)
-        return self._gather("execute()", [w.execute.remote(fn) for w in self._started()])
+        return self._job.execute(fn, callbacks)
 
     def execute_single(self, fn: Callable[[Any], Any]) -> Any:
-        """``fn(executable)`` on rank 0 alone (it must not need the other ranks)."""
-        return self._gather("execute_single()", [self._started()[0].execute.remote(fn)])[0]
+        """``fn(executable)`` on rank 0 alone (it must not need the other ranks);
+        fixed-size jobs only."""
+        return self._job.execute_single(fn)
 
     def shutdown(self) -> None:
-        """End the ranks' actors and free their placement group and the rendezvous store."""
-        import ray
-        from ray.util.placement_group import remove_placement_group
-
-        placed, store, self._placed, self._store = self._placed, self._store, None, None
-        if store is not None:
-            ray.kill(store, no_restart=True)
-        if placed is None:
-            return
-        for w in placed.workers:
-            ray.kill(w, no_restart=True)
-        if placed.group is not None:
-            remove_placement_group(placed.group)
-
-    # -- helpers ----------------------------------------------------------------------------
-
-    def _started(self) -> list[Any]:
-        if self._placed is None:
-            raise LaunchError("RayExecutor: call start() first (or again after a rank failed)")
-        return self._placed.workers
-
-    def _gather(self, what: str, refs: list[Any]) -> list[Any]:
-        """The values of ``refs`` (one per rank, in rank order); the first rank that raised
-        ends the job (see the module docstring) and its error is raised as RankFailedError."""
-        import ray
-
-        index = {ref: rank for rank, ref in enumerate(refs)}
-        values: list[Any] = [None] * len(refs)
-        pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            rank = index[done[0]]
-            try:
-                values[rank] = ray.get(done[0])
-            except Exception as exc:  # noqa: BLE001 - re-raised below with the rank
-                cause = getattr(exc, "cause", None) or exc
-                self.shutdown()
-                raise RankFailedError(
-                    f"hvdcore.ray: {what} failed on rank {rank}: {type(cause).__name__}: "
-                    f"{cause}; every rank was stopped (start() again to go on)") from exc
-        return values
-
-    def _note_callbacks(self, callbacks: list[Callable[..., Any]] | None) -> None:
-        if callbacks and not self._warned_callbacks:
-            self._warned_callbacks = True
-            warnings.warn("RayExecutor: callbacks receive what the ranks of an elastic Ray "
-                          "job log (Horovod calls them for elastic jobs only); this job is "
-                          "not elastic, so they are never called", UserWarning, stacklevel=3)
+        """End the ranks' actors and free what the job holds."""
+        self._job.shutdown()

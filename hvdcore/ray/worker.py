@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -48,3 +50,24 @@ class RankWorker:
     def execute(self, fn: Callable[[Any], Any]) -> Any:
         """``fn(executable)`` here; its return value goes back to the driver."""
         return fn(self.executable)
+
+    def run_elastic(self, fn: Callable[[Any], Any], queue: Any,
+                    executable: tuple[type | None, list[Any], dict[str, Any]]
+                    ) -> tuple[int, Any, str]:
+        """An elastic job's worker: build the executable (``(cls, args, kwargs)``), then
+        ``fn(executable)`` here, as a process would run it; (exit status, its value, the
+        error that ended it). ``hvd.elastic.run`` ends a worker whose host left with
+        ``SystemExit(0)``; any other exception is status 1."""
+        from hvdcore.ray import ray_logger
+
+        ray_logger.configure(queue)
+        try:
+            self.start_executable(*executable)
+            return 0, fn(self.executable), ""
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            return code, None, "" if code == 0 else f"SystemExit({exc.code!r})"
+        except BaseException as exc:  # noqa: BLE001 - the driver gets the status, as of a process
+            traceback.print_exc()
+            sys.stderr.flush()
+            return 1, None, f"{type(exc).__name__}: {exc}"

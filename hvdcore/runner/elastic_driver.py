@@ -81,6 +81,12 @@ class ElasticSettings:
     timestamps: bool = False  # --prefix-output-with-timestamp
     tag_output: bool = True  # [N]<stdout>: on the terminal (--no-tag-output: none)
     address: str | None = None  # where the workers reach the store (None: found from hosts)
+    who: str = "hvdcorerun"  # what the launcher's lines start with
+    terms: Mapping[str, str] | None = None  # the caller's names of the flags, in messages
+
+    def term(self, flag: str) -> str:
+        """How the caller spells ``flag`` (``--min-np``: ``min_workers`` for Ray)."""
+        return (self.terms or {}).get(flag, flag)
 
 
 @dataclass
@@ -106,8 +112,8 @@ class _Worker:
         self.rank, self.gen = rank, gen
 
 
-def _say(text: str) -> None:
-    print(f"hvdcorerun: {text}", file=sys.stderr, flush=True)
+def _say(text: str, who: str = "hvdcorerun") -> None:
+    print(f"{who}: {text}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -117,6 +123,7 @@ class _Failures:
 
     count: int = 0
     noted: float = 0.0
+    who: str = "hvdcorerun"
 
     def failed(self, exc: DiscoveryError) -> None:
         """Count a failure; report it when it is the first or the last report is old."""
@@ -125,12 +132,12 @@ class _Failures:
         if self.count == 1 or now - self.noted >= _FAILURE_NOTE_S:
             self.noted = now
             _say(f"warning: {exc} ({self.count} failure(s) in a row); the job goes on with "
-                 "the hosts it has")
+                 "the hosts it has", self.who)
 
     def worked(self) -> None:
         """The script ran: report the recovery after failures."""
         if self.count:
-            _say(f"host discovery works again after {self.count} failure(s)")
+            _say(f"host discovery works again after {self.count} failure(s)", self.who)
             self.count = 0
 
 
@@ -178,10 +185,14 @@ class ElasticDriver:
         self.resets = 0
         self.incarnation: dict[tuple[str, int], int] = {}
         self.hosts: list[Host] = []
-        self.discovery_failures = _Failures()
+        self.discovery_failures = _Failures(who=settings.who)
         self.short_since: float | None = None  # when the job fell below --min-np
         self.finished_at: float | None = None  # when the first worker succeeded
         self.failed_after_finish = False
+        self.reason: str | None = None  # why the job failed, once it has
+
+    def _say(self, text: str) -> None:
+        _say(text, self.s.who)
 
     def _all_local_hint(self) -> bool:
         if isinstance(self.first, DiscoveryError):
@@ -252,9 +263,9 @@ class ElasticDriver:
         listed = {h.name for h in self.hosts}
         left = sorted({w.host for w in gone if w.host not in listed and w.rank >= 0})
         if left:
-            _say("hosts left the job: " + ", ".join(left))
+            self._say("hosts left the job: " + ", ".join(left))
         for host in dict.fromkeys(w.host for w in gone if w.host in listed):
-            _say(f"host {host} lists fewer slots: worker(s) " + ", ".join(
+            self._say(f"host {host} lists fewer slots: worker(s) " + ", ".join(
                 w.wid for w in gone if w.host == host) + " leave the job")
         changed |= bool(gone)
         if not plan.start:
@@ -268,7 +279,7 @@ class ElasticDriver:
         for host in dict.fromkeys(h for h, _ in plan.start):
             slots = [slot for h, slot in plan.start if h == host]
             if self.gen > 0:
-                _say(f"host {host} joins the job with {len(slots)} slot(s)" if host not in used
+                self._say(f"host {host} joins the job with {len(slots)} slot(s)" if host not in used
                      else f"host {host}: {len(slots)} more slot(s) used")
             for slot in slots:
                 self._spawn(host, slot)
@@ -305,7 +316,7 @@ class ElasticDriver:
         self.store.set(Keys.GEN, str(self.gen))
         log.info("generation %d: %d workers", self.gen, len(ordered))
         if self.gen > 1:
-            _say(f"generation {self.gen}: {len(ordered)} worker(s) on "
+            self._say(f"generation {self.gen}: {len(ordered)} worker(s) on "
                  f"{', '.join(f'{h}:{len(per_host[h])}' for h in hosts)} (reset {self.resets})")
 
     # -- events --------------------------------------------------------------------------------
@@ -331,7 +342,7 @@ class ElasticDriver:
             o.state = "stopped"
         self._stop(others, signal.SIGKILL)
         until = "for good" if wait == float("inf") else f"for {wait:.0f} s"
-        _say(f"worker {w.wid} (rank {w.rank}) {how}; host {w.host} is blacklisted {until}"
+        self._say(f"worker {w.wid} (rank {w.rank}) {how}; host {w.host} is blacklisted {until}"
              + (f", its {len(others)} other worker(s) stopped" if others else ""))
         return True
 
@@ -342,8 +353,9 @@ class ElasticDriver:
             w.state == "running" or (revivable and w.revivable()))]
 
     def _abort(self, reason: str) -> int:
+        self.reason = reason
         self.store.set(Keys.ABORT, reason)
-        _say(f"job failed: {reason}")
+        self._say(f"job failed: {reason}")
         deadline = time.monotonic() + _GRACE_S
         while any(w.proc.poll() is None for w in self.workers) and time.monotonic() < deadline:
             time.sleep(_TICK_S)
@@ -352,8 +364,8 @@ class ElasticDriver:
 
     def run(self) -> int:
         start = time.monotonic()
-        need, flag = ((self.s.start_np, "-np") if self.s.start_np is not None
-                      else (self.s.min_np, "--min-np"))
+        need, flag = ((self.s.start_np, self.s.term("-np")) if self.s.start_np is not None
+                      else (self.s.min_np, self.s.term("--min-np")))
         first = True
         while True:  # the first generation: once -np (else --min-np) slots are listed
             try:
@@ -368,7 +380,8 @@ class ElasticDriver:
             if time.monotonic() - start > self.s.elastic_timeout:
                 return self._abort(
                     f"{self._usable_slots()} slot(s) available, fewer than {flag} "
-                    f"{need}, for --elastic-timeout {self.s.elastic_timeout:g} s")
+                    f"{need}, for {self.s.term('--elastic-timeout')} "
+                    f"{self.s.elastic_timeout:g} s")
             time.sleep(_DISCOVERY_PERIOD_S)
         self._publish()
         next_poll = time.monotonic() + _DISCOVERY_PERIOD_S
@@ -384,7 +397,8 @@ class ElasticDriver:
                 # the training function returned: no more changes, wait for the rest
                 if not self._live():
                     if self.failed_after_finish:
-                        _say("job failed: a worker failed after others had finished")
+                        self.reason = "a worker failed after others had finished"
+                        self._say(f"job failed: {self.reason}")
                         return 1
                     return 0
                 continue
@@ -403,18 +417,21 @@ class ElasticDriver:
                 if self.hosts and all(self.blacklist.for_good(h.name) for h in self.hosts):
                     return self._abort(
                         f"every host is blacklisted ({', '.join(h.name for h in self.hosts)}):"
-                        f" {live} worker(s) left, fewer than --min-np {self.s.min_np}; give "
-                        "--blacklist-cooldown-range to let failed hosts back")
+                        f" {live} worker(s) left, fewer than {self.s.term('--min-np')} "
+                        f"{self.s.min_np}; give {self.s.term('--blacklist-cooldown-range')} "
+                        "to let failed hosts back")
                 if not self._survivors(revivable=True):
                     return self._abort(_no_survivor(self.workers, self.gen))
                 if self.short_since is None:
                     self.short_since = now
-                    _say(f"{live} worker(s) left, fewer than --min-np {self.s.min_np}; waiting "
-                         f"up to {self.s.elastic_timeout:g} s (--elastic-timeout) for hosts")
+                    self._say(f"{live} worker(s) left, fewer than {self.s.term('--min-np')} "
+                              f"{self.s.min_np}; waiting up to {self.s.elastic_timeout:g} s "
+                              f"({self.s.term('--elastic-timeout')}) for hosts")
                 if now - self.short_since > self.s.elastic_timeout:
                     return self._abort(
-                        f"only {live} worker(s), fewer than --min-np {self.s.min_np}, after "
-                        f"--elastic-timeout {self.s.elastic_timeout:g} s")
+                        f"only {live} worker(s), fewer than {self.s.term('--min-np')} "
+                        f"{self.s.min_np}, after {self.s.term('--elastic-timeout')} "
+                        f"{self.s.elastic_timeout:g} s")
                 continue
             self.short_since = None
             if not self._survivors():
@@ -422,7 +439,8 @@ class ElasticDriver:
             self.resets += 1
             if self.s.reset_limit is not None and self.resets > self.s.reset_limit:
                 return self._abort(f"the job was reset {self.resets - 1} time(s), the "
-                                   f"--reset-limit {self.s.reset_limit}; not resetting again")
+                                   f"{self.s.term('--reset-limit')} {self.s.reset_limit}; "
+                                   "not resetting again")
             self._publish()
             pending = False
 

@@ -193,8 +193,7 @@ def scenario_gpus() -> dict:
 
 def scenario_arguments() -> dict:
     out = {}
-    for name, kw in (("elastic", {"min_workers": 1}), ("both", {"num_workers": 2,
-                                                               "num_hosts": 1}),
+    for name, kw in (("both", {"num_workers": 2, "num_hosts": 1}),
                      ("neither", {}), ("gpus", {"num_workers": 1, "gpus_per_worker": 1}),
                      ("zero", {"num_workers": 0, "num_hosts": None})):
         try:
