@@ -7,16 +7,13 @@ the concatenated batches, a rank that fails, and what is refused."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from harness.scenario_program import run_scenarios
 
 pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
@@ -28,22 +25,7 @@ PROGRAM = Path(__file__).resolve().parent / "programs" / "ray_job.py"
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, Any]:
-    # its own session: past the timeout the whole group goes, Ray's own processes included
-    proc = subprocess.Popen([sys.executable, str(PROGRAM)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=400)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"ray_job.py did not finish in 400 s:\n{stdout[-3000:]}{stderr[-3000:]}")
-    out = {}
-    for line in stdout.splitlines():
-        if line.startswith("RESULT "):
-            _, name, payload = line.split(" ", 2)
-            out[name] = json.loads(payload)
-    assert proc.returncode == 0 and len(out) == 7, stdout[-3000:] + stderr[-3000:]
-    return out
+    return run_scenarios(PROGRAM, 400, 7)
 
 
 def _collectives(n: int, seed: float) -> dict[str, Any]:

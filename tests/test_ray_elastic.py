@@ -7,16 +7,13 @@ refused. Each checks the committed training against the arithmetic of the progra
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from harness.scenario_program import run_scenarios
 
 pytest.importorskip("ray")
 pytest.importorskip("torch")
@@ -28,23 +25,7 @@ PROGRAM = Path(__file__).resolve().parent / "programs" / "ray_elastic_job.py"
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, Any]:
-    proc = subprocess.Popen([sys.executable, str(PROGRAM)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"ray_elastic_job.py did not finish in 600 s:\n{stdout[-3000:]}"
-                    f"{stderr[-3000:]}")
-    out = {}
-    for line in stdout.splitlines():
-        if line.startswith("RESULT "):
-            _, name, payload = line.split(" ", 2)
-            out[name] = json.loads(payload)
-    assert proc.returncode == 0 and len(out) == 4, stdout[-3000:] + stderr[-3000:]
-    out["stderr"] = stderr
-    return out
+    return run_scenarios(PROGRAM, 600, 4)
 
 
 def _runs(sizes: list[int]) -> list[int]:

@@ -134,21 +134,14 @@ def shared_devices(places: Sequence[tuple[str, str, str]], gpu_ids: Sequence[Seq
 def number_ranks(places: Sequence[tuple[str, str, str]]) -> list[dict[str, str]]:
     """Horovod's variables of each rank (``places`` in rank order, grouped by node): its rank,
     the job's size, its local rank and size on its node, and its cross rank and size (the
-    ranks of the same local rank on the other nodes)."""
-    nodes: dict[str, list[int]] = {}
-    for rank, (node, _, _) in enumerate(places):
-        nodes.setdefault(node, []).append(rank)
-    by_local: dict[int, list[int]] = {}
-    for ranks in nodes.values():
-        for local, rank in enumerate(ranks):
-            by_local.setdefault(local, []).append(rank)
-    env = []
-    for rank, (node, _, host) in enumerate(places):
-        local = nodes[node].index(rank)
-        env.append({"HOROVOD_RANK": str(rank), "HOROVOD_SIZE": str(len(places)),
-                    "HOROVOD_LOCAL_RANK": str(local),
-                    "HOROVOD_LOCAL_SIZE": str(len(nodes[node])),
-                    "HOROVOD_CROSS_RANK": str(by_local[local].index(rank)),
-                    "HOROVOD_CROSS_SIZE": str(len(by_local[local])),
-                    "HOROVOD_HOSTNAME": host})
-    return env
+    ranks of the same local rank on the other nodes), as ``hvdcorerun --gloo`` numbers them;
+    ``HOROVOD_HOSTNAME`` is the node's host name."""
+    from hvdcore.runner.gloo_launch import plan
+    from hvdcore.runner.hosts import Host
+
+    counts: dict[str, int] = {}
+    for node, _, _ in places:
+        counts[node] = counts.get(node, 0) + 1
+    ranks = plan([Host(node, n) for node, n in counts.items()], len(places))
+    return [{**p.horovod_env(len(places)), "HOROVOD_HOSTNAME": host}
+            for p, (_, _, host) in zip(ranks, places, strict=True)]

@@ -44,6 +44,14 @@ class RankPlace:
     cross_rank: int
     cross_size: int
 
+    def horovod_env(self, size: int) -> dict[str, str]:
+        """Horovod's variables of this rank in a job of ``size`` ranks."""
+        return {"HOROVOD_RANK": str(self.rank), "HOROVOD_SIZE": str(size),
+                "HOROVOD_LOCAL_RANK": str(self.local_rank),
+                "HOROVOD_LOCAL_SIZE": str(self.local_size),
+                "HOROVOD_CROSS_RANK": str(self.cross_rank),
+                "HOROVOD_CROSS_SIZE": str(self.cross_size), "HOROVOD_HOSTNAME": self.host}
+
 
 def plan(hosts: Sequence[Host], np: int) -> list[RankPlace]:
     """Ranks 0..np-1 filling the hosts' slots in order (Horovod's block placement)."""
@@ -117,12 +125,9 @@ def run_gloo_job(places: Sequence[RankPlace], command: Sequence[str], environ: M
     lock = threading.Lock()
     pumps: list[threading.Thread] = []
     for p in places:
-        env = {**environ, **exports,
-               "HOROVOD_RANK": str(p.rank), "HOROVOD_SIZE": str(len(places)),
-               "HOROVOD_LOCAL_RANK": str(p.local_rank), "HOROVOD_LOCAL_SIZE": str(p.local_size),
-               "HOROVOD_CROSS_RANK": str(p.cross_rank), "HOROVOD_CROSS_SIZE": str(p.cross_size),
-               "HOROVOD_HOSTNAME": p.host, "HOROVOD_CONTROLLER": "gloo",
-               "HVDCORE_CONTROLLER": "gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR": addr,
+        env = {**environ, **exports, **p.horovod_env(len(places)),
+               "HOROVOD_CONTROLLER": "gloo", "HVDCORE_CONTROLLER": "gloo",
+               "HOROVOD_GLOO_RENDEZVOUS_ADDR": addr,
                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(store.port)}
         if iface:
             env.setdefault("GLOO_SOCKET_IFNAME", iface)
