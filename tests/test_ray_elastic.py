@@ -25,7 +25,7 @@ PROGRAM = Path(__file__).resolve().parent / "programs" / "ray_elastic_job.py"
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, Any]:
-    return run_scenarios(PROGRAM, 600, 4)
+    return run_scenarios(PROGRAM, 600, 5)
 
 
 def _runs(sizes: list[int]) -> list[int]:
@@ -75,6 +75,16 @@ def test_a_function_that_fails_everywhere_fails_the_call_with_its_error(
     # the launcher's words are the executor's arguments, and the function's error is named
     assert "fewer than min_workers 1; give cooldown_range to let failed hosts back" in raised
     assert raised.endswith("ValueError: boom in the training function"), raised
+
+
+def test_horovods_deprecated_elastic_ray_executor_runs_the_same_job(
+        results: dict[str, Any]) -> None:
+    got = results["legacy"]
+    assert "value" in got, got
+    _check_training(got["value"], 2, [2])
+    assert got["warned"] == ["DeprecationWarning: ElasticRayExecutor is deprecated (as in "
+                             "Horovod): use RayExecutor(settings, min_workers=..., "
+                             "max_workers=...)"]
 
 
 def test_what_an_elastic_executor_refuses(results: dict[str, Any]) -> None:

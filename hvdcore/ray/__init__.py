@@ -24,5 +24,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from hvdcore.ray import ray_logger
 from hvdcore.ray.discovery import RayHostDiscovery
 from hvdcore.ray.executor import RayExecutor, RaySettings
+from hvdcore.ray.legacy import ElasticRayExecutor
 
-__all__ = ["RayExecutor", "RayHostDiscovery", "RaySettings", "ray_logger"]
+__all__ = ["ElasticRayExecutor", "RayExecutor", "RayHostDiscovery", "RaySettings", "ray_logger"]

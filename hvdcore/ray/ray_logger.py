@@ -14,13 +14,15 @@ from typing import Any
 __all__ = ["configure", "log"]
 
 _queue: Any = None
+_configured = False  # inside an elastic job's worker (with callbacks or without)
 _warned = False
 
 
 def configure(queue: Any) -> None:
-    """Send what :func:`log` gets to ``queue`` (a ``ray.util.queue.Queue``; None: nowhere)."""
-    global _queue
-    _queue = queue
+    """Send what :func:`log` gets to ``queue`` (a ``ray.util.queue.Queue``; None: the call
+    has no callbacks, and what is logged is dropped)."""
+    global _queue, _configured
+    _queue, _configured = queue, True
 
 
 def log(info_dict: dict[str, Any], chief_only: bool = True) -> None:
@@ -40,8 +42,7 @@ def log(info_dict: dict[str, Any], chief_only: bool = True) -> None:
                 _warned = True
                 warnings.warn(f"ray_logger.log: the driver's queue is gone ({exc}); what is "
                               "logged from now on is dropped", UserWarning, stacklevel=2)
-    elif not _warned:
+    elif not _configured and not _warned:
         _warned = True
-        warnings.warn("ray_logger.log: no callbacks are listening (it works inside a function "
-                      "that an elastic RayExecutor job runs, given callbacks)", UserWarning,
-                      stacklevel=2)
+        warnings.warn("ray_logger.log: not inside a function an elastic RayExecutor job runs: "
+                      "nothing receives this", UserWarning, stacklevel=2)

@@ -12,6 +12,8 @@ Each scenario prints ``RESULT <name> <json>`` for ``tests/test_ray_elastic.py`` 
 - ``hidden``: a ``RayHostDiscovery`` subclass stops listing node C after epoch 3
   (``override_discovery=False``): C's worker leaves at the next commit, exit 0.
 - ``failing``: a function that raises on every worker: the call raises, naming the error.
+- ``legacy``: Horovod's deprecated ``ElasticRayExecutor`` (``create_settings(min_num_proc=2,
+  max_num_proc=2)``, ``run(worker_fn)``) on the head node's 2 CPUs.
 - ``arguments``: what the constructor and the elastic calls refuse.
 """
 
@@ -26,7 +28,7 @@ import traceback
 import ray
 from ray.cluster_utils import Cluster
 
-from hvdcore.ray import RayExecutor, RayHostDiscovery, ray_logger
+from hvdcore.ray import ElasticRayExecutor, RayExecutor, RayHostDiscovery, ray_logger
 
 EPOCHS_MAX = 120  # a job that never saw its changes stops here (and its test fails)
 STEP = 0.5
@@ -173,6 +175,20 @@ def scenario_failing(cluster: Cluster, head: object) -> dict:
         return {"raised": f"{type(exc).__name__}: {exc}"}
 
 
+def scenario_legacy(cluster: Cluster, head: object) -> dict:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=2,
+                                                      timeout_s=60)
+        ex = ElasticRayExecutor(settings, cpus_per_slot=1)
+    ex.start()
+    thread, out = in_thread(lambda: ex.run(lambda: train([2], 2)))
+    thread.join(300)
+    return {**out, "warned": [f"{w.category.__name__}: {w.message}" for w in caught]}
+
+
 def scenario_arguments(cluster: Cluster, head: object) -> dict:
     out = {}
     cases = {"both": {"num_workers": 2, "min_workers": 1},
@@ -200,7 +216,7 @@ def scenario_arguments(cluster: Cluster, head: object) -> dict:
 
 
 def main() -> None:
-    names = sys.argv[1:] or ["arguments", "failing", "grow_and_lose", "hidden"]
+    names = sys.argv[1:] or ["arguments", "failing", "legacy", "grow_and_lose", "hidden"]
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2,
                                                             "include_dashboard": False})
     ray.init(address=cluster.address)
