@@ -65,6 +65,8 @@ def test_a_node_discovery_stops_listing_leaves_at_a_commit(results: dict[str, An
     got = results["hidden"]
     assert "value" in got, got
     _check_training(got["value"], 2, [3, 2])  # its worker ended with status 0: no value
+    # execute() on the executable each worker built; start()'s variables in every worker
+    assert {v["mark"] for v in got["value"]} == {"hidden"}
 
 
 def test_a_function_that_fails_everywhere_fails_the_call_with_its_error(

@@ -10,7 +10,8 @@ Each scenario prints ``RESULT <name> <json>`` for ``tests/test_ray_elastic.py`` 
   3 workers, and removes node B (its raylet and worker die) once it trained at 4. Every
   worker returns what it committed.
 - ``hidden``: a ``RayHostDiscovery`` subclass stops listing node C after epoch 3
-  (``override_discovery=False``): C's worker leaves at the next commit, exit 0.
+  (``override_discovery=False``): C's worker leaves at the next commit, exit 0. Run through
+  ``start(executable_cls=..., extra_env_vars=...)`` and ``execute``.
 - ``failing``: a function that raises on every worker: the call raises, naming the error.
 - ``legacy``: Horovod's deprecated ``ElasticRayExecutor`` (``create_settings(min_num_proc=2,
   max_num_proc=2)``, ``run(worker_fn)``) on the head node's 2 CPUs.
@@ -20,6 +21,7 @@ Each scenario prints ``RESULT <name> <json>`` for ``tests/test_ray_elastic.py`` 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -72,7 +74,18 @@ def train(pattern: list[int], tail: int) -> dict:
 
     loop(state)
     return {"rank": hvd.rank(), "size": hvd.size(), "epoch": state.epoch,
-            "sizes": state.sizes, "weight": model.weight.detach().tolist()}
+            "sizes": state.sizes, "weight": model.weight.detach().tolist(),
+            "mark": os.environ.get("RAY_ELASTIC_MARK")}
+
+
+class Trainer:
+    """An executable: built in each worker by ``start(executable_cls=...)``."""
+
+    def __init__(self, pattern: list[int], tail: int) -> None:
+        self.pattern, self.tail = pattern, tail
+
+    def train(self) -> dict:
+        return train(self.pattern, self.tail)
 
 
 def in_thread(call: object) -> tuple[threading.Thread, dict]:
@@ -153,8 +166,9 @@ def scenario_hidden(cluster: Cluster, head: object) -> dict:
     settings = RayExecutor.create_settings(timeout_s=60, discovery=HideAfter(node_c, flag))
     ex = RayExecutor(settings, min_workers=1, max_workers=3, cpus_per_worker=1,
                      override_discovery=False, elastic_timeout=60)
-    ex.start()
-    thread, out = in_thread(lambda: ex.run(train, args=[[3, 2], 2], callbacks=[on_log]))
+    ex.start(executable_cls=Trainer, executable_args=[[3, 2]], executable_kwargs={"tail": 2},
+             extra_env_vars={"RAY_ELASTIC_MARK": "hidden"})
+    thread, out = in_thread(lambda: ex.execute(lambda t: t.train(), callbacks=[on_log]))
     thread.join(300)
     cluster.remove_node(c)
     return out
