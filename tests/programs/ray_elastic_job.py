@@ -107,10 +107,13 @@ def scenario_grow_and_lose(cluster: Cluster, head: object) -> dict:
     b = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     logged: list[int] = []
+    timeline: list[tuple[int, int, float]] = []  # (epoch, size, seconds): for the reader
     at3, at4 = threading.Event(), threading.Event()
+    t0 = time.monotonic()
 
     def on_log(info: dict) -> None:  # (called in order, from one thread)
         logged.append(info["epoch"])
+        timeline.append((info["epoch"], info["size"], round(time.monotonic() - t0, 2)))
         if info["size"] == 3 and info["epoch"] >= 2:
             at3.set()
         elif info["size"] == 4:
@@ -119,7 +122,6 @@ def scenario_grow_and_lose(cluster: Cluster, head: object) -> dict:
     ex = RayExecutor(RayExecutor.create_settings(timeout_s=60), min_workers=2,
                      max_workers=4, cpus_per_worker=1, elastic_timeout=60)
     ex.start()
-    t0 = time.monotonic()
     thread, out = in_thread(lambda: ex.run(train, args=[[3, 4, 3], 2], callbacks=[on_log]))
     events = []
     if at3.wait(120):
@@ -134,7 +136,7 @@ def scenario_grow_and_lose(cluster: Cluster, head: object) -> dict:
         cluster.remove_node(c)
     if "remove" not in events:
         cluster.remove_node(b)
-    return {**out, "events": events, "logged": logged,
+    return {**out, "events": events, "logged": logged, "timeline": timeline,
             "seconds": round(time.monotonic() - t0, 1)}
 
 
