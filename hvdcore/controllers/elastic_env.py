@@ -86,7 +86,7 @@ def _connect(text: str, timeout: float) -> Any:
         return dist.TCPStore(addr, int(port), None, False, datetime.timedelta(seconds=timeout))
     except Exception as exc:  # noqa: BLE001 - one clear error
         raise RendezvousError(
-            f"cannot reach hvdcorerun's elastic store at {text} within {timeout:g} s: "
+            f"cannot reach the elastic launcher's store at {text} within {timeout:g} s: "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
 
 

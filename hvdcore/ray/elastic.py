@@ -10,8 +10,8 @@ at the next commit; a worker that fails (its function raised, or its node died) 
 node, and the others roll back to the last commit and go on, as under ``hvdcorerun``. The
 launcher's store (where generations are published) is in the driver's process, so the
 driver must be reachable from the nodes (a driver on a cluster node is; a Ray Client driver
-is not: use a fixed-size job there). The call returns when the function has returned on
-every worker still in the job.
+is where its machine is reachable); ``timeout_s`` bounds each worker's wait for it. The call
+returns when the function has returned on every worker still in the job.
 """
 
 from __future__ import annotations
@@ -247,7 +247,9 @@ class ElasticRayJob:
         pump = CallbackPump(callbacks)
         starter = RayStarter(self.discovery, fn, self._executable, self.cpus, self.gpus,
                              pump.queue, self.settings.placement_group_timeout_s)
-        driver = ElasticDriver(self._settings(), starter, {}, self._env)
+        # the workers' own waits (reaching the store, forming each generation) get timeout_s
+        env = {"HVDCORE_RENDEZVOUS_TIMEOUT": f"{self.settings.timeout_s:g}", **self._env}
+        driver = ElasticDriver(self._settings(), starter, {}, env)
         try:
             code = driver.run()
         finally:
