@@ -77,6 +77,7 @@ def test_a_function_that_fails_everywhere_fails_the_call_with_its_error(
     # the launcher's words are the executor's arguments, and the function's error is named
     assert "fewer than min_workers 1; give cooldown_range to let failed hosts back" in raised
     assert raised.endswith("ValueError: boom in the training function"), raised
+    assert results["failing"]["freed"]  # its actors ended with the call
 
 
 def test_horovods_deprecated_elastic_ray_executor_runs_the_same_job(

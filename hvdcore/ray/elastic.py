@@ -130,6 +130,17 @@ class _ActorProc:
     def named(self, rank: int) -> None:
         """(Ray labels an actor's lines itself.)"""
 
+    def release(self) -> None:
+        """End the actor, finished or not (its resources go back to the cluster now, not
+        when its handle is collected)."""
+        import ray
+
+        self.killed = True
+        try:
+            ray.kill(self.actor, no_restart=True)
+        except Exception:  # noqa: BLE001,S110 - already gone
+            pass
+
 
 class RayStarter:
     """Starts each worker as a Ray actor on its host's node, reserving ``cpus``/``gpus``,
@@ -253,7 +264,8 @@ class ElasticRayJob:
         try:
             code = driver.run()
         finally:
-            driver._stop(driver.workers, signal.SIGKILL)
+            for proc in starter.started:
+                proc.release()
             pump.close()
         if code != 0:
             failed = [p for p in starter.started if p.error and p.code not in (None, 0)]

@@ -12,7 +12,8 @@ Each scenario prints ``RESULT <name> <json>`` for ``tests/test_ray_elastic.py`` 
 - ``hidden``: a ``RayHostDiscovery`` subclass stops listing node C after epoch 3
   (``override_discovery=False``): C's worker leaves at the next commit, exit 0. Run through
   ``start(executable_cls=..., extra_env_vars=...)`` and ``execute``.
-- ``failing``: a function that raises on every worker: the call raises, naming the error.
+- ``failing``: a function that raises on every worker: the call raises, naming the error,
+  and has ended its actors (every CPU free again).
 - ``legacy``: Horovod's deprecated ``ElasticRayExecutor`` (``create_settings(min_num_proc=2,
   max_num_proc=2)``, ``run(worker_fn)``) on the head node's 2 CPUs.
 - ``arguments``: what the constructor and the elastic calls refuse.
@@ -188,7 +189,19 @@ def scenario_failing(cluster: Cluster, head: object) -> dict:
         ex.run(boom)
         return {"error": "no exception"}
     except Exception as exc:  # noqa: BLE001 - what the test checks
-        return {"raised": f"{type(exc).__name__}: {exc}"}
+        # (while the error, and so the call's frames, are alive: the actors must be ended
+        # by the call itself, not when their handles are collected)
+        return {"raised": f"{type(exc).__name__}: {exc}", "freed": cpus_freed()}
+
+
+def cpus_freed(within: float = 20.0) -> bool:
+    """True once every CPU of the cluster is free again (no actor of a call holds one)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0) == ray.cluster_resources().get("CPU"):
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def scenario_legacy(cluster: Cluster, head: object) -> dict:
