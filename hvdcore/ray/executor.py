@@ -13,29 +13,15 @@ import logging
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hvdcore.errors import ArgumentError
 from hvdcore.ray.placement import Shape
+from hvdcore.ray.settings import RaySettings
 
 __all__ = ["RayExecutor", "RaySettings", "RayJob"]
 
 log = logging.getLogger("hvdcore")
-
-
-@dataclass
-class RaySettings:
-    """What :meth:`RayExecutor.create_settings` makes (Horovod's ``MiniSettings``):
-    ``timeout_s`` bounds the ranks' rendezvous, ``placement_group_timeout_s`` the wait for
-    the cluster to hold them, ``nics`` names the network interfaces Gloo uses."""
-
-    timeout_s: float = 30
-    placement_group_timeout_s: float = 100
-    nics: set[str] | None = None
-    ssh_identity_file: str | None = None
-    verbose: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class RayJob(Protocol):

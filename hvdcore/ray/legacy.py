@@ -11,7 +11,7 @@ from typing import Any
 
 from hvdcore.errors import ArgumentError
 from hvdcore.ray.elastic import Elasticity, ElasticRayJob
-from hvdcore.ray.executor import RaySettings
+from hvdcore.ray.settings import RaySettings
 
 __all__ = ["ElasticRayExecutor", "ElasticRaySettings"]
 

@@ -16,15 +16,13 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hvdcore.errors import LaunchError, RankFailedError
 from hvdcore.ray.placement import Placed, Shape, number_ranks, place_workers, shared_devices
 from hvdcore.ray.rendezvous import host_store
+from hvdcore.ray.settings import RaySettings
 from hvdcore.ray.worker import RankWorker
-
-if TYPE_CHECKING:
-    from hvdcore.ray.executor import RaySettings
 
 __all__ = ["StaticRayJob"]
 

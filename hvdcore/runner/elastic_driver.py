@@ -47,7 +47,12 @@ from dataclasses import dataclass
 from hvdcore.elastic_wire import Assignment, Keys, encode
 from hvdcore.runner.elastic_hosts import Blacklist, DiscoveryError
 from hvdcore.runner.elastic_slots import NO_SURVIVOR, Slot, plan_slots
-from hvdcore.runner.elastic_workers import ProcessStarter, WorkerProcess, WorkerStarter
+from hvdcore.runner.elastic_workers import (
+    ProcessOptions,
+    ProcessStarter,
+    WorkerProcess,
+    WorkerStarter,
+)
 from hvdcore.runner.gloo_launch import _own_names, iface_address, is_local
 from hvdcore.runner.hosts import Host
 from hvdcore.runner.remote import SshOptions
@@ -454,7 +459,9 @@ def _my_address() -> str:
 def run_elastic_job(settings: ElasticSettings, command: Sequence[str],
                     environ: Mapping[str, str], exports: Mapping[str, str]) -> int:
     """Run ``command`` as an elastic job (see the module docstring); the exit code."""
-    driver = ElasticDriver(settings, ProcessStarter(settings, command, _own_names()),
+    options = ProcessOptions(settings.start_np or settings.min_np, settings.srun, settings.ssh,
+                             settings.output_dir, settings.timestamps, settings.tag_output)
+    driver = ElasticDriver(settings, ProcessStarter(options, command, _own_names()),
                            environ, exports)
     received: list[int] = []
 

@@ -14,16 +14,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from hvdcore.runner.gloo_launch import is_local
-from hvdcore.runner.remote import ssh_command
+from hvdcore.runner.remote import SshOptions, ssh_command
 from hvdcore.runner.worker_output import RankFile, Sink, TerminalTag, pump
 
-if TYPE_CHECKING:
-    from hvdcore.runner.elastic_driver import ElasticSettings
-
-__all__ = ["WorkerProcess", "WorkerStarter", "ProcessStarter"]
+__all__ = ["WorkerProcess", "WorkerStarter", "ProcessOptions", "ProcessStarter"]
 
 
 class WorkerProcess(Protocol):
@@ -74,14 +72,25 @@ class _Proc:
             sink.open(rank)
 
 
+@dataclass(frozen=True)
+class ProcessOptions:
+    """How :class:`ProcessStarter` starts workers and shows their lines (hvdcorerun's flags)."""
+
+    first_size: int  # -np (else --min-np): the width of the [N] tags
+    srun: str | None = None  # start workers as steps of this Slurm allocation (srun's path)
+    ssh: SshOptions = SshOptions()  # how workers on other hosts start
+    output_dir: str | None = None  # --output-filename: DIR/rank.N/stdout and stderr
+    timestamps: bool = False  # --prefix-output-with-timestamp
+    tag_output: bool = True  # [N]<stdout>: on the terminal (--no-tag-output: none)
+
+
 class ProcessStarter:
     """``hvdcorerun``'s workers: ``command`` as a process here, over ssh, or as a step of the
-    Slurm allocation (``settings.srun``); their lines tagged ``[N]<stdout>:`` on the terminal
+    Slurm allocation (``options.srun``); their lines tagged ``[N]<stdout>:`` on the terminal
     and copied under ``--output-filename``."""
 
-    def __init__(self, settings: ElasticSettings, command: Sequence[str],
-                 own: set[str]) -> None:
-        self.s, self.command, self.own = settings, list(command), own
+    def __init__(self, options: ProcessOptions, command: Sequence[str], own: set[str]) -> None:
+        self.s, self.command, self.own = options, list(command), own
         self.lock = threading.Lock()  # the terminal's, shared by every worker's lines
 
     def start(self, host: str, slot: int, wid: str, env: Mapping[str, str]) -> WorkerProcess:
@@ -105,7 +114,7 @@ class ProcessStarter:
         """Copy the worker's stdout and stderr to ours and to its files under
         ``--output-filename`` (from threads), tagged with its first rank once it has one."""
         # horovodrun pads N to the width of -np's largest rank, whatever the job grows to
-        size = self.s.start_np or self.s.min_np
+        size = self.s.first_size
         held: list[TerminalTag | RankFile] = []
         for stream, kind, out in ((proc.stdout, "stdout", sys.stdout.buffer),
                                   (proc.stderr, "stderr", sys.stderr.buffer)):
