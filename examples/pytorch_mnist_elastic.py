@@ -39,7 +39,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -82,7 +84,11 @@ def processed(sampler: hvd.elastic.ElasticSampler) -> int:
     return min(sampler.processed_num, len(sampler.dataset))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None,
+         report: Callable[[dict[str, Any]], None] | None = None,
+         result: dict[str, Any] | None = None) -> int:
+    """Train; ``report`` gets rank 0's figures after each epoch, ``result`` (filled on every
+    rank) the final ones: how ``ray_pytorch_mnist_elastic.py`` runs it in Ray workers."""
     args = parse_args(argv)
     hvd.init()
     torch.set_num_threads(args.threads)
@@ -141,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"epoch {state.epoch}: ranks={hvd.size()} test_accuracy={acc:.4f} "
                       f"steps={state.steps} "
                       f"processed={processed(state.sampler)}", flush=True)
+                if report is not None:
+                    report({"epoch": state.epoch, "ranks": hvd.size(), "test_accuracy": acc,
+                            "steps": state.steps})
             state.epoch += 1
             state.sampler.set_epoch(state.epoch)
             state.commit()
@@ -151,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hvdcore-mnist-elastic: ranks={hvd.size()} epochs={args.epochs} "
               f"test_accuracy={acc:.4f} resets={resets[0]} steps={state.steps} "
               f"resumed_after_s={_resumed_after(marker, resumed['at']):.3f}", flush=True)
+    if result is not None:
+        result.update(rank=hvd.rank(), size=hvd.size(), epochs=args.epochs, test_accuracy=acc,
+                      resets=resets[0], steps=state.steps)
     hvd.shutdown()
     return 0
 
