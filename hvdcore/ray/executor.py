@@ -139,7 +139,7 @@ class RayExecutor:
 
     @property
     def num_workers(self) -> int:
-        """The job's number of ranks (elastic: ``min_workers``)."""
+        """The job's number of ranks (``min_workers`` in an elastic job)."""
         return self._job.num_workers
 
     @property
