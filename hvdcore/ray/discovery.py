@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 from hvdcore.runner.elastic_hosts import DiscoveryError
-from hvdcore.runner.hosts import Host
 
 __all__ = ["RayHostDiscovery"]
 
@@ -65,10 +64,6 @@ class RayHostDiscovery:
             if slots:
                 found[name] = slots
         return found
-
-    def __call__(self) -> list[Host]:
-        """The hosts, as the elastic launcher polls them."""
-        return [Host(name, slots) for name, slots in self.find_available_hosts_and_slots().items()]
 
 
 def node_of(discovery: Any, host: str) -> str:

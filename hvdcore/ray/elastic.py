@@ -117,15 +117,8 @@ class _ActorProc:
         return self.code
 
     def stop(self, sig: int) -> None:
-        import ray
-
-        if self.code is not None or self.killed:
-            return
-        self.killed = True
-        try:
-            ray.kill(self.actor, no_restart=True)
-        except Exception:  # noqa: BLE001,S110 - already gone
-            pass
+        if self.code is None and not self.killed:
+            self.release()
 
     def named(self, rank: int) -> None:
         """(Ray labels an actor's lines itself.)"""
@@ -290,5 +283,5 @@ class ElasticRayJob:
             b.min_workers, b.max_workers, None, discover, b.elastic_timeout, b.reset_limit,
             tuple(b.cooldown_range) if b.cooldown_range is not None else None,
             self.settings.timeout_s, iface=",".join(sorted(nics)) if nics else None,
-            tag_output=False, address=None if nics else ray.util.get_node_ip_address(),
+            address=None if nics else ray.util.get_node_ip_address(),
             who="hvdcore.ray", terms=_TERMS)

@@ -28,6 +28,7 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
     """Check the elastic flags and run the job (:mod:`hvdcore.runner.elastic_driver`)."""
     from hvdcore.runner.elastic_driver import ElasticSettings, run_elastic_job
     from hvdcore.runner.elastic_hosts import Discovery, FixedHosts, SlurmNodes, check_cooldown_range
+    from hvdcore.runner.elastic_workers import ProcessOptions
 
     if not args.command:
         raise _usage("no command given")
@@ -86,11 +87,11 @@ def run_elastic(args: argparse.Namespace, environ: Mapping[str, str],
             raise _usage(f"--output-filename {args.output_filename}: {exc.strerror}") from None
     cfg = load({**environ, **exports})
     settings = ElasticSettings(min_np, args.max_np, args.np, discover, cfg.elastic_timeout,
-                               args.reset_limit, cooldown, cfg.rendezvous_timeout, srun,
-                               args.network_interfaces or cfg.gloo_iface or None,
-                               ssh, args.output_filename, args.prefix_output_with_timestamp,
-                               args.tag_output)
-    return run_elastic_job(settings, args.command, environ, exports)
+                               args.reset_limit, cooldown, cfg.rendezvous_timeout,
+                               args.network_interfaces or cfg.gloo_iface or None)
+    options = ProcessOptions(args.np or min_np, srun, ssh, args.output_filename,
+                             args.prefix_output_with_timestamp, args.tag_output)
+    return run_elastic_job(settings, options, args.command, environ, exports)
 
 
 def _command_problem(script: str) -> str | None:

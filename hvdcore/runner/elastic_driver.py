@@ -55,7 +55,6 @@ from hvdcore.runner.elastic_workers import (
 )
 from hvdcore.runner.gloo_launch import _own_names, iface_address, is_local
 from hvdcore.runner.hosts import Host
-from hvdcore.runner.remote import SshOptions
 
 __all__ = ["ElasticDriver", "ElasticSettings", "run_elastic_job"]
 
@@ -79,12 +78,7 @@ class ElasticSettings:
     reset_limit: int | None
     cooldown: tuple[float, float] | None
     store_timeout: float
-    srun: str | None = None  # start workers as steps of this Slurm allocation (srun's path)
     iface: str | None = None  # --network-interfaces: the store's address and the workers' Gloo
-    ssh: SshOptions = SshOptions()  # how workers on other hosts start
-    output_dir: str | None = None  # --output-filename: DIR/rank.N/stdout and stderr
-    timestamps: bool = False  # --prefix-output-with-timestamp
-    tag_output: bool = True  # [N]<stdout>: on the terminal (--no-tag-output: none)
     address: str | None = None  # where the workers reach the store (None: found from hosts)
     who: str = "hvdcorerun"  # what the launcher's lines start with
     terms: Mapping[str, str] | None = None  # the caller's names of the flags, in messages
@@ -456,11 +450,10 @@ def _my_address() -> str:
     return socket.gethostbyname(socket.gethostname())
 
 
-def run_elastic_job(settings: ElasticSettings, command: Sequence[str],
-                    environ: Mapping[str, str], exports: Mapping[str, str]) -> int:
+def run_elastic_job(settings: ElasticSettings, options: ProcessOptions,
+                    command: Sequence[str], environ: Mapping[str, str],
+                    exports: Mapping[str, str]) -> int:
     """Run ``command`` as an elastic job (see the module docstring); the exit code."""
-    options = ProcessOptions(settings.start_np or settings.min_np, settings.srun, settings.ssh,
-                             settings.output_dir, settings.timestamps, settings.tag_output)
     driver = ElasticDriver(settings, ProcessStarter(options, command, _own_names()),
                            environ, exports)
     received: list[int] = []
