@@ -42,7 +42,8 @@ autodoc_preserve_defaults = True  # process_set=global_process_set, not its repr
 # they are missing (the binding modules only subclass and decorate with them at import time).
 # tests/test_docs.py's docs-only venv builds the manual so and compares the API page with the
 # full build's.
-autodoc_mock_imports = [m for m in ("torch", "tensorflow", "keras", "tf_keras", "ray")
+autodoc_mock_imports = [m for m in ("torch", "tensorflow", "keras", "tf_keras", "ray",
+                                              "pyspark")
                         if importlib.util.find_spec(m) is None]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
