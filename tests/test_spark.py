@@ -63,6 +63,11 @@ def test_a_rank_that_fails_fails_the_call_naming_it_and_spark_goes_on(
                                     "on "), got
     assert "exited with code 1; the other ranks were stopped" in got["raised"]
     assert got["raised"].endswith("ValueError: rank 1 cannot go on"), got["raised"]
+    # a task that goes away (its Python worker killed, as with a lost executor) takes its rank
+    # process with it, and the call says so
+    assert got["lost"].startswith("RankFailedError: hvdcore.spark.run: rank 2 (Spark task 2 "
+                                  "on "), got["lost"]
+    assert "was lost: its Spark task ended without its exit code" in got["lost"]
     assert got["after"] == [0, 1, 2]
 
 

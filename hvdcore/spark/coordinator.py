@@ -53,12 +53,12 @@ class _Task:
 
 @dataclass(frozen=True)
 class Failure:
-    """The first rank that ended with a non-zero code."""
+    """The first rank that ended with a non-zero code, or whose task went away (no code)."""
 
     rank: int
     index: int
     host: str
-    code: int
+    code: int | None
     tail: tuple[str, ...]
 
 
@@ -105,7 +105,7 @@ class Coordinator:
         self._tasks: dict[int, _Task] = {}
         self._assigned = False
         self._closed = False
-        self.exits: dict[int, int] = {}  # rank -> exit code
+        self.exits: dict[int, int | None] = {}  # rank -> exit code (None: its task was lost)
         self.failure: Failure | None = None
         self._server = socket.create_server(("0.0.0.0", 0))
         self.port = int(self._server.getsockname()[1])
@@ -152,12 +152,18 @@ class Coordinator:
                 sinks[kind].write(time.ctime().encode() if self._timestamps else b"", line)
             elif "exit" in message:
                 self._ended(task, int(message["exit"]))
+                break
+        else:  # the connection ended without an exit code: the task (its executor) is gone
+            if task.place is not None:
+                self._ended(task, None)
         conn.close()
 
-    def _ended(self, task: _Task, code: int) -> None:
+    def _ended(self, task: _Task, code: int | None) -> None:
         assert task.place is not None
         first = False
         with self._cond:
+            if task.place.rank in self.exits:
+                return
             self.exits[task.place.rank] = code
             if code != 0 and self.failure is None:
                 self.failure = Failure(task.place.rank, task.index, task.host, code,

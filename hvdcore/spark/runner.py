@@ -195,10 +195,12 @@ class _SparkJob:
         if coord.failure is not None:
             f = coord.failure
             tail = "\n".join(f.tail)
+            how = (f"exited with code {f.code}" if f.code is not None else
+                   "was lost: its Spark task ended without its exit code (a lost executor?)")
+            said = f" Its last lines on stderr:\n{tail}" if tail else " It wrote nothing on stderr."
             raise RankFailedError(
-                f"hvdcore.spark.run: rank {f.rank} (Spark task {f.index} on {f.host}) exited "
-                f"with code {f.code}; the other ranks were stopped. Its last lines on stderr:"
-                f"\n{tail}")
+                f"hvdcore.spark.run: rank {f.rank} (Spark task {f.index} on {f.host}) {how}; "
+                f"the other ranks were stopped.{said}")
         if self.error is not None or self.results is None:
             raise self._spark_failed()
         values: dict[int, Any] = {}

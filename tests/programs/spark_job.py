@@ -8,7 +8,7 @@ Each scenario prints ``RESULT <name> <json>`` for ``tests/test_spark.py`` (an ex
 - ``no_context``: ``run`` before any SparkContext exists.
 - ``sizes``: the same collectives at 1, 2 and 3 ranks (3: ``num_proc`` left to Spark's default
   parallelism), what each rank saw, its output as the caller's ``stdout`` got it.
-- ``failing``: one rank raises; then a job on the same Spark runs.
+- ``failing``: one rank raises; one rank's Spark task dies; then a job on the same Spark runs.
 - ``too_many``: 4 ranks on 3 slots with ``start_timeout=3``; then a job runs.
 - ``arguments``: what ``run`` refuses, and the warning for ``extra_mpi_args``.
 """
@@ -61,6 +61,24 @@ def fails_on_rank_1() -> int:
     return hvd.rank()
 
 
+def task_dies_on_rank_2() -> int:
+    """Rank 2 kills its Spark task's Python worker (as a lost executor ends a task): the rank
+    process, a child of the worker, dies with it."""
+    import signal
+
+    import hvdcore.torch as hvd
+
+    hvd.init()
+    if hvd.rank() == 2:
+        print("rank 2: ending my Spark task", file=sys.stderr, flush=True)
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(60)  # (never reached the end: gone with its parent)
+    import torch
+
+    hvd.allreduce(torch.ones(2))
+    return hvd.rank()
+
+
 def ranks() -> int:
     import hvdcore.torch as hvd
 
@@ -91,8 +109,10 @@ def scenario_sizes() -> dict:
 def scenario_failing() -> dict:
     stderr = io.StringIO()
     raised = caught(lambda: hvdcore.spark.run(fails_on_rank_1, num_proc=3, stderr=stderr))
-    return {"raised": raised, "after": hvdcore.spark.run(ranks, num_proc=3,
-                                                          stderr=io.StringIO())}
+    lost = caught(lambda: hvdcore.spark.run(task_dies_on_rank_2, num_proc=3,
+                                            stderr=io.StringIO()))
+    return {"raised": raised, "lost": lost,
+            "after": hvdcore.spark.run(ranks, num_proc=3, stderr=io.StringIO())}
 
 
 def scenario_too_many() -> dict:
