@@ -5,6 +5,7 @@ here in one process, a rank that fails, more ranks than task slots, and what is 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,5 +92,8 @@ def test_what_run_refuses(results: dict[str, Any]) -> None:
     assert got["not_callable"] == ("UnsupportedError: hvdcore.spark.run: fn must be callable, "
                                    "got int")
     assert got["mpi_args_value"] == [0]
+    # prefix_output_with_timestamp: the time (time.ctime()'s form) before the tag
+    assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[0\]<stdout>:hello\n",
+                        got["stamped"]), got["stamped"]
     assert got["warned"] == ["hvdcore.spark.run: extra_mpi_args has no effect: the ranks run "
                              "on the Gloo controller, no mpirun is started"]

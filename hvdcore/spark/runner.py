@@ -112,10 +112,10 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, A
     ifaces = ",".join(sorted(nics)) if nics else None
     # where the tasks reach the driver: Spark's own address for it, or the address of nics
     address = iface_address(ifaces) if ifaces else str(sc.getConf().get("spark.driver.host"))
+    caller = {str(k): str(v) for k, v in (os.environ if env is None else env).items()}
     return _SparkJob(sc, size, timeout, address, ifaces).run(
-        _payload(fn, args, kwargs or {}), dict(os.environ if env is None else env),
-        stdout or sys.stdout, stderr or sys.stderr, prefix_output_with_timestamp,
-        executable or sys.executable, verbose)
+        _payload(fn, args, kwargs or {}), caller, stdout or sys.stdout, stderr or sys.stderr,
+        prefix_output_with_timestamp, executable or sys.executable, verbose)
 
 
 class _SparkJob:

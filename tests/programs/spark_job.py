@@ -86,6 +86,14 @@ def ranks() -> int:
     return hvd.rank()
 
 
+def hello() -> int:
+    import hvdcore.torch as hvd
+
+    hvd.init()
+    print("hello")
+    return hvd.rank()
+
+
 def caught(call: object) -> str:
     try:
         call()  # type: ignore[operator]
@@ -127,8 +135,12 @@ def scenario_arguments() -> dict:
     out["not_callable"] = caught(lambda: hvdcore.spark.run(42))  # type: ignore[arg-type]
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        out["mpi_args_value"] = hvdcore.spark.run(ranks, num_proc=1, extra_mpi_args="-x A")
+        stamped = io.StringIO()
+        out["mpi_args_value"] = hvdcore.spark.run(hello, num_proc=1, extra_mpi_args="-x A",
+                                                  stdout=stamped,
+                                                  prefix_output_with_timestamp=True)
     out["warned"] = [str(w.message) for w in seen]
+    out["stamped"] = stamped.getvalue()
     return out
 
 
