@@ -91,6 +91,12 @@ def test_what_run_refuses(results: dict[str, Any]) -> None:
     assert got["nics"].startswith("ArgumentError: hvdcore.spark.run: nics must be a list")
     assert got["not_callable"] == ("UnsupportedError: hvdcore.spark.run: fn must be callable, "
                                    "got int")
+    # a rank whose Python cannot start fails the call like a rank that failed, saying why
+    assert re.fullmatch(r"RankFailedError: hvdcore\.spark\.run: rank [01] \(Spark task [01] on "
+                        r"\S+\) exited with code 127; the other ranks were stopped\. Its last "
+                        r"lines on stderr:\nhvdcore\.spark: cannot start rank [01] "
+                        r"\(/nonexistent/python3\): \[Errno 2\] No such file or directory: "
+                        r"'/nonexistent/python3'", got["no_python"]), got["no_python"]
     assert got["mpi_args_value"] == [0]
     # prefix_output_with_timestamp: the time (time.ctime()'s form) before the tag
     assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[0\]<stdout>:hello\n",

@@ -16,6 +16,7 @@ import datetime
 import logging
 import os
 import pickle
+import re
 import secrets
 import sys
 import threading
@@ -33,6 +34,7 @@ __all__ = ["run"]
 log = logging.getLogger("hvdcore")
 
 _ids = iter(range(1, 1 << 62))
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 
 def _start_timeout(start_timeout: float | None) -> float:
@@ -187,9 +189,12 @@ class _SparkJob:
         return self._values(coord)
 
     def _spark_failed(self) -> LaunchError:
-        text = str(self.error).strip().splitlines()
-        first = next((line for line in text if line.strip()), type(self.error).__name__)
-        return LaunchError(f"hvdcore.spark.run: the Spark job failed: {first}")
+        """The Spark job's error in one line: the last Python exception its text names (a
+        task's error comes wrapped in Java's), else its first line."""
+        lines = [line.strip() for line in str(self.error).splitlines() if line.strip()]
+        named = [line for line in lines if _EXCEPTION_LINE.match(line)]
+        said = named[-1] if named else (lines[0] if lines else type(self.error).__name__)
+        return LaunchError(f"hvdcore.spark.run: the Spark job failed: {said}")
 
     def _values(self, coord: Coordinator) -> list[Any]:
         if coord.failure is not None:

@@ -98,10 +98,16 @@ def _run_rank(index: int, reply: dict[str, Any], plan: TaskPlan,
     try:
         Path(folder, PAYLOAD).write_bytes(plan["payload"])
         env = {**os.environ, **reply["env"]}
-        proc = subprocess.Popen([plan["executable"], "-m", "hvdcore.runner.func_task", folder],
-                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+        try:
+            proc = subprocess.Popen(
+                [plan["executable"], "-m", "hvdcore.runner.func_task", folder], env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, preexec_fn=_die_with_parent)
+        except OSError as exc:  # told to the driver like a rank's own failure
+            line = f"hvdcore.spark: cannot start rank {rank} ({plan['executable']}): {exc}\n"
+            wire.send(sock, {"stream": "stderr", "line": wire.to_text(line.encode())})
+            wire.send(sock, {"exit": 127})
+            return (index, rank, 127, None)
         lock = threading.Lock()
 
         def relay(stream: Any, kind: str) -> None:

@@ -133,6 +133,8 @@ def scenario_arguments() -> dict:
         "use_mpi": {"use_mpi": True}, "zero": {"num_proc": 0},
         "timeout": {"start_timeout": -1}, "nics": {"nics": "eth0"}}.items()}
     out["not_callable"] = caught(lambda: hvdcore.spark.run(42))  # type: ignore[arg-type]
+    out["no_python"] = caught(lambda: hvdcore.spark.run(ranks, num_proc=2, stderr=io.StringIO(),
+                                                        executable="/nonexistent/python3"))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         stamped = io.StringIO()
