@@ -58,7 +58,10 @@ def test_a_job_grows_with_a_new_node_and_goes_on_when_a_node_dies(
     assert got["logged"] == sorted(set(got["logged"])) and got["logged"][-1] == \
         got["value"][0]["epoch"]
     err = results["stderr"]
-    assert "joins the job with 1 slot(s)" in err and "its Ray actor died" in err
+    assert "joins the job with 1 slot(s)" in err, err[-3000:]
+    # node B's end is seen first either as its worker's actor dying or as discovery no longer
+    # listing B (then the launcher stops that worker itself): which, depends on timing
+    assert "its Ray actor died" in err or "hosts left the job: " in err, err[-3000:]
 
 
 def test_a_node_discovery_stops_listing_leaves_at_a_commit(results: dict[str, Any]) -> None:
